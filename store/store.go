@@ -1,0 +1,266 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Sentinel errors returned by every Store implementation. Callers check
+// them with errors.Is; backends may wrap them with context.
+var (
+	// ErrNotFound means the app, device, message or entry does not exist
+	// (or belongs to another app, which callers must not be able to tell).
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists means a create found the key already present.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrVersionConflict means a desired-property update named a version
+	// other than the device's LastDesiredVersion.
+	ErrVersionConflict = errors.New("version conflict")
+	// ErrSeqUsed means the app's seq_no is already recorded and unexpired.
+	ErrSeqUsed = errors.New("seq_no already used")
+	// ErrQueueFull means the device already has MaxPending pending messages.
+	ErrQueueFull = errors.New("device queue full")
+)
+
+// MaxPending is the most undelivered messages one device may hold.
+const MaxPending = 1000
+
+// Device flag values (DESIGN.md section 2).
+const (
+	FlagEnabled  = 0
+	FlagDisabled = 1
+)
+
+// Rate-limit categories (DESIGN.md section 2).
+const (
+	CategoryCreate   = "create"
+	CategoryProperty = "property"
+	CategoryMessage  = "message"
+	CategoryQuery    = "query"
+)
+
+// App is a tenant: every device, message and setting belongs to one app.
+type App struct {
+	Key          string `json:"key"`
+	Name         string `json:"name"`
+	MasterSecret string `json:"master_secret"`
+	// SigningSecret signs callbacks (Standard Webhooks); never shown by the REST API.
+	SigningSecret string `json:"signing_secret"`
+	// RateLimits maps a category to requests per second; a missing
+	// category uses the service default and 0 means unlimited.
+	RateLimits map[string]int `json:"rate_limits,omitempty"`
+	// Properties is the app's property model; empty means no model.
+	Properties []PropertyDef `json:"properties,omitempty"`
+	CreatedAt  int64         `json:"created_at"` // Unix seconds
+}
+
+// Property types of the property model.
+const (
+	TypeInt    = "int"
+	TypeDouble = "double"
+	TypeString = "string"
+)
+
+// PropertyDef is one entry of an app's property model.
+type PropertyDef struct {
+	Name      string   `json:"name"`
+	Type      string   `json:"type"`
+	Min       *float64 `json:"min,omitempty"`
+	Max       *float64 `json:"max,omitempty"`
+	MaxLength *int     `json:"max_length,omitempty"`
+}
+
+// Device is a device's base info and presence.
+type Device struct {
+	AppKey     string `json:"app_key"`
+	Name       string `json:"name"`
+	Mark       string `json:"mark"`
+	Secret     string `json:"secret"`
+	Flag       int    `json:"flag"`
+	TimeCreate int64  `json:"time_create"` // Unix seconds
+	TimeActive int64  `json:"time_active"` // Unix seconds of first connect, 0 before
+
+	Status         int    `json:"status"` // 0 offline, 1 online
+	ClientIP       string `json:"client_ip"`
+	LastLoginTime  int64  `json:"last_login_time"`  // Unix seconds, 0 = never
+	LastLogoutTime int64  `json:"last_logout_time"` // Unix seconds, 0 = never
+}
+
+// Shadow is a device's property document.
+type Shadow struct {
+	Properties          map[string]Property `json:"properties"`
+	SDKVer              string              `json:"sdk_ver"`
+	AppVer              string              `json:"app_ver"`
+	LastDesiredSTime    int64               `json:"last_desired_stime"`  // Unix ms
+	LastReportedSTime   int64               `json:"last_reported_stime"` // Unix ms
+	LastDesiredVersion  int64               `json:"last_desired_version"`
+	LastReportedVersion int64               `json:"last_reported_version"`
+}
+
+// NewShadow returns the shadow of a device that was never set or reported.
+func NewShadow() Shadow {
+	return Shadow{Properties: map[string]Property{}, LastDesiredVersion: 1}
+}
+
+// Property holds one property's desired and reported values as raw JSON
+// (a number or a string); a nil value was never set.
+type Property struct {
+	DesiredValue  json.RawMessage `json:"desired_value,omitempty"`
+	DesiredSTime  int64           `json:"desired_stime,omitempty"` // Unix ms
+	ReportedValue json.RawMessage `json:"reported_value,omitempty"`
+	ReportedSTime int64           `json:"reported_stime,omitempty"` // Unix ms
+}
+
+// DesiredUpdate is one property-set operation.
+type DesiredUpdate struct {
+	AppKey     string
+	DeviceName string
+	// Version must equal the shadow's LastDesiredVersion.
+	Version    int64
+	Properties map[string]json.RawMessage
+	Time       int64 // Unix ms
+}
+
+// Message states (DESIGN.md section 2).
+const (
+	StatePending   = "pending"
+	StateDelivered = "delivered"
+	StateExpired   = "expired"
+	StateRetracted = "retracted"
+	StateFailed    = "failed"
+)
+
+// Message is a message sent to a device together with its status records.
+type Message struct {
+	ID          int64           `json:"id"`
+	AppKey      string          `json:"app_key"`
+	DeviceName  string          `json:"device_name"`
+	Body        string          `json:"body"`
+	TTL         int64           `json:"ttl"`         // seconds
+	TimeCreate  int64           `json:"time_create"` // Unix seconds
+	ExpireTime  int64           `json:"expire_time"` // Unix seconds
+	State       string          `json:"state"`
+	CallbackURL string          `json:"callback_url,omitempty"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	Records     []Record        `json:"records"`
+}
+
+// Callback record types (spec section 6.3).
+const (
+	RecordTargetValid      = 0
+	RecordTargetInvalid    = 1
+	RecordSubmitSuccess    = 2
+	RecordSubmitFailure    = 3
+	RecordDeliverySuccess  = 4
+	RecordDeliveryFailure  = 5
+	RecordClick            = 6
+	RecordRetractSuccess   = 7
+	RecordRetractionFailed = 8
+)
+
+// Record is one message-status record, in the callback format of
+// DESIGN.md section 4.
+type Record struct {
+	Type       int             `json:"type"`
+	ChannelKey string          `json:"channelkey"`
+	MsgID      string          `json:"msgid"`
+	UserID     string          `json:"userid"`
+	SenderID   string          `json:"sender_id"`
+	Sender     int             `json:"sender"`
+	SentTime   int64           `json:"sent_time"` // Unix seconds
+	Error      *RecordError    `json:"error,omitempty"`
+	Params     json.RawMessage `json:"params,omitempty"`
+}
+
+// RecordError is the error object of record types 1, 3, 5 and 8.
+type RecordError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// SeqEntry is the stored outcome of a request that carried a seq_no, kept
+// so that an identical retry replays it and a different one is refused.
+type SeqEntry struct {
+	// Fingerprint identifies the request: endpoint and canonical body.
+	Fingerprint string `json:"fingerprint"`
+	Status      int    `json:"status"`
+	Body        []byte `json:"body"`
+	// ExpiresAt is when the seq_no becomes reusable (Unix ms).
+	ExpiresAt int64 `json:"expires_at"`
+}
+
+// DevicePage is one page of a device listing.
+type DevicePage struct {
+	Devices []Device
+	// Next is the cursor of the following page, "" on the last page.
+	Next string
+}
+
+// Store is the storage contract every backend implements. Every method
+// that writes returns only after the write is durable (synced to disk or
+// acknowledged by the replicated store). Every device and message lookup
+// is scoped to an app key.
+type Store interface {
+	// CreateApp stores a new app; ErrAlreadyExists if the key is taken.
+	CreateApp(ctx context.Context, app App) error
+	// GetApp returns the app with the key, or ErrNotFound.
+	GetApp(ctx context.Context, key string) (App, error)
+	// ListApps returns every app ordered by key.
+	ListApps(ctx context.Context) ([]App, error)
+	// UpdateApp replaces an existing app; ErrNotFound if it does not exist.
+	UpdateApp(ctx context.Context, app App) error
+
+	// CreateDevices stores the devices atomically (all or none on a
+	// storage failure). The returned slice has one entry per device:
+	// nil, or ErrAlreadyExists when the name is taken in the app or
+	// appears earlier in the same call. Each new device gets NewShadow.
+	CreateDevices(ctx context.Context, appKey string, devices []Device) ([]error, error)
+	// GetDevice returns the device or ErrNotFound.
+	GetDevice(ctx context.Context, appKey, name string) (Device, error)
+	// UpdateDevice replaces the base info and presence of an existing
+	// device; ErrNotFound if it does not exist.
+	UpdateDevice(ctx context.Context, dev Device) error
+	// ListDevices returns up to limit devices whose names start with
+	// prefix, in name order, starting after cursor ("" for the start).
+	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (DevicePage, error)
+
+	// GetShadow returns the device's shadow or ErrNotFound.
+	GetShadow(ctx context.Context, appKey, name string) (Shadow, error)
+	// SetDesired applies a desired-property update atomically with
+	// recording seq (when seq is not nil, it is stored under seqNo). It
+	// fails with ErrSeqUsed (nothing written) if the seq_no is recorded
+	// and unexpired, ErrNotFound if the device does not exist and
+	// ErrVersionConflict if u.Version is not LastDesiredVersion. On
+	// success LastDesiredVersion advances by one and the new shadow is
+	// returned.
+	SetDesired(ctx context.Context, u DesiredUpdate, seqNo int64, seq *SeqEntry) (Shadow, error)
+
+	// GetSeq returns the unexpired entry for the app's seq_no, or ErrNotFound.
+	GetSeq(ctx context.Context, appKey string, seqNo int64) (SeqEntry, error)
+	// PutSeq records an entry for the app's seq_no if none is unexpired;
+	// ErrSeqUsed otherwise.
+	PutSeq(ctx context.Context, appKey string, seqNo int64, e SeqEntry) error
+
+	// CreateMessage stores a new message atomically with recording seq
+	// (when not nil). A message in StatePending is appended to its
+	// device's pending queue, failing with ErrQueueFull (nothing written)
+	// when the queue holds MaxPending messages; a message in any other
+	// state is stored without queueing. ErrSeqUsed as for SetDesired.
+	CreateMessage(ctx context.Context, m Message, seqNo int64, seq *SeqEntry) error
+	// GetMessage returns the app's message with the id or ErrNotFound.
+	GetMessage(ctx context.Context, appKey string, id int64) (Message, error)
+	// PendingMessages returns up to limit of the device's pending
+	// messages in send order.
+	PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]Message, error)
+
+	// GetMeta and PutMeta hold small service-wide values (for example the
+	// generated admin password hash). GetMeta returns ErrNotFound if unset.
+	GetMeta(ctx context.Context, key string) ([]byte, error)
+	PutMeta(ctx context.Context, key string, value []byte) error
+
+	// Ping reports whether the store can serve requests.
+	Ping(ctx context.Context) error
+	// Close releases the store; pending writes are already durable.
+	Close() error
+}
