@@ -1,11 +1,17 @@
 package restapi
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -26,18 +32,89 @@ type Config struct {
 // API serves the spec's REST API, the admin API, /healthz, /readyz and
 // /metrics.
 type API struct {
-	cfg     Config
-	store   store.Store
-	log     *slog.Logger
-	handler http.Handler
+	cfg      Config
+	store    store.Store
+	log      *slog.Logger
+	ids      *idgen.Generator
+	messages *message.Service
+	limits   *rateLimits
+	handler  http.Handler
+	now      func() time.Time
 }
 
-// New builds the API. Metrics are registered with reg.
+// New builds the API. Its metrics are registered with reg, which /metrics
+// serves.
 func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry) (*API, error) {
-	a := &API{cfg: cfg, store: st, log: log}
-	a.handler = http.NotFoundHandler() // replaced by the router
+	ids, err := idgen.New(cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	a := &API{
+		cfg:      cfg,
+		store:    st,
+		log:      log,
+		ids:      ids,
+		messages: message.NewService(st, ids),
+		limits:   newRateLimits(cfg.DefaultRateLimit),
+		now:      time.Now,
+	}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.Use(m.middleware, a.recover)
+	r.NoRoute(a.wrap(func(c *gin.Context) error {
+		return &apiError{http.StatusNotFound, CodeInvalidParam, "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path, 0}
+	}))
+	r.NoMethod(a.wrap(func(c *gin.Context) error {
+		return &apiError{http.StatusMethodNotAllowed, CodeInvalidParam, "method " + c.Request.Method + " not allowed on " + c.Request.URL.Path, 0}
+	}))
+
+	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", []byte(`{"status":"ok"}`)) })
+	r.GET("/readyz", a.wrap(a.readyz))
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
+
+	dev := r.Group("/device/v1", a.authApp)
+	dev.POST("/devices", a.limit(store.CategoryCreate), a.wrap(a.createDevices))
+	dev.POST("/property", a.limit(store.CategoryProperty), a.wrap(a.setProperty))
+	dev.GET("/property", a.limit(store.CategoryQuery), a.wrap(a.getProperty))
+	dev.GET("/baseinfo", a.limit(store.CategoryQuery), a.wrap(a.baseInfo))
+	dev.GET("/status", a.limit(store.CategoryQuery), a.wrap(a.status))
+
+	msg := r.Group("/msg/v1", a.authApp)
+	msg.POST("/msg", a.limit(store.CategoryMessage), a.wrap(a.sendMessage))
+	msg.GET("/msg", a.limit(store.CategoryQuery), a.wrap(a.getMessage))
+
+	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
+
+	a.handler = r
 	return a, nil
 }
 
 // Handler returns the HTTP handler serving every route.
 func (a *API) Handler() http.Handler { return a.handler }
+
+func (a *API) readyz(c *gin.Context) error {
+	if err := a.store.Ping(c.Request.Context()); err != nil {
+		return fmt.Errorf("store not ready: %w", err)
+	}
+	c.Data(http.StatusOK, "application/json", []byte(`{"status":"ready"}`))
+	return nil
+}
+
+// recover turns a panic in a handler into a logged 1000 instead of a
+// dropped connection.
+func (a *API) recover(c *gin.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			a.writeError(c, fmt.Errorf("panic: %v", p))
+		}
+	}()
+	c.Next()
+}

@@ -1,0 +1,108 @@
+package message
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Limits of a send request (spec section 4.2, DESIGN.md section 2).
+const (
+	MaxBodyBytes   = 2048
+	MaxTTL         = 604800
+	DefaultTTL     = 86400
+	MaxParamsBytes = 1024
+)
+
+// Error codes inside status records (DESIGN.md section 4).
+const (
+	ErrCodeDeviceDisabled   = 3003
+	ErrCodeQueueFull        = 3004
+	ErrCodeTTLExpired       = 3005
+	ErrCodeDeviceOffline    = 3006
+	ErrCodeDeviceDeleted    = 3007
+	ErrCodeAlreadyDelivered = 3008
+	ErrCodeAlreadyFinished  = 3009
+)
+
+// SendRequest is a validated message send.
+type SendRequest struct {
+	Body        string
+	TTL         int64
+	CallbackURL string
+	Params      json.RawMessage
+}
+
+// Service accepts messages.
+type Service struct {
+	store store.Store
+	ids   *idgen.Generator
+	now   func() time.Time
+}
+
+// NewService returns a Service that stores in st and numbers messages with ids.
+func NewService(st store.Store, ids *idgen.Generator) *Service {
+	return &Service{store: st, ids: ids, now: time.Now}
+}
+
+// Send stores a message for dev. The message is pending for an enabled
+// device with room in its queue; otherwise it is stored as failed with
+// the record that says why. seqFor builds the seq_no entry to record with
+// the message, given its msgid; it may return nil. Errors are the store's
+// (store.ErrSeqUsed when the seq_no was recorded meanwhile).
+func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req SendRequest, seqNo int64, seqFor func(msgid int64) *store.SeqEntry) (store.Message, error) {
+	now := s.now()
+	m := store.Message{
+		ID:          s.ids.Next(),
+		AppKey:      app.Key,
+		DeviceName:  dev.Name,
+		Body:        req.Body,
+		TTL:         req.TTL,
+		TimeCreate:  now.Unix(),
+		ExpireTime:  now.Unix() + req.TTL,
+		CallbackURL: req.CallbackURL,
+		Params:      req.Params,
+	}
+	seq := seqFor(m.ID)
+	if dev.Flag == store.FlagDisabled {
+		m.State = store.StateFailed
+		m.Records = []store.Record{NewRecord(m, store.RecordTargetInvalid, ErrCodeDeviceDisabled, "device disabled", now)}
+		return m, s.store.CreateMessage(ctx, m, seqNo, seq)
+	}
+	m.State = store.StatePending
+	m.Records = []store.Record{
+		NewRecord(m, store.RecordTargetValid, 0, "", now),
+		NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
+	}
+	err := s.store.CreateMessage(ctx, m, seqNo, seq)
+	if errors.Is(err, store.ErrQueueFull) {
+		m.State = store.StateFailed
+		m.Records[1] = NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, "device queue full: "+strconv.Itoa(store.MaxPending)+" messages pending", now)
+		err = s.store.CreateMessage(ctx, m, seqNo, seq)
+	}
+	return m, err
+}
+
+// NewRecord builds a status record of message m. errCode 0 means no
+// error object.
+func NewRecord(m store.Message, typ, errCode int, errMsg string, now time.Time) store.Record {
+	r := store.Record{
+		Type:       typ,
+		ChannelKey: m.AppKey,
+		MsgID:      strconv.FormatInt(m.ID, 10),
+		UserID:     m.DeviceName,
+		SenderID:   m.DeviceName,
+		Sender:     0,
+		SentTime:   now.Unix(),
+		Params:     m.Params,
+	}
+	if errCode != 0 {
+		r.Error = &store.RecordError{Code: errCode, Message: errMsg}
+	}
+	return r
+}

@@ -1,0 +1,279 @@
+package restapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/shadow"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Admin listing limits.
+const (
+	DefaultDeviceListLimit = 100
+	MaxDeviceListLimit     = 1000
+	MaxAppNameLen          = 64
+)
+
+func (a *API) adminRoutes(g *gin.RouterGroup) {
+	g.POST("/apps", a.wrap(a.createApp))
+	g.GET("/apps", a.wrap(a.listApps))
+	g.GET("/apps/:key/properties", a.wrap(a.getModel))
+	g.PUT("/apps/:key/properties", a.wrap(a.putModel))
+	g.GET("/apps/:key/ratelimits", a.wrap(a.getRateLimits))
+	g.PUT("/apps/:key/ratelimits", a.wrap(a.putRateLimits))
+	g.GET("/apps/:key/devices", a.wrap(a.listDevices))
+	g.PATCH("/apps/:key/devices/:name", a.wrap(a.patchDevice))
+}
+
+// appParam loads the app named in the path, refusing an app's credentials
+// for any app but itself.
+func (a *API) appParam(c *gin.Context) (store.App, error) {
+	key := c.Param("key")
+	if !isAdmin(c) {
+		if app := currentApp(c); app.Key == key {
+			return app, nil
+		}
+		return store.App{}, errAuth("authentication failed: these credentials do not grant access to app " + strconv.Quote(key))
+	}
+	app, err := a.store.GetApp(c.Request.Context(), key)
+	if errors.Is(err, store.ErrNotFound) {
+		return app, errInvalid("app %q not found", key)
+	}
+	if err != nil {
+		return app, fmt.Errorf("load app: %w", err)
+	}
+	return app, nil
+}
+
+func requireAdmin(c *gin.Context) error {
+	if !isAdmin(c) {
+		return errAuth("authentication failed: this call needs the admin account")
+	}
+	return nil
+}
+
+// createApp serves POST /admin/v1/apps.
+func (a *API) createApp(c *gin.Context) error {
+	if err := requireAdmin(c); err != nil {
+		return err
+	}
+	obj, _, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	name, _, err := obj.stringField("name", true)
+	if err != nil {
+		return err
+	}
+	if name == "" || len(name) > MaxAppNameLen {
+		return errInvalid("name must be 1 to %d bytes", MaxAppNameLen)
+	}
+	app := NewApp(name)
+	if err := a.store.CreateApp(c.Request.Context(), app); err != nil {
+		return fmt.Errorf("create app: %w", err)
+	}
+	return writeJSON(c, gin.H{"name": app.Name, "key": app.Key, "master_secret": app.MasterSecret})
+}
+
+type appSummary struct {
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+	CreatedAt int64  `json:"created_at"`
+}
+
+// listApps serves GET /admin/v1/apps: every app for the admin, only
+// itself for an app.
+func (a *API) listApps(c *gin.Context) error {
+	apps := []store.App{currentApp(c)}
+	if isAdmin(c) {
+		var err error
+		if apps, err = a.store.ListApps(c.Request.Context()); err != nil {
+			return fmt.Errorf("list apps: %w", err)
+		}
+	}
+	out := make([]appSummary, len(apps))
+	for i, app := range apps {
+		out[i] = appSummary{app.Name, app.Key, app.CreatedAt}
+	}
+	return writeJSON(c, gin.H{"apps": out})
+}
+
+func (a *API) getModel(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	model := app.Properties
+	if model == nil {
+		model = []store.PropertyDef{}
+	}
+	return writeJSON(c, gin.H{"properties": model})
+}
+
+// putModel replaces the app's property model.
+func (a *API) putModel(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	obj, _, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if !obj.has("properties") {
+		return errMissing("properties")
+	}
+	var model []store.PropertyDef
+	if err := json.Unmarshal(obj["properties"], &model); err != nil {
+		return errInvalid("properties must be an array of {name, type, min, max, max_length}: %v", err)
+	}
+	if err := shadow.ValidateModel(model); err != nil {
+		return errInvalid("%v", err)
+	}
+	app.Properties = model
+	if err := a.store.UpdateApp(c.Request.Context(), app); err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	if model == nil {
+		model = []store.PropertyDef{}
+	}
+	return writeJSON(c, gin.H{"properties": model})
+}
+
+var rateCategories = []string{store.CategoryCreate, store.CategoryProperty, store.CategoryMessage, store.CategoryQuery}
+
+func (a *API) effectiveLimits(app store.App) map[string]int {
+	out := make(map[string]int, len(rateCategories))
+	for _, cat := range rateCategories {
+		n, ok := app.RateLimits[cat]
+		if !ok {
+			n = a.limits.def
+		}
+		out[cat] = n
+	}
+	return out
+}
+
+// getRateLimits serves GET /admin/v1/apps/{key}/ratelimits: requests per
+// second per category, 0 meaning unlimited.
+func (a *API) getRateLimits(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, a.effectiveLimits(app))
+}
+
+// putRateLimits sets some or all categories' limits; only the admin may
+// change them.
+func (a *API) putRateLimits(c *gin.Context) error {
+	if err := requireAdmin(c); err != nil {
+		return err
+	}
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	obj, _, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	limits := a.effectiveLimits(app)
+	for field := range obj {
+		if _, known := limits[field]; !known {
+			return errInvalid("unknown rate-limit category %q (want create, property, message or query)", field)
+		}
+		n, _, err := obj.int64Field(field, false)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n > 1_000_000 {
+			return errInvalid("%s must be 0 (unlimited) to 1000000 requests per second", field)
+		}
+		limits[field] = int(n)
+	}
+	app.RateLimits = limits
+	if err := a.store.UpdateApp(c.Request.Context(), app); err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	return writeJSON(c, limits)
+}
+
+type deviceSummary struct {
+	Name       string `json:"name"`
+	Mark       string `json:"mark"`
+	Flag       int    `json:"flag"`
+	Status     int    `json:"status"`
+	TimeCreate int64  `json:"time_create"`
+	TimeActive int64  `json:"time_active"`
+}
+
+func summarize(d store.Device) deviceSummary {
+	return deviceSummary{d.Name, d.Mark, d.Flag, d.Status, d.TimeCreate, d.TimeActive}
+}
+
+// listDevices serves GET /admin/v1/apps/{key}/devices?prefix=&cursor=&limit=.
+func (a *API) listDevices(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	limit := DefaultDeviceListLimit
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxDeviceListLimit {
+			return errInvalid("limit must be 1 to %d", MaxDeviceListLimit)
+		}
+		limit = n
+	}
+	page, err := a.store.ListDevices(c.Request.Context(), app.Key, c.Query("prefix"), c.Query("cursor"), limit)
+	if err != nil {
+		return fmt.Errorf("list devices: %w", err)
+	}
+	out := make([]deviceSummary, len(page.Devices))
+	for i, d := range page.Devices {
+		out[i] = summarize(d)
+	}
+	return writeJSON(c, gin.H{"devices": out, "next_cursor": page.Next})
+}
+
+// patchDevice serves PATCH /admin/v1/apps/{key}/devices/{name}: flag and mark.
+func (a *API) patchDevice(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	obj, _, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	d, err := a.loadDevice(c, app.Key, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	if flag, ok, err := obj.int64Field("flag", false); err != nil {
+		return err
+	} else if ok {
+		if flag != store.FlagEnabled && flag != store.FlagDisabled {
+			return errInvalid("flag must be 0 (enabled) or 1 (disabled)")
+		}
+		d.Flag = int(flag)
+	}
+	if mark, ok, err := obj.stringField("mark", false); err != nil {
+		return err
+	} else if ok {
+		if err := validateMark(mark); err != nil {
+			return errInvalid("%v", err)
+		}
+		d.Mark = mark
+	}
+	if err := a.store.UpdateDevice(c.Request.Context(), d); err != nil {
+		return fmt.Errorf("update device: %w", err)
+	}
+	return writeJSON(c, summarize(d))
+}

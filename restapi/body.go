@@ -1,0 +1,135 @@
+package restapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+)
+
+// MaxBodyBytes bounds every request body (DESIGN.md section 2).
+const MaxBodyBytes = 1 << 20
+
+// object is a decoded JSON object whose fields are read one by one, so each
+// error names its field.
+type object map[string]json.RawMessage
+
+// readBody reads the request body and decodes it as one JSON object.
+func readBody(c *gin.Context) (object, []byte, error) {
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, nil, errInvalid("request body exceeds %d bytes", MaxBodyBytes)
+		}
+		return nil, nil, errInvalid("read request body: %v", err)
+	}
+	obj, err := parseObject(raw, "request body")
+	if err != nil {
+		return nil, nil, err
+	}
+	return obj, raw, nil
+}
+
+// parseObject decodes raw as exactly one JSON object.
+func parseObject(raw []byte, what string) (object, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var obj object
+	if err := dec.Decode(&obj); err != nil {
+		return nil, errInvalid("%s is not a valid JSON object: %v", what, err)
+	}
+	if obj == nil {
+		return nil, errInvalid("%s must be a JSON object", what)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errInvalid("%s has data after the JSON object", what)
+	}
+	return obj, nil
+}
+
+// has reports whether the field is present and not null.
+func (o object) has(field string) bool {
+	v, ok := o[field]
+	return ok && string(v) != "null"
+}
+
+// int64Field reads an integer field; prefix is prepended to the field name
+// in messages (for nested fields).
+func (o object) int64Field(field string, required bool) (int64, bool, error) {
+	if !o.has(field) {
+		if required {
+			return 0, false, errMissing(field)
+		}
+		return 0, false, nil
+	}
+	n, err := parseInt(o[field])
+	if err != nil {
+		return 0, false, errInvalid("%s must be an integer", field)
+	}
+	return n, true, nil
+}
+
+// parseInt accepts a JSON number with an integral value in int64 range,
+// including forms like 1e3 or 5.0.
+func parseInt(raw json.RawMessage) (int64, error) {
+	if len(raw) == 0 || raw[0] == '"' {
+		return 0, errors.New("not a number")
+	}
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return n, nil
+	}
+	var num json.Number
+	if err := json.Unmarshal(raw, &num); err != nil {
+		return 0, err
+	}
+	f, err := num.Float64()
+	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return 0, errors.New("not an integer")
+	}
+	return int64(f), nil
+}
+
+func (o object) stringField(field string, required bool) (string, bool, error) {
+	if !o.has(field) {
+		if required {
+			return "", false, errMissing(field)
+		}
+		return "", false, nil
+	}
+	var s string
+	if err := json.Unmarshal(o[field], &s); err != nil {
+		return "", false, errInvalid("%s must be a string", field)
+	}
+	return s, true, nil
+}
+
+// canonical re-encodes a JSON document with sorted keys and no
+// insignificant whitespace, so two requests that mean the same compare
+// equal.
+func canonical(raw []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return raw
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// compact strips insignificant whitespace from a valid JSON value.
+func compact(v json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return v
+	}
+	return b.Bytes()
+}

@@ -1,0 +1,352 @@
+package restapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/shadow"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Limits of spec section 8 and DESIGN.md section 2.
+const (
+	MaxBatchDevices     = 1000
+	MaxMarkChars        = 128
+	MaxPropertiesPerSet = 100
+	DeviceSecretLen     = 32
+	CodeDeviceExists    = 3001
+)
+
+// validateDeviceName applies spec 2.1: 4 to 24 characters of digits,
+// letters and - _ @ . only.
+func validateDeviceName(name string) error {
+	if len(name) < 4 || len(name) > 24 {
+		return fmt.Errorf("device name %q must be 4 to 24 characters", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '@' || r == '.') {
+			return fmt.Errorf("device name %q may only hold digits, letters and - _ @ .", name)
+		}
+	}
+	return nil
+}
+
+func validateMark(mark string) error {
+	if n := utf8.RuneCountInString(mark); n > MaxMarkChars {
+		return fmt.Errorf("mark must be 0 to %d characters, got %d", MaxMarkChars, n)
+	}
+	if !utf8.ValidString(mark) {
+		return errors.New("mark must be valid UTF-8")
+	}
+	return nil
+}
+
+type createResult struct {
+	DeviceName   string `json:"device_name"`
+	Code         int    `json:"code"`
+	DeviceSecret string `json:"device_secret,omitempty"`
+	Message      string `json:"message,omitempty"`
+}
+
+// createDevices serves POST /device/v1/devices (spec 4.6).
+func (a *API) createDevices(c *gin.Context) error {
+	obj, _, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if !obj.has("device") {
+		return errMissing("device")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(obj["device"], &elems); err != nil {
+		return errInvalid("device must be an array of objects")
+	}
+	if len(elems) == 0 || len(elems) > MaxBatchDevices {
+		return errInvalid("device must hold 1 to %d objects, got %d", MaxBatchDevices, len(elems))
+	}
+	app := currentApp(c)
+	now := a.now().Unix()
+	results := make([]createResult, len(elems))
+	devices := make([]store.Device, 0, len(elems))
+	index := make([]int, 0, len(elems)) // devices[j] answers results[index[j]]
+	for i, raw := range elems {
+		d, code, reason := parseNewDevice(raw)
+		results[i] = createResult{DeviceName: d.Name, Code: code, Message: reason}
+		if code != 0 {
+			continue
+		}
+		d.AppKey, d.Secret, d.TimeCreate, d.Flag = app.Key, secret.Alnum(DeviceSecretLen), now, store.FlagEnabled
+		devices = append(devices, d)
+		index = append(index, i)
+	}
+	if len(devices) > 0 {
+		errs, err := a.store.CreateDevices(c.Request.Context(), app.Key, devices)
+		if err != nil {
+			return fmt.Errorf("create devices: %w", err)
+		}
+		for j, e := range errs {
+			r := &results[index[j]]
+			switch {
+			case e == nil:
+				r.DeviceSecret = devices[j].Secret
+			case errors.Is(e, store.ErrAlreadyExists):
+				r.Code, r.Message = CodeDeviceExists, "device name "+strconv.Quote(devices[j].Name)+" already exists"
+			default:
+				return fmt.Errorf("create device %q: %w", devices[j].Name, e)
+			}
+		}
+	}
+	return writeJSON(c, gin.H{"resp": results})
+}
+
+// parseNewDevice reads one element of a batch create; a non-zero code says
+// why it cannot be created.
+func parseNewDevice(raw json.RawMessage) (store.Device, int, string) {
+	obj, err := parseObject(raw, "device element")
+	if err != nil {
+		return store.Device{}, CodeInvalidParam, "device element must be a JSON object"
+	}
+	name, ok, err := obj.stringField("name", true)
+	if err != nil {
+		if ok || obj.has("name") {
+			return store.Device{}, CodeInvalidParam, err.Error()
+		}
+		return store.Device{}, CodeMissingParam, err.Error()
+	}
+	d := store.Device{Name: name}
+	if err := validateDeviceName(name); err != nil {
+		return d, CodeInvalidParam, err.Error()
+	}
+	mark, _, err := obj.stringField("mark", false)
+	if err != nil {
+		return d, CodeInvalidParam, err.Error()
+	}
+	if err := validateMark(mark); err != nil {
+		return d, CodeInvalidParam, err.Error()
+	}
+	d.Mark = mark
+	return d, 0, ""
+}
+
+// deviceParam loads the device named by the device_name query parameter.
+func (a *API) deviceParam(c *gin.Context) (store.Device, error) {
+	name, ok := c.GetQuery("device_name")
+	if !ok {
+		return store.Device{}, errMissing("device_name")
+	}
+	return a.loadDevice(c, currentApp(c).Key, name)
+}
+
+func (a *API) loadDevice(c *gin.Context, appKey, name string) (store.Device, error) {
+	if name == "" {
+		return store.Device{}, errMissing("device_name")
+	}
+	d, err := a.store.GetDevice(c.Request.Context(), appKey, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return d, errInvalid("device %q not found", name)
+	}
+	if err != nil {
+		return d, fmt.Errorf("load device: %w", err)
+	}
+	return d, nil
+}
+
+// baseInfo serves GET /device/v1/baseinfo (spec 4.3).
+func (a *API) baseInfo(c *gin.Context) error {
+	d, err := a.deviceParam(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, gin.H{
+		"device_secret": d.Secret,
+		"flag":          d.Flag,
+		"time_create":   d.TimeCreate,
+		"time_active":   d.TimeActive,
+	})
+}
+
+// status serves GET /device/v1/status (spec 4.5).
+func (a *API) status(c *gin.Context) error {
+	d, err := a.deviceParam(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, gin.H{
+		"status":           d.Status,
+		"client_ip":        d.ClientIP,
+		"last_login_time":  unixString(d.LastLoginTime),
+		"last_logout_time": unixString(d.LastLogoutTime),
+	})
+}
+
+// unixString renders a Unix time as the spec's string, "" for never.
+func unixString(t int64) string {
+	if t == 0 {
+		return ""
+	}
+	return strconv.FormatInt(t, 10)
+}
+
+type propertyInfo struct {
+	Name          string          `json:"name"`
+	DesiredValue  json.RawMessage `json:"desired_value,omitempty"`
+	DesiredSTime  int64           `json:"desired_stime,omitempty"`
+	ReportedValue json.RawMessage `json:"reported_value,omitempty"`
+	ReportedSTime int64           `json:"reported_stime,omitempty"`
+}
+
+// getProperty serves GET /device/v1/property (spec 4.4).
+func (a *API) getProperty(c *gin.Context) error {
+	d, err := a.deviceParam(c)
+	if err != nil {
+		return err
+	}
+	sh, err := a.store.GetShadow(c.Request.Context(), d.AppKey, d.Name)
+	if err != nil {
+		return fmt.Errorf("load shadow: %w", err)
+	}
+	props := make([]propertyInfo, 0, len(sh.Properties))
+	for name, p := range sh.Properties {
+		props = append(props, propertyInfo{name, p.DesiredValue, p.DesiredSTime, p.ReportedValue, p.ReportedSTime})
+	}
+	sort.Slice(props, func(i, j int) bool { return props[i].Name < props[j].Name })
+	return writeJSON(c, gin.H{
+		"properties":            props,
+		"sdk_ver":               sh.SDKVer,
+		"app_ver":               sh.AppVer,
+		"last_desired_stime":    sh.LastDesiredSTime,
+		"last_reported_stime":   sh.LastReportedSTime,
+		"last_desired_version":  sh.LastDesiredVersion,
+		"last_reported_version": sh.LastReportedVersion,
+	})
+}
+
+type propertyResult struct {
+	DeviceName string `json:"device_name"`
+	OpCode     int    `json:"op_code"`
+	OpID       int64  `json:"op_id"`
+	OpStatus   string `json:"op_status"`
+}
+
+// setProperty serves POST /device/v1/property (spec 4.1).
+func (a *API) setProperty(c *gin.Context) error {
+	obj, raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	seqNo, _, err := obj.int64Field("seq_no", true)
+	if err != nil {
+		return err
+	}
+	name, _, err := obj.stringField("device_name", true)
+	if err != nil {
+		return err
+	}
+	version, _, err := obj.int64Field("version", true)
+	if err != nil {
+		return err
+	}
+	if version < 0 {
+		return errInvalid("version must not be negative")
+	}
+	names, values, err := parsePropertyItems(obj)
+	if err != nil {
+		return err
+	}
+	app := currentApp(c)
+	fp := fingerprint("POST /device/v1/property", raw)
+	if done, err := a.replay(c, app.Key, seqNo, fp); done || err != nil {
+		return err
+	}
+	if _, err := a.loadDevice(c, app.Key, name); err != nil {
+		return err
+	}
+	opID := a.ids.Next()
+	if cerr := shadow.Check(app.Properties, names, values); cerr != nil {
+		return a.respondRecorded(c, app.Key, seqNo, fp, propertyResult{name, cerr.Code, opID, shadow.CodeText(cerr.Code)})
+	}
+	body, err := json.Marshal(propertyResult{name, shadow.CodeOK, opID, shadow.CodeText(shadow.CodeOK)})
+	if err != nil {
+		return err
+	}
+	u := store.DesiredUpdate{AppKey: app.Key, DeviceName: name, Version: version, Properties: values, Time: a.now().UnixMilli()}
+	_, err = a.store.SetDesired(c.Request.Context(), u, seqNo, a.seqEntry(fp, body))
+	switch {
+	case errors.Is(err, store.ErrSeqUsed):
+		return a.replayAfterRace(c, app.Key, seqNo, fp)
+	case errors.Is(err, store.ErrNotFound):
+		return errInvalid("device %q not found", name)
+	case errors.Is(err, store.ErrVersionConflict):
+		return a.respondRecorded(c, app.Key, seqNo, fp, propertyResult{name, shadow.CodeVersionInvalid, opID, shadow.CodeText(shadow.CodeVersionInvalid)})
+	case err != nil:
+		return fmt.Errorf("set desired: %w", err)
+	}
+	c.Data(200, "application/json", body)
+	return nil
+}
+
+// parsePropertyItems reads the properties array of a property set (spec
+// 2.2): names in request order and each value as raw JSON.
+func parsePropertyItems(obj object) ([]string, map[string]json.RawMessage, error) {
+	if !obj.has("properties") {
+		return nil, nil, errMissing("properties")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(obj["properties"], &items); err != nil {
+		return nil, nil, errInvalid("properties must be an array of {name, value} objects")
+	}
+	if len(items) == 0 || len(items) > MaxPropertiesPerSet {
+		return nil, nil, errInvalid("properties must hold 1 to %d items, got %d", MaxPropertiesPerSet, len(items))
+	}
+	names := make([]string, 0, len(items))
+	values := make(map[string]json.RawMessage, len(items))
+	for i, raw := range items {
+		item, err := parseObject(raw, fmt.Sprintf("properties[%d]", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		field := fmt.Sprintf("properties[%d].name", i)
+		if !item.has("name") {
+			return nil, nil, errMissing(field)
+		}
+		var name string
+		if err := json.Unmarshal(item["name"], &name); err != nil {
+			return nil, nil, errInvalid("%s must be a string", field)
+		}
+		if err := shadow.ValidateName(name); err != nil {
+			return nil, nil, errInvalid("%s: %v", field, err)
+		}
+		if _, dup := values[name]; dup {
+			return nil, nil, errInvalid("%s: %q appears twice", field, name)
+		}
+		v, ok := item["value"]
+		if !ok || string(v) == "null" {
+			return nil, nil, errMissing(fmt.Sprintf("properties[%d].value", i))
+		}
+		if !isNumberOrString(v) {
+			return nil, nil, errInvalid("properties[%d].value must be a number or a string", i)
+		}
+		names = append(names, name)
+		values[name] = compact(v)
+	}
+	return names, values, nil
+}
+
+func isNumberOrString(v json.RawMessage) bool {
+	if len(v) == 0 {
+		return false
+	}
+	if v[0] == '"' {
+		var s string
+		return json.Unmarshal(v, &s) == nil
+	}
+	var n json.Number
+	return (v[0] == '-' || v[0] >= '0' && v[0] <= '9') && json.Unmarshal(v, &n) == nil
+}

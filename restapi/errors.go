@@ -1,0 +1,92 @@
+package restapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Error codes of spec section 7.
+const (
+	CodeInternal     = 1000
+	CodeMissingParam = 1002
+	CodeInvalidParam = 1003
+	CodeAuthFailed   = 1004
+	CodeRateLimited  = 2002
+)
+
+// apiError is an error with its place in the spec's error table.
+type apiError struct {
+	status     int
+	code       int
+	message    string
+	retryAfter int // seconds; only for 429
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func errMissing(field string) *apiError {
+	return &apiError{http.StatusBadRequest, CodeMissingParam, field + " is required", 0}
+}
+
+func errInvalid(format string, args ...any) *apiError {
+	return &apiError{http.StatusBadRequest, CodeInvalidParam, fmt.Sprintf(format, args...), 0}
+}
+
+func errAuth(message string) *apiError {
+	return &apiError{http.StatusUnauthorized, CodeAuthFailed, message, 0}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// writeError is the one place errors become HTTP responses. Anything that
+// is not an *apiError is an internal error: logged, and reported as 1000
+// without its details.
+func (a *API) writeError(c *gin.Context, err error) {
+	e, ok := err.(*apiError)
+	if !ok {
+		a.log.Error("request failed", "method", c.Request.Method, "route", c.FullPath(), "err", err)
+		e = &apiError{http.StatusInternalServerError, CodeInternal, "internal error; retry later", 0}
+	}
+	if e.status == http.StatusUnauthorized {
+		c.Header("WWW-Authenticate", `Basic realm="devmsg"`)
+	}
+	if e.retryAfter > 0 {
+		c.Header("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+	var body errorBody
+	body.Error.Code = e.code
+	body.Error.Message = e.message
+	b, _ := json.Marshal(body)
+	c.Data(e.status, "application/json", b)
+	c.Abort()
+}
+
+// handlerFunc is a handler that reports failure by returning an error.
+type handlerFunc func(c *gin.Context) error
+
+func (a *API) wrap(h handlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := h(c); err != nil {
+			a.writeError(c, err)
+		}
+	}
+}
+
+// writeJSON writes a 200 with v encoded as JSON.
+func writeJSON(c *gin.Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	c.Data(http.StatusOK, "application/json", b)
+	return nil
+}

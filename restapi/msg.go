@@ -1,0 +1,159 @@
+package restapi
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/store"
+)
+
+// MaxCallbackURLBytes bounds the temporary callback URL of a send.
+const MaxCallbackURLBytes = 2048
+
+// sendMessage serves POST /msg/v1/msg (spec 4.2, DESIGN.md section 2).
+func (a *API) sendMessage(c *gin.Context) error {
+	obj, raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	seqNo, _, err := obj.int64Field("seq_no", true)
+	if err != nil {
+		return err
+	}
+	name, _, err := obj.stringField("device_name", true)
+	if err != nil {
+		return err
+	}
+	req, err := parseSend(obj)
+	if err != nil {
+		return err
+	}
+	app := currentApp(c)
+	fp := fingerprint("POST /msg/v1/msg", raw)
+	if done, err := a.replay(c, app.Key, seqNo, fp); done || err != nil {
+		return err
+	}
+	dev, err := a.loadDevice(c, app.Key, name)
+	if err != nil {
+		return err
+	}
+	var body []byte
+	_, err = a.messages.Send(c.Request.Context(), app, dev, req, seqNo, func(msgid int64) *store.SeqEntry {
+		body = []byte(`{"msgid":` + strconv.FormatInt(msgid, 10) + `}`)
+		return a.seqEntry(fp, body)
+	})
+	if errors.Is(err, store.ErrSeqUsed) {
+		return a.replayAfterRace(c, app.Key, seqNo, fp)
+	}
+	if err != nil {
+		return fmt.Errorf("send message: %w", err)
+	}
+	c.Data(200, "application/json", body)
+	return nil
+}
+
+// parseSend reads msg_body, ttl and callback of a send.
+func parseSend(obj object) (message.SendRequest, error) {
+	var req message.SendRequest
+	body, _, err := obj.stringField("msg_body", true)
+	if err != nil {
+		return req, err
+	}
+	if len(body) == 0 || len(body) > message.MaxBodyBytes {
+		return req, errInvalid("msg_body must be 1 to %d bytes, got %d", message.MaxBodyBytes, len(body))
+	}
+	req.Body = body
+	ttl, ok, err := obj.int64Field("ttl", false)
+	if err != nil {
+		return req, err
+	}
+	if !ok {
+		ttl = message.DefaultTTL
+	}
+	if ttl < 0 || ttl > message.MaxTTL {
+		return req, errInvalid("ttl must be 0 to %d seconds, got %d", message.MaxTTL, ttl)
+	}
+	req.TTL = ttl
+	if obj.has("callback") {
+		cb, err := parseObject(obj["callback"], "callback")
+		if err != nil {
+			return req, err
+		}
+		u, _, err := cb.stringField("url", false)
+		if err != nil {
+			return req, errInvalid("callback.url must be a string")
+		}
+		if u != "" {
+			if err := checkURLSyntax(u); err != nil {
+				return req, errInvalid("callback.url: %v", err)
+			}
+		}
+		req.CallbackURL = u
+		if cb.has("params") {
+			p := compact(cb["params"])
+			if len(p) == 0 || p[0] != '{' {
+				return req, errInvalid("callback.params must be a JSON object")
+			}
+			if len(p) > message.MaxParamsBytes {
+				return req, errInvalid("callback.params must be at most %d bytes of JSON, got %d", message.MaxParamsBytes, len(p))
+			}
+			req.Params = p
+		}
+	}
+	return req, nil
+}
+
+// checkURLSyntax accepts an absolute http or https URL with a host.
+func checkURLSyntax(s string) error {
+	if len(s) > MaxCallbackURLBytes {
+		return fmt.Errorf("longer than %d bytes", MaxCallbackURLBytes)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("must begin with http:// or https://")
+	}
+	if u.Host == "" {
+		return fmt.Errorf("has no host")
+	}
+	return nil
+}
+
+type messageView struct {
+	MsgID      int64          `json:"msgid"`
+	DeviceName string         `json:"device_name"`
+	State      string         `json:"state"`
+	TTL        int64          `json:"ttl"`
+	TimeCreate int64          `json:"time_create"`
+	Records    []store.Record `json:"records"`
+}
+
+// getMessage serves GET /msg/v1/msg?msgid= (DESIGN.md section 2).
+func (a *API) getMessage(c *gin.Context) error {
+	s, ok := c.GetQuery("msgid")
+	if !ok || s == "" {
+		return errMissing("msgid")
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errInvalid("msgid must be an integer")
+	}
+	m, err := a.store.GetMessage(c.Request.Context(), currentApp(c).Key, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return errInvalid("message %d not found", id)
+	}
+	if err != nil {
+		return fmt.Errorf("load message: %w", err)
+	}
+	if m.Records == nil {
+		m.Records = []store.Record{}
+	}
+	return writeJSON(c, messageView{m.ID, m.DeviceName, m.State, m.TTL, m.TimeCreate, m.Records})
+}

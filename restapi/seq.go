@@ -1,0 +1,86 @@
+package restapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// SeqWindow is how long a seq_no stays used (spec section 4.1).
+const SeqWindow = 15 * time.Minute
+
+// fingerprint identifies a request for seq_no reuse: the endpoint and the
+// body's meaning, not its formatting.
+func fingerprint(endpoint string, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(endpoint))
+	h.Write([]byte{0})
+	h.Write(canonical(body))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// replay answers a request whose seq_no is already recorded: the stored
+// response for the same request, 400/1003 for a different one. It reports
+// false when the seq_no is free.
+func (a *API) replay(c *gin.Context, appKey string, seqNo int64, fp string) (bool, error) {
+	e, err := a.store.GetSeq(c.Request.Context(), appKey, seqNo)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if e.Fingerprint != fp {
+		return true, errInvalid("seq_no %d already used within 15 minutes", seqNo)
+	}
+	c.Header("X-Devmsg-Replayed", "true")
+	c.Data(e.Status, "application/json", e.Body)
+	return true, nil
+}
+
+// seqEntry builds the record of a 200 response body for fp.
+func (a *API) seqEntry(fp string, body []byte) *store.SeqEntry {
+	return &store.SeqEntry{
+		Fingerprint: fp,
+		Status:      http.StatusOK,
+		Body:        body,
+		ExpiresAt:   a.now().Add(SeqWindow).UnixMilli(),
+	}
+}
+
+// respondRecorded writes a 200 whose operation changed nothing, after
+// recording it under the seq_no so a retry replays it.
+func (a *API) respondRecorded(c *gin.Context, appKey string, seqNo int64, fp string, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	err = a.store.PutSeq(c.Request.Context(), appKey, seqNo, *a.seqEntry(fp, body))
+	if errors.Is(err, store.ErrSeqUsed) {
+		return a.replayAfterRace(c, appKey, seqNo, fp)
+	}
+	if err != nil {
+		return err
+	}
+	c.Data(http.StatusOK, "application/json", body)
+	return nil
+}
+
+// replayAfterRace answers a request that lost a race for its seq_no to a
+// concurrent one.
+func (a *API) replayAfterRace(c *gin.Context, appKey string, seqNo int64, fp string) error {
+	done, err := a.replay(c, appKey, seqNo, fp)
+	if err == nil && !done {
+		// The entry expired between the two reads; a retry will succeed.
+		return fmt.Errorf("seq_no %d entry expired between two reads", seqNo)
+	}
+	return err
+}

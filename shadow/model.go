@@ -1,0 +1,187 @@
+package shadow
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// Operation codes of a property set or report (DESIGN.md section 2).
+const (
+	CodeOK               = 0
+	CodeVersionInvalid   = 6003
+	CodePropertyNotFound = 6007
+	CodeTypeCheckFail    = 6008
+	CodeValueOutOfRange  = 6009
+)
+
+// CodeText returns the op_status text of an operation code.
+func CodeText(code int) string {
+	switch code {
+	case CodeOK:
+		return "ok"
+	case CodeVersionInvalid:
+		return "version invalid"
+	case CodePropertyNotFound:
+		return "property not found"
+	case CodeTypeCheckFail:
+		return "type check fail"
+	case CodeValueOutOfRange:
+		return "value exceeds range"
+	}
+	return "unknown"
+}
+
+// DefaultMaxStringBytes limits string values that the model does not limit.
+const DefaultMaxStringBytes = 1024
+
+// CheckError is a property that failed the model check.
+type CheckError struct {
+	Code     int
+	Property string
+	Reason   string
+}
+
+func (e *CheckError) Error() string {
+	return fmt.Sprintf("property %q: %s", e.Property, e.Reason)
+}
+
+// Check validates property values (raw JSON numbers or strings) against
+// the app's model. With an empty model any name is accepted and strings
+// are limited to DefaultMaxStringBytes. The first failing property, in
+// names order, is returned; nil means every value passes.
+func Check(model []store.PropertyDef, names []string, values map[string]json.RawMessage) *CheckError {
+	defs := make(map[string]store.PropertyDef, len(model))
+	for _, d := range model {
+		defs[d.Name] = d
+	}
+	for _, name := range names {
+		v := values[name]
+		def, ok := defs[name]
+		if !ok {
+			if len(model) > 0 {
+				return &CheckError{CodePropertyNotFound, name, "not in the app's property model"}
+			}
+			if s, isStr := stringValue(v); isStr && len(s) > DefaultMaxStringBytes {
+				return &CheckError{CodeValueOutOfRange, name, fmt.Sprintf("string longer than %d bytes", DefaultMaxStringBytes)}
+			}
+			continue
+		}
+		if err := checkDef(def, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkDef(def store.PropertyDef, v json.RawMessage) *CheckError {
+	s, isStr := stringValue(v)
+	switch def.Type {
+	case store.TypeString:
+		if !isStr {
+			return &CheckError{CodeTypeCheckFail, def.Name, "want a string"}
+		}
+		limit := DefaultMaxStringBytes
+		if def.MaxLength != nil {
+			limit = *def.MaxLength
+		}
+		if len(s) > limit {
+			return &CheckError{CodeValueOutOfRange, def.Name, fmt.Sprintf("string longer than %d bytes", limit)}
+		}
+		return nil
+	case store.TypeInt, store.TypeDouble:
+		if isStr {
+			return &CheckError{CodeTypeCheckFail, def.Name, "want a number"}
+		}
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return &CheckError{CodeValueOutOfRange, def.Name, "number out of range"}
+		}
+		if def.Type == store.TypeInt {
+			if _, err := strconv.ParseInt(string(v), 10, 64); err != nil {
+				if f != math.Trunc(f) {
+					return &CheckError{CodeTypeCheckFail, def.Name, "want an integer"}
+				}
+				if f < math.MinInt64 || f >= math.MaxInt64 {
+					return &CheckError{CodeValueOutOfRange, def.Name, "integer out of int64 range"}
+				}
+			}
+		}
+		if def.Min != nil && f < *def.Min {
+			return &CheckError{CodeValueOutOfRange, def.Name, fmt.Sprintf("below minimum %v", *def.Min)}
+		}
+		if def.Max != nil && f > *def.Max {
+			return &CheckError{CodeValueOutOfRange, def.Name, fmt.Sprintf("above maximum %v", *def.Max)}
+		}
+		return nil
+	}
+	return &CheckError{CodeTypeCheckFail, def.Name, "unknown model type " + def.Type}
+}
+
+// stringValue decodes v if it is a JSON string.
+func stringValue(v json.RawMessage) (string, bool) {
+	if len(v) == 0 || v[0] != '"' {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// ValidateModel checks a property model an app owner submits.
+func ValidateModel(model []store.PropertyDef) error {
+	seen := make(map[string]bool, len(model))
+	for i, d := range model {
+		if err := ValidateName(d.Name); err != nil {
+			return fmt.Errorf("properties[%d].name: %w", i, err)
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("properties[%d].name: %q appears twice", i, d.Name)
+		}
+		seen[d.Name] = true
+		switch d.Type {
+		case store.TypeInt, store.TypeDouble:
+			if d.MaxLength != nil {
+				return fmt.Errorf("properties[%d].max_length: only for type string", i)
+			}
+			if d.Min != nil && d.Max != nil && *d.Min > *d.Max {
+				return fmt.Errorf("properties[%d]: min %v is greater than max %v", i, *d.Min, *d.Max)
+			}
+		case store.TypeString:
+			if d.Min != nil || d.Max != nil {
+				return fmt.Errorf("properties[%d]: min and max are only for int and double", i)
+			}
+			if d.MaxLength != nil && (*d.MaxLength < 0 || *d.MaxLength > 65536) {
+				return fmt.Errorf("properties[%d].max_length: %d is outside 0..65536", i, *d.MaxLength)
+			}
+		default:
+			return fmt.Errorf("properties[%d].type: %q is not int, double or string", i, d.Type)
+		}
+	}
+	if len(model) > 1000 {
+		return fmt.Errorf("properties: at most 1000 in a model, got %d", len(model))
+	}
+	return nil
+}
+
+// MaxNameLen bounds a property name.
+const MaxNameLen = 64
+
+// ValidateName checks a property name: 1 to 64 characters of letters,
+// digits and - _ . only.
+func ValidateName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("length must be 1 to %d characters", MaxNameLen)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("%q has a character other than letters, digits, - _ .", name)
+		}
+	}
+	return nil
+}
