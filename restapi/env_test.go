@@ -1,0 +1,217 @@
+package restapi_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/devmsg/devmsg/restapi"
+	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/pebble"
+)
+
+const adminPassword = "test-admin-password"
+
+// env is a real devmsg API over HTTPS on a loopback port, backed by Pebble
+// in a temp dir.
+type env struct {
+	t      *testing.T
+	dir    string
+	st     store.Store
+	srv    *httptest.Server
+	client *http.Client
+	app    store.App // an app created for the test
+	oapi   any
+}
+
+
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir()}
+	e.start()
+	e.app = e.createApp("test-app")
+	return e
+}
+
+func (e *env) start() {
+	t := e.t
+	t.Helper()
+	st, err := pebble.Open(e.dir)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	api, err := restapi.New(restapi.Config{
+		DefaultRateLimit:    1000,
+		AdminUsername:       "admin",
+		AdminPasswordSHA256: sha256.Sum256([]byte(adminPassword)),
+	}, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("new api: %v", err)
+	}
+	e.st = st
+	e.srv = httptest.NewUnstartedServer(api.Handler())
+	e.srv.StartTLS()
+	e.client = e.srv.Client()
+	t.Cleanup(e.stop)
+}
+
+func (e *env) stop() {
+	if e.srv == nil {
+		return
+	}
+	e.srv.Close()
+	if err := e.st.Close(); err != nil {
+		e.t.Errorf("close store: %v", err)
+	}
+	e.srv = nil
+}
+
+// restart stops the server and opens the same data dir again.
+func (e *env) restart() {
+	e.stop()
+	e.start()
+}
+
+type creds struct{ user, pass string }
+
+func (e *env) appCreds() creds  { return creds{e.app.Key, e.app.MasterSecret} }
+func adminCreds() creds         { return creds{"admin", adminPassword} }
+func credsOf(a store.App) creds { return creds{a.Key, a.MasterSecret} }
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request and checks the exchange against docs/openapi.yaml.
+func (e *env) do(method, path string, body any, c *creds) response {
+	e.t.Helper()
+	var raw []byte
+	switch b := body.(type) {
+	case nil:
+	case string:
+		raw = []byte(b)
+	case []byte:
+		raw = b
+	default:
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, bytes.NewReader(raw))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if raw != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c != nil {
+		req.SetBasicAuth(c.user, c.pass)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(raw) < 1<<20 && !strings.HasPrefix(path, "/metrics") {
+
+	}
+	return response{resp.StatusCode, resp.Header, out}
+}
+
+// call is do with the test app's credentials.
+func (e *env) call(method, path string, body any) response {
+	e.t.Helper()
+	c := e.appCreds()
+	return e.do(method, path, body, &c)
+}
+
+func (e *env) createApp(name string) store.App {
+	e.t.Helper()
+	c := adminCreds()
+	r := e.do("POST", "/admin/v1/apps", map[string]string{"name": name}, &c)
+	if r.status != 200 {
+		e.t.Fatalf("create app: %d %s", r.status, r.body)
+	}
+	var out struct{ Name, Key, Master_Secret string }
+	r.decode(e.t, &out)
+	return store.App{Name: out.Name, Key: out.Key, MasterSecret: out.Master_Secret}
+}
+
+// createDevices creates devices in the test app and returns their secrets.
+func (e *env) createDevices(names ...string) []string {
+	e.t.Helper()
+	devs := make([]map[string]string, len(names))
+	for i, n := range names {
+		devs[i] = map[string]string{"name": n}
+	}
+	r := e.call("POST", "/device/v1/devices", map[string]any{"device": devs})
+	var out struct {
+		Resp []struct {
+			Code         int
+			DeviceSecret string `json:"device_secret"`
+		}
+	}
+	r.decode(e.t, &out)
+	secrets := make([]string, len(names))
+	for i, el := range out.Resp {
+		if el.Code != 0 {
+			e.t.Fatalf("create %s: %s", names[i], r.body)
+		}
+		secrets[i] = el.DeviceSecret
+	}
+	return secrets
+}
+
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+// wantError asserts the spec's error body with the status and code, and
+// that the message contains each of the fragments.
+func (r response) wantError(t *testing.T, status, code int, fragments ...string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	var body struct {
+		Error struct {
+			Code    int
+			Message string
+		}
+	}
+	r.decode(t, &body)
+	if body.Error.Code != code {
+		t.Fatalf("error code %d, want %d; body %s", body.Error.Code, code, r.body)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(body.Error.Message, f) {
+			t.Errorf("error message %q does not mention %q", body.Error.Message, f)
+		}
+	}
+}
+
+func (r response) wantOK(t *testing.T) {
+	t.Helper()
+	if r.status != 200 {
+		t.Fatalf("status %d, want 200; body %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,73 @@
+package restapi_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/devmsg/devmsg/restapi"
+	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/pebble"
+)
+
+// FuzzPostBodies feeds arbitrary bodies to every POST endpoint: the answer
+// must never be a 5xx and the handler must never panic.
+func FuzzPostBodies(f *testing.F) {
+	seeds := []string{
+		`{"device":[{"name":"abcd","mark":"m"}]}`,
+		`{"seq_no":1,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1}]}`,
+		`{"seq_no":2,"device_name":"dev-0001","msg_body":"hi","ttl":5,"callback":{"url":"https://x.y/z","params":{"a":1}}}`,
+		`{"seq_no":1e300,"version":-0,"properties":[{"name":"a","value":1e999}]}`,
+		`{"device":[null,{},{"name":null}]}`,
+		`{"name":"app"}`,
+		`{"properties":[{"name":"t","type":"int","min":1e308,"max":-1e308}]}`,
+		`[]`, `null`, `"x"`, ``, `{`, "\x00",
+	}
+	paths := []string{"/device/v1/devices", "/device/v1/property", "/msg/v1/msg", "/admin/v1/apps"}
+	for _, s := range seeds {
+		for i := range paths {
+			f.Add(uint8(i), []byte(s))
+		}
+	}
+	st, err := pebble.Open(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	app := restapi.NewApp("fuzz")
+	if err := st.CreateApp(f.Context(), app); err != nil {
+		f.Fatal(err)
+	}
+	if _, err := st.CreateDevices(f.Context(), app.Key, []store.Device{{AppKey: app.Key, Name: "dev-0001", Secret: "s"}}); err != nil {
+		f.Fatal(err)
+	}
+	api, err := restapi.New(restapi.Config{AdminUsername: "admin", AdminPasswordSHA256: sha256.Sum256([]byte("pw"))},
+		st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := api.Handler()
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		path := paths[int(which)%len(paths)]
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		if path == "/admin/v1/apps" {
+			req.SetBasicAuth("admin", "pw")
+		} else {
+			req.SetBasicAuth(app.Key, app.MasterSecret)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("POST %s %q: %d %s", path, body, rec.Code, rec.Body)
+		}
+		if !bytes.HasPrefix(rec.Body.Bytes(), []byte("{")) {
+			t.Fatalf("POST %s %q: body %q is not a JSON object", path, body, rec.Body)
+		}
+	})
+}

@@ -1,0 +1,86 @@
+package restapi_test
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestSeqNoReplay(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("dev-0001")
+	first := e.call("POST", "/device/v1/property", `{"seq_no":7,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1}]}`)
+	first.wantOK(t)
+
+	t.Run("identical retry replays and applies nothing", func(t *testing.T) {
+		// Same meaning, different key order and spacing.
+		again := e.call("POST", "/device/v1/property", `{ "properties":[{"value":1,"name":"a"}], "version":1, "device_name":"dev-0001", "seq_no":7 }`)
+		again.wantOK(t)
+		if string(again.body) != string(first.body) {
+			t.Fatalf("replay %s differs from %s", again.body, first.body)
+		}
+		if again.header.Get("X-Devmsg-Replayed") != "true" {
+			t.Error("replay not marked")
+		}
+		if s := e.summary("dev-0001"); s.LastDesiredVersion != 2 {
+			t.Fatalf("replay applied again: version %d", s.LastDesiredVersion)
+		}
+	})
+	t.Run("different request with the same seq_no", func(t *testing.T) {
+		e.call("POST", "/device/v1/property", `{"seq_no":7,"device_name":"dev-0001","version":2,"properties":[{"name":"a","value":2}]}`).
+			wantError(t, 400, 1003, "seq_no 7 already used within 15 minutes")
+	})
+	t.Run("message send shares the seq_no space", func(t *testing.T) {
+		e.call("POST", "/msg/v1/msg", `{"seq_no":7,"device_name":"dev-0001","msg_body":"x"}`).
+			wantError(t, 400, 1003, "seq_no 7 already used")
+	})
+	t.Run("op_code responses are recorded too", func(t *testing.T) {
+		stale := `{"seq_no":8,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":3}]}`
+		r1 := e.call("POST", "/device/v1/property", stale)
+		r2 := e.call("POST", "/device/v1/property", stale)
+		if string(r1.body) != string(r2.body) || r2.header.Get("X-Devmsg-Replayed") != "true" {
+			t.Fatalf("6003 not replayed: %s then %s", r1.body, r2.body)
+		}
+	})
+	t.Run("message replay returns the same msgid and sends once", func(t *testing.T) {
+		body := `{"seq_no":9,"device_name":"dev-0001","msg_body":"hello","ttl":60}`
+		r1 := e.call("POST", "/msg/v1/msg", body)
+		r2 := e.call("POST", "/msg/v1/msg", body)
+		r1.wantOK(t)
+		if string(r1.body) != string(r2.body) {
+			t.Fatalf("msgids differ: %s vs %s", r1.body, r2.body)
+		}
+	})
+	t.Run("apps have separate seq_no spaces", func(t *testing.T) {
+		other := e.createApp("other")
+		oc := credsOf(other)
+		e.do("POST", "/device/v1/devices", `{"device":[{"name":"dev-0001"}]}`, &oc).wantOK(t)
+		e.do("POST", "/msg/v1/msg", `{"seq_no":7,"device_name":"dev-0001","msg_body":"x"}`, &oc).wantOK(t)
+	})
+	t.Run("survives a restart", func(t *testing.T) {
+		e.restart()
+		again := e.call("POST", "/device/v1/property", `{"seq_no":7,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1}]}`)
+		if string(again.body) != string(first.body) {
+			t.Fatalf("after restart replay %s differs from %s", again.body, first.body)
+		}
+		e.call("POST", "/device/v1/property", `{"seq_no":7,"device_name":"dev-0001","version":2,"properties":[]}`).
+			wantError(t, 400, 1003) // properties invalid: checked before seq_no
+		e.call("POST", "/device/v1/property", `{"seq_no":7,"device_name":"dev-0001","version":2,"properties":[{"name":"b","value":1}]}`).
+			wantError(t, 400, 1003, "already used")
+	})
+	t.Run("concurrent identical requests apply once", func(t *testing.T) {
+		done := make(chan response, 10)
+		for i := 0; i < 10; i++ {
+			go func() {
+				done <- e.call("POST", "/msg/v1/msg", `{"seq_no":50,"device_name":"dev-0001","msg_body":"once"}`)
+			}()
+		}
+		var bodies = map[string]int{}
+		for i := 0; i < 10; i++ {
+			r := <-done
+			bodies[fmt.Sprintf("%d %s", r.status, r.body)]++
+		}
+		if len(bodies) != 1 {
+			t.Fatalf("concurrent identical sends got different answers: %v", bodies)
+		}
+	})
+}
