@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the service configuration of DESIGN.md section 5.
+type Config struct {
+	DataDir   string          `yaml:"data_dir"`
+	Log       LogConfig       `yaml:"log"`
+	HTTP      HTTPConfig      `yaml:"http"`
+	MQTT      MQTTConfig      `yaml:"mqtt"`
+	Store     StoreConfig     `yaml:"store"`
+	NodeID    int             `yaml:"node_id"`
+	Admin     AdminConfig     `yaml:"admin"`
+	Apps      []AppConfig     `yaml:"apps" env:"-"`
+	RateLimit RateLimitConfig `yaml:"rate_limit"`
+	Callback  CallbackConfig  `yaml:"callback"`
+}
+
+type LogConfig struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+type HTTPConfig struct {
+	Addr string    `yaml:"addr"`
+	TLS  TLSConfig `yaml:"tls"`
+}
+
+type TLSConfig struct {
+	Enabled  bool   `yaml:"enabled"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+type MQTTConfig struct {
+	TCPAddr string `yaml:"tcp_addr"`
+	TLSAddr string `yaml:"tls_addr"`
+	WSAddr  string `yaml:"ws_addr"`
+}
+
+type StoreConfig struct {
+	Type  string      `yaml:"type"`
+	Redis RedisConfig `yaml:"redis"`
+}
+
+type RedisConfig struct {
+	Addrs    []string `yaml:"addrs"`
+	Password string   `yaml:"password"`
+	DB       int      `yaml:"db"`
+}
+
+type AdminConfig struct {
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
+
+type AppConfig struct {
+	Name         string `yaml:"name"`
+	Key          string `yaml:"key"`
+	MasterSecret string `yaml:"master_secret"`
+}
+
+type RateLimitConfig struct {
+	// Default is requests per second per app and category; 0 is unlimited.
+	Default int `yaml:"default"`
+}
+
+type CallbackConfig struct {
+	BatchSize        int      `yaml:"batch_size"`
+	FlushInterval    Duration `yaml:"flush_interval"`
+	RetryInterval    Duration `yaml:"retry_interval"`
+	MaxRetries       int      `yaml:"max_retries"`
+	RequestTimeout   Duration `yaml:"request_timeout"`
+	AllowCustomPorts bool     `yaml:"allow_custom_ports"`
+}
+
+// Duration is a time.Duration written as "10s" in YAML, env and flags.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 10s", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+func defaultConfig() Config {
+	return Config{
+		DataDir:   "./data",
+		Log:       LogConfig{Level: "info", Format: "text"},
+		HTTP:      HTTPConfig{Addr: ":8443", TLS: TLSConfig{Enabled: true}},
+		MQTT:      MQTTConfig{TCPAddr: ":1883", TLSAddr: ":8883", WSAddr: ":8083"},
+		Store:     StoreConfig{Type: "embedded", Redis: RedisConfig{Addrs: []string{"127.0.0.1:6379"}}},
+		Admin:     AdminConfig{Username: "admin"},
+		RateLimit: RateLimitConfig{Default: 1000},
+		Callback: CallbackConfig{
+			BatchSize:      100,
+			FlushInterval:  Duration(10 * time.Second),
+			RetryInterval:  Duration(50 * time.Second),
+			MaxRetries:     3,
+			RequestTimeout: Duration(10 * time.Second),
+		},
+	}
+}
+
+// loadConfig builds the configuration: defaults, then the --config file,
+// then DEVMSG_* environment variables, then flags, and validates it.
+func loadConfig(args []string, env []string) (Config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(new(bytes.Buffer))
+	file := fs.String("config", "", "YAML config file")
+	leaves := configLeaves(&cfg)
+	flagVals := map[string]*string{}
+	for _, l := range leaves {
+		flagVals[l.path] = new(string)
+		fs.Func(l.path, "config key "+l.path, func(s string) error {
+			*flagVals[l.path] = s
+			return l.set(s)
+		})
+	}
+	// First pass only to find --config; values are applied in order below.
+	if err := fs.Parse(args); err != nil {
+		return cfg, fmt.Errorf("flags: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg = defaultConfig()
+	leaves = configLeaves(&cfg)
+	if *file != "" {
+		if err := readConfigFile(*file, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	envs := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			envs[k] = v
+		}
+	}
+	for _, l := range leaves {
+		if v, ok := envs[l.env]; ok {
+			if err := l.set(v); err != nil {
+				return cfg, fmt.Errorf("config: %s: %w", l.env, err)
+			}
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, l := range leaves {
+		if set[l.path] {
+			if err := l.set(*flagVals[l.path]); err != nil {
+				return cfg, fmt.Errorf("config: --%s: %w", l.path, err)
+			}
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+func readConfigFile(path string, cfg *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// leaf is one scalar configuration key.
+type leaf struct {
+	path string // dotted yaml path, e.g. http.tls.enabled
+	env  string // DEVMSG_HTTP_TLS_ENABLED
+	set  func(string) error
+}
+
+// configLeaves lists every scalar key of cfg by reflection over the yaml
+// tags, so env variables and flags cover every key with no list to keep.
+func configLeaves(cfg *Config) []leaf {
+	var out []leaf
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if f.Tag.Get("env") == "-" {
+				continue
+			}
+			name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			path := name
+			if prefix != "" {
+				path = prefix + "." + name
+			}
+			fv := v.Field(i)
+			if fv.Kind() == reflect.Struct {
+				walk(fv, path)
+				continue
+			}
+			out = append(out, leaf{
+				path: path,
+				env:  "DEVMSG_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_")),
+				set:  func(s string) error { return setScalar(fv, s) },
+			})
+		}
+	}
+	walk(reflect.ValueOf(cfg).Elem(), "")
+	return out
+}
+
+func setScalar(v reflect.Value, s string) error {
+	if v.Type() == reflect.TypeOf(Duration(0)) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration like 10s", s)
+		}
+		v.SetInt(int64(d))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", s)
+		}
+		v.SetBool(b)
+	case reflect.Int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		v.SetInt(int64(n))
+	case reflect.Slice:
+		var parts []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		v.Set(reflect.ValueOf(parts))
+	default:
+		return fmt.Errorf("unsupported config kind %s", v.Kind())
+	}
+	return nil
+}
+
+// Validate reports the first bad value, naming its key.
+func (c Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", "must not be empty")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		return bad("log.format", "%q is not text or json", c.Log.Format)
+	}
+	if c.HTTP.Addr == "" {
+		return bad("http.addr", "must not be empty")
+	}
+	if (c.HTTP.TLS.CertFile == "") != (c.HTTP.TLS.KeyFile == "") {
+		return bad("http.tls", "cert_file and key_file must be set together")
+	}
+	switch c.Store.Type {
+	case "embedded":
+	case "redis":
+		if len(c.Store.Redis.Addrs) == 0 {
+			return bad("store.redis.addrs", "must list at least one address")
+		}
+	default:
+		return bad("store.type", "%q is not embedded or redis", c.Store.Type)
+	}
+	if c.NodeID < 0 || c.NodeID > 1023 {
+		return bad("node_id", "%d is outside 0..1023", c.NodeID)
+	}
+	if c.Admin.Username == "" {
+		return bad("admin.username", "must not be empty")
+	}
+	if c.RateLimit.Default < 0 {
+		return bad("rate_limit.default", "%d is negative (0 means unlimited)", c.RateLimit.Default)
+	}
+	names, keys := map[string]bool{}, map[string]bool{}
+	for i, a := range c.Apps {
+		key := fmt.Sprintf("apps[%d]", i)
+		switch {
+		case a.Name == "":
+			return bad(key+".name", "must not be empty")
+		case a.Key == "":
+			return bad(key+".key", "must not be empty")
+		case a.MasterSecret == "":
+			return bad(key+".master_secret", "must not be empty")
+		case strings.ContainsAny(a.Key, "\x00/:") || len(a.Key) > 64:
+			return bad(key+".key", "must be at most 64 characters without '/', ':' or NUL")
+		case names[a.Name]:
+			return bad(key+".name", "%q appears twice", a.Name)
+		case keys[a.Key]:
+			return bad(key+".key", "%q appears twice", a.Key)
+		}
+		names[a.Name], keys[a.Key] = true, true
+	}
+	cb := c.Callback
+	switch {
+	case cb.BatchSize < 1 || cb.BatchSize > 1000:
+		return bad("callback.batch_size", "%d is outside 1..1000", cb.BatchSize)
+	case cb.FlushInterval <= 0:
+		return bad("callback.flush_interval", "must be positive")
+	case cb.RetryInterval <= 0:
+		return bad("callback.retry_interval", "must be positive")
+	case cb.MaxRetries < 0:
+		return bad("callback.max_retries", "must not be negative")
+	case cb.RequestTimeout <= 0:
+		return bad("callback.request_timeout", "must be positive")
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/restapi"
+	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/pebble"
+)
+
+const (
+	metaAdminHash  = "admin_password_sha256"
+	shutdownBudget = 30 * time.Second
+)
+
+// runServe is `devmsg serve`.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(args, os.Environ())
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data_dir: %w", err)
+	}
+	st, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Error("close store", "err", err)
+		}
+	}()
+	adminHash, err := adminPassword(ctx, cfg.Admin, st, stdout)
+	if err != nil {
+		return err
+	}
+	if err := ensureApps(ctx, cfg.Apps, st, stdout); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	api, err := restapi.New(restapi.Config{
+		NodeID:              cfg.NodeID,
+		DefaultRateLimit:    cfg.RateLimit.Default,
+		AdminUsername:       cfg.Admin.Username,
+		AdminPasswordSHA256: adminHash,
+	}, st, log, reg)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("listen http.addr: %w", err)
+	}
+	if cfg.HTTP.TLS.Enabled {
+		cert, err := loadOrCreateCert(cfg.HTTP.TLS, cfg.DataDir)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	log.Info("http listening", "addr", ln.Addr().String(), "tls", cfg.HTTP.TLS.Enabled)
+	if testHookListening != nil {
+		testHookListening(ln.Addr().String())
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing requests in flight")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// testHookListening, when set by a test, learns the HTTP address.
+var testHookListening func(addr string)
+
+func newLogger(c LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated already
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func openStore(cfg Config) (store.Store, error) {
+	switch cfg.Store.Type {
+	case "embedded":
+		return pebble.Open(cfg.DataDir + "/store")
+	default:
+		return nil, fmt.Errorf("config: store.type: %q is not available yet; use embedded", cfg.Store.Type)
+	}
+}
+
+// adminPassword returns the SHA-256 of the admin password: the configured
+// one, or one generated on the first start, printed once and remembered
+// only by its hash.
+func adminPassword(ctx context.Context, c AdminConfig, st store.Store, stdout io.Writer) ([32]byte, error) {
+	if c.Password != "" {
+		return sha256.Sum256([]byte(c.Password)), nil
+	}
+	var sum [32]byte
+	stored, err := st.GetMeta(ctx, metaAdminHash)
+	if err == nil && len(stored) == len(sum) {
+		copy(sum[:], stored)
+		return sum, nil
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return sum, fmt.Errorf("load admin password: %w", err)
+	}
+	pw := secret.Alnum(20)
+	sum = sha256.Sum256([]byte(pw))
+	if err := st.PutMeta(ctx, metaAdminHash, sum[:]); err != nil {
+		return sum, fmt.Errorf("store admin password: %w", err)
+	}
+	fmt.Fprintf(stdout, "admin account: username=%s password=%s\n  (shown once; set admin.password to choose your own)\n", c.Username, pw)
+	return sum, nil
+}
+
+// ensureApps creates the configured apps that are missing, or with none
+// configured and an empty store, one app whose credentials are printed once.
+func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io.Writer) error {
+	if len(apps) == 0 {
+		existing, err := st.ListApps(ctx)
+		if err != nil {
+			return fmt.Errorf("list apps: %w", err)
+		}
+		if len(existing) > 0 {
+			return nil
+		}
+		app := restapi.NewApp("default")
+		if err := st.CreateApp(ctx, app); err != nil {
+			return fmt.Errorf("create default app: %w", err)
+		}
+		fmt.Fprintf(stdout, "app created: name=%s key=%s master_secret=%s\n  (shown once)\n", app.Name, app.Key, app.MasterSecret)
+		return nil
+	}
+	for _, a := range apps {
+		app := restapi.NewApp(a.Name)
+		app.Key, app.MasterSecret = a.Key, a.MasterSecret
+		err := st.CreateApp(ctx, app)
+		if err != nil && !errors.Is(err, store.ErrAlreadyExists) {
+			return fmt.Errorf("create app %q: %w", a.Name, err)
+		}
+	}
+	return nil
+}
