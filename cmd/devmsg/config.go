@@ -131,10 +131,15 @@ func loadConfig(args []string, env []string) (Config, error) {
 	flagVals := map[string]*string{}
 	for _, l := range leaves {
 		flagVals[l.path] = new(string)
-		fs.Func(l.path, "config key "+l.path, func(s string) error {
+		record := func(s string) error {
 			*flagVals[l.path] = s
 			return l.set(s)
-		})
+		}
+		if l.isBool {
+			fs.BoolFunc(l.path, "config key "+l.path, record)
+		} else {
+			fs.Func(l.path, "config key "+l.path, record)
+		}
 	}
 	// First pass only to find --config; values are applied in order below.
 	if err := fs.Parse(args); err != nil {
@@ -193,6 +198,8 @@ type leaf struct {
 	path string // dotted yaml path, e.g. http.tls.enabled
 	env  string // DEVMSG_HTTP_TLS_ENABLED
 	set  func(string) error
+	// isBool lets a flag stand alone: --http.tls.enabled means true.
+	isBool bool
 }
 
 // configLeaves lists every scalar key of cfg by reflection over the yaml
@@ -218,9 +225,10 @@ func configLeaves(cfg *Config) []leaf {
 				continue
 			}
 			out = append(out, leaf{
-				path: path,
-				env:  "DEVMSG_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_")),
-				set:  func(s string) error { return setScalar(fv, s) },
+				path:   path,
+				env:    "DEVMSG_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_")),
+				set:    func(s string) error { return setScalar(fv, s) },
+				isBool: fv.Kind() == reflect.Bool,
 			})
 		}
 	}
