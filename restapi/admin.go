@@ -136,7 +136,7 @@ func (a *API) putModel(c *gin.Context) error {
 		return errInvalid("%v", err)
 	}
 	app.Properties = model
-	if err := a.store.UpdateApp(c.Request.Context(), app); err != nil {
+	if err := a.apps.update(c.Request.Context(), app); err != nil {
 		return fmt.Errorf("update app: %w", err)
 	}
 	if model == nil {
@@ -198,7 +198,7 @@ func (a *API) putRateLimits(c *gin.Context) error {
 		limits[field] = int(n)
 	}
 	app.RateLimits = limits
-	if err := a.store.UpdateApp(c.Request.Context(), app); err != nil {
+	if err := a.apps.update(c.Request.Context(), app); err != nil {
 		return fmt.Errorf("update app: %w", err)
 	}
 	return writeJSON(c, limits)

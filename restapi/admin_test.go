@@ -156,6 +156,9 @@ func TestHealthAndMetrics(t *testing.T) {
 	e.do("GET", "/healthz", nil, nil).wantOK(t)
 	e.do("GET", "/readyz", nil, nil).wantOK(t)
 	e.call("GET", "/device/v1/status?device_name=nobody", nil)
+	e.call("GET", "/debug/pprof/", nil).wantError(t, 401, 1004, "admin")
+	adm := adminCreds()
+	e.do("GET", "/debug/pprof/", nil, &adm).wantOK(t)
 	r := e.do("GET", "/metrics", nil, nil)
 	r.wantOK(t)
 	for _, want := range []string{

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -38,6 +39,7 @@ type API struct {
 	ids      *idgen.Generator
 	messages *message.Service
 	limits   *rateLimits
+	apps     *appCache
 	handler  http.Handler
 	now      func() time.Time
 }
@@ -62,6 +64,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		limits:   newRateLimits(cfg.DefaultRateLimit),
 		now:      time.Now,
 	}
+	a.apps = newAppCache(st, a.now)
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
@@ -89,6 +92,13 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	msg.GET("/msg", a.limit(store.CategoryQuery), a.wrap(a.getMessage))
 
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
+
+	// Profiles for operators, behind the admin account.
+	prof := r.Group("/debug/pprof", a.authAdmin, a.wrap(func(c *gin.Context) error { return requireAdmin(c) }))
+	prof.GET("/", gin.WrapF(pprof.Index))
+	prof.GET("/profile", gin.WrapF(pprof.Profile))
+	prof.GET("/trace", gin.WrapF(pprof.Trace))
+	prof.GET("/:name", gin.WrapF(pprof.Index))
 
 	a.handler = r
 	return a, nil

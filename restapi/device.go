@@ -262,10 +262,7 @@ func (a *API) setProperty(c *gin.Context) error {
 	}
 	app := currentApp(c)
 	fp := fingerprint("POST /device/v1/property", raw)
-	if done, err := a.replay(c, app.Key, seqNo, fp); done || err != nil {
-		return err
-	}
-	if _, err := a.loadDevice(c, app.Key, name); err != nil {
+	if dev, err := a.loadSeqDevice(c, app.Key, name, seqNo, fp); err != nil || dev == nil {
 		return err
 	}
 	opID := a.ids.Next()
@@ -280,7 +277,7 @@ func (a *API) setProperty(c *gin.Context) error {
 	_, err = a.store.SetDesired(c.Request.Context(), u, seqNo, a.seqEntry(fp, body))
 	switch {
 	case errors.Is(err, store.ErrSeqUsed):
-		return a.replayAfterRace(c, app.Key, seqNo, fp)
+		return a.replayUsed(c, app.Key, seqNo, fp)
 	case errors.Is(err, store.ErrNotFound):
 		return errInvalid("device %q not found", name)
 	case errors.Is(err, store.ErrVersionConflict):

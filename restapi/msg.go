@@ -35,20 +35,17 @@ func (a *API) sendMessage(c *gin.Context) error {
 	}
 	app := currentApp(c)
 	fp := fingerprint("POST /msg/v1/msg", raw)
-	if done, err := a.replay(c, app.Key, seqNo, fp); done || err != nil {
-		return err
-	}
-	dev, err := a.loadDevice(c, app.Key, name)
-	if err != nil {
+	dev, err := a.loadSeqDevice(c, app.Key, name, seqNo, fp)
+	if err != nil || dev == nil {
 		return err
 	}
 	var body []byte
-	_, err = a.messages.Send(c.Request.Context(), app, dev, req, seqNo, func(msgid int64) *store.SeqEntry {
+	_, err = a.messages.Send(c.Request.Context(), app, *dev, req, seqNo, func(msgid int64) *store.SeqEntry {
 		body = []byte(`{"msgid":` + strconv.FormatInt(msgid, 10) + `}`)
 		return a.seqEntry(fp, body)
 	})
 	if errors.Is(err, store.ErrSeqUsed) {
-		return a.replayAfterRace(c, app.Key, seqNo, fp)
+		return a.replayUsed(c, app.Key, seqNo, fp)
 	}
 	if err != nil {
 		return fmt.Errorf("send message: %w", err)

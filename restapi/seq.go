@@ -65,7 +65,7 @@ func (a *API) respondRecorded(c *gin.Context, appKey string, seqNo int64, fp str
 	}
 	err = a.store.PutSeq(c.Request.Context(), appKey, seqNo, *a.seqEntry(fp, body))
 	if errors.Is(err, store.ErrSeqUsed) {
-		return a.replayAfterRace(c, appKey, seqNo, fp)
+		return a.replayUsed(c, appKey, seqNo, fp)
 	}
 	if err != nil {
 		return err
@@ -74,13 +74,29 @@ func (a *API) respondRecorded(c *gin.Context, appKey string, seqNo int64, fp str
 	return nil
 }
 
-// replayAfterRace answers a request that lost a race for its seq_no to a
-// concurrent one.
-func (a *API) replayAfterRace(c *gin.Context, appKey string, seqNo int64, fp string) error {
+// replayUsed answers a request whose write found its seq_no already
+// recorded: by an earlier request, or a concurrent one that won the race.
+func (a *API) replayUsed(c *gin.Context, appKey string, seqNo int64, fp string) error {
 	done, err := a.replay(c, appKey, seqNo, fp)
 	if err == nil && !done {
 		// The entry expired between the two reads; a retry will succeed.
 		return fmt.Errorf("seq_no %d entry expired between two reads", seqNo)
 	}
 	return err
+}
+
+// loadSeqDevice loads the target device of a request that carries a
+// seq_no. The seq_no itself is checked atomically with the write, which
+// saves a lookup per request; only when the device is missing is the
+// seq_no looked at first, so a retry still replays after the device is
+// gone. A nil device with a nil error means the replay was written.
+func (a *API) loadSeqDevice(c *gin.Context, appKey, name string, seqNo int64, fp string) (*store.Device, error) {
+	dev, err := a.loadDevice(c, appKey, name)
+	if err == nil {
+		return &dev, nil
+	}
+	if done, rerr := a.replay(c, appKey, seqNo, fp); done || rerr != nil {
+		return nil, rerr
+	}
+	return nil, err
 }

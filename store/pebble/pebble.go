@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/devmsg/devmsg/store"
 )
@@ -49,7 +50,21 @@ type Store struct {
 func Open(dir string) (*Store, error) {
 	cache := pebble.NewCache(128 << 20)
 	defer cache.Unref()
-	db, err := pebble.Open(dir, &pebble.Options{Cache: cache, Logger: quietLogger{}})
+	opts := &pebble.Options{
+		Cache:  cache,
+		Logger: quietLogger{},
+		// Measured with devmsg bench: 4 MiB (the default) flushes so often
+		// that lookups cross many L0 tables; 64 MiB tables carry filter and
+		// index blocks large enough to fall out of the cache. 16 MiB
+		// sustained the highest send rate.
+		MemTableSize: 16 << 20,
+	}
+	// Most Gets look up keys that do not exist yet (a new seq_no); bloom
+	// filters answer those without reading blocks of every level.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open pebble %s: %w", dir, err)
 	}
