@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/devmsg/devmsg/internal/openapitest"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -29,8 +31,13 @@ type env struct {
 	srv    *httptest.Server
 	client *http.Client
 	app    store.App // an app created for the test
-	oapi   any
+	oapi   *openapitest.Validator
 }
+
+var (
+	oapiOnce sync.Once
+	oapi     *openapitest.Validator
+)
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
@@ -56,6 +63,8 @@ func (e *env) start() {
 		t.Fatalf("new api: %v", err)
 	}
 	e.st = st
+	oapiOnce.Do(func() { oapi = openapitest.Load(t, "../docs/openapi.yaml") })
+	e.oapi = oapi
 	e.srv = httptest.NewUnstartedServer(api.Handler())
 	e.srv.StartTLS()
 	e.client = e.srv.Client()
@@ -126,8 +135,8 @@ func (e *env) do(method, path string, body any, c *creds) response {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if len(raw) < 1<<20 && !strings.HasPrefix(path, "/metrics") && !strings.HasPrefix(path, "/debug/") {
-
+	if !strings.HasPrefix(path, "/debug/") {
+		e.oapi.Check(e.t, req, resp, out)
 	}
 	return response{resp.StatusCode, resp.Header, out}
 }
