@@ -20,6 +20,7 @@ var version = "dev"
 // subcommands maps a subcommand to its entry point.
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"serve": runServe,
+	"bench": runBench,
 	"version": func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 		_, err := fmt.Fprintln(stdout, "devmsg", version)
 		return err
