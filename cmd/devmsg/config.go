@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -29,55 +30,70 @@ type Config struct {
 	Callback  CallbackConfig  `yaml:"callback"`
 }
 
+// LogConfig chooses how much the service logs and in which format.
 type LogConfig struct {
 	Level  string `yaml:"level"`
 	Format string `yaml:"format"`
 }
 
+// HTTPConfig is the listener of the REST API, admin API and operations
+// endpoints.
 type HTTPConfig struct {
 	Addr string    `yaml:"addr"`
 	TLS  TLSConfig `yaml:"tls"`
 }
 
+// TLSConfig turns HTTPS on or off and names the certificate; with no files
+// a self-signed certificate is generated once into data_dir/tls.
 type TLSConfig struct {
 	Enabled  bool   `yaml:"enabled"`
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
 }
 
+// MQTTConfig holds the device listener addresses; "" disables one.
 type MQTTConfig struct {
 	TCPAddr string `yaml:"tcp_addr"`
 	TLSAddr string `yaml:"tls_addr"`
 	WSAddr  string `yaml:"ws_addr"`
 }
 
+// StoreConfig picks the storage backend.
 type StoreConfig struct {
 	Type  string      `yaml:"type"`
 	Redis RedisConfig `yaml:"redis"`
 }
 
+// RedisConfig is the connection of the redis backend (cluster mode).
 type RedisConfig struct {
 	Addrs    []string `yaml:"addrs"`
 	Password string   `yaml:"password"`
 	DB       int      `yaml:"db"`
 }
 
+// AdminConfig is the admin account; an empty password is generated on the
+// first start and printed once.
 type AdminConfig struct {
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
 }
 
+// AppConfig is an app created at start if missing, with exactly these
+// credentials, so deployments can provision apps declaratively.
 type AppConfig struct {
 	Name         string `yaml:"name"`
 	Key          string `yaml:"key"`
 	MasterSecret string `yaml:"master_secret"`
 }
 
+// RateLimitConfig is the default per-app rate limit.
 type RateLimitConfig struct {
 	// Default is requests per second per app and category; 0 is unlimited.
 	Default int `yaml:"default"`
 }
 
+// CallbackConfig tunes message-status callback delivery (DESIGN.md
+// section 4).
 type CallbackConfig struct {
 	BatchSize        int      `yaml:"batch_size"`
 	FlushInterval    Duration `yaml:"flush_interval"`
@@ -90,15 +106,18 @@ type CallbackConfig struct {
 // Duration is a time.Duration written as "10s" in YAML, env and flags.
 type Duration time.Duration
 
+// UnmarshalYAML parses "10s". A bad value is reported as a *yaml.TypeError
+// so readConfigFile can name the key like it does for other type errors.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration like 10s", n.Line, n.Value)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration like 10s", n.Line, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil
 }
 
+// MarshalYAML writes the duration the way it is read, e.g. "10s".
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
 func defaultConfig() Config {
@@ -187,10 +206,99 @@ func readConfigFile(path string, cfg *Config) error {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+	err = dec.Decode(cfg)
+	var te *yaml.TypeError
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+		return nil
+	case errors.As(err, &te):
+		return fmt.Errorf("config %s: %s", path, nameKeys(data, te))
+	default:
 		return fmt.Errorf("config %s: %w", path, err)
 	}
-	return nil
+}
+
+var (
+	lineRE     = regexp.MustCompile(`^line (\d+): `)
+	notFoundRE = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+)
+
+// nameKeys rewrites yaml.v3's type errors, which give only a line, so each
+// names the dotted key it is about: `line 2: callback.flush_interval: "soon"
+// is not a duration like 10s`, `line 1: unknown key "htp"`.
+func nameKeys(data []byte, te *yaml.TypeError) string {
+	var root yaml.Node
+	_ = yaml.Unmarshal(data, &root) // it decoded once already
+	keys := keyLines(&root)
+	msgs := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		msgs[i] = e
+		m := lineRE.FindStringSubmatch(e)
+		if m == nil {
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		key, rest := keys[line], e[len(m[0]):]
+		switch {
+		case key == "":
+			// Several keys share the line (a flow mapping): keep the line only.
+		case notFoundRE.MatchString(rest):
+			msgs[i] = fmt.Sprintf("%sunknown key %q", m[0], key)
+		default:
+			msgs[i] = fmt.Sprintf("%s%s: %s", m[0], key, rest)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// keyLines maps each line of a YAML document to the dotted key written on
+// it, or to "" when several keys share the line. A line with no key (an
+// item of a block list) maps to the outermost value that starts on it.
+func keyLines(root *yaml.Node) map[int]string {
+	keys, values := map[int]string{}, map[int]string{}
+	claimKey := func(line int, path string) {
+		if p, ok := keys[line]; ok && p != path {
+			path = ""
+		}
+		keys[line] = path
+	}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				claimKey(k.Line, p)
+				walk(v, p)
+			}
+		case yaml.SequenceNode:
+			if _, ok := values[n.Line]; !ok {
+				values[n.Line] = path
+			}
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		default:
+			if _, ok := values[n.Line]; !ok {
+				values[n.Line] = path
+			}
+		}
+	}
+	walk(root, "")
+	for line, p := range values {
+		if _, ok := keys[line]; !ok {
+			keys[line] = p
+		}
+	}
+	return keys
 }
 
 // leaf is one scalar configuration key.
@@ -198,6 +306,7 @@ type leaf struct {
 	path string // dotted yaml path, e.g. http.tls.enabled
 	env  string // DEVMSG_HTTP_TLS_ENABLED
 	set  func(string) error
+	val  func() string // the current value, as a flag would take it
 	// isBool lets a flag stand alone: --http.tls.enabled means true.
 	isBool bool
 }
@@ -228,12 +337,36 @@ func configLeaves(cfg *Config) []leaf {
 				path:   path,
 				env:    "DEVMSG_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_")),
 				set:    func(s string) error { return setScalar(fv, s) },
+				val:    func() string { return formatScalar(fv) },
 				isBool: fv.Kind() == reflect.Bool,
 			})
 		}
 	}
 	walk(reflect.ValueOf(cfg).Elem(), "")
 	return out
+}
+
+func formatScalar(v reflect.Value) string {
+	switch {
+	case v.Type() == reflect.TypeOf(Duration(0)):
+		return time.Duration(v.Int()).String()
+	case v.Kind() == reflect.Slice:
+		return strings.Join(v.Interface().([]string), ",")
+	default:
+		return fmt.Sprint(v.Interface())
+	}
+}
+
+// writeServeUsage lists every key with its flag, env name and default.
+func writeServeUsage(w io.Writer) {
+	cfg := defaultConfig()
+	fmt.Fprintln(w, "usage: devmsg serve [--config FILE] [--KEY=VALUE ...]")
+	fmt.Fprintln(w, "\nLayers, each overriding the one before: defaults, --config FILE (YAML),")
+	fmt.Fprintln(w, "environment DEVMSG_<KEY>, flags --<key>. Keys:")
+	for _, l := range configLeaves(&cfg) {
+		fmt.Fprintf(w, "  --%-30s %-34s default %q\n", l.path, l.env, l.val())
+	}
+	fmt.Fprintln(w, "  apps: file only; see configs/devmsg.yaml and docs/configuration.md")
 }
 
 func setScalar(v reflect.Value, s string) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,6 +31,10 @@ const (
 // runServe is `devmsg serve`.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(args, os.Environ())
+	if errors.Is(err, flag.ErrHelp) {
+		writeServeUsage(stderr)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
