@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 )
 
 // RunTests runs the conformance suite. newStore returns an empty store
-// that the suite may use freely; the suite does not close it.
+// that the suite may use freely; the suite does not close it, so newStore
+// registers its own cleanup.
 func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 	tests := []struct {
 		name string
@@ -23,15 +25,21 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateDevices", testCreateDevices},
 		{"DevicesScopedToApp", testDevicesScoped},
 		{"UpdateDevice", testUpdateDevice},
-		{"ListDevices", testListDevices},
+		{"ListDevicesPaging", testListDevicesPaging},
+		{"ListDevicesPrefix", testListDevicesPrefix},
+		{"GetShadow", testGetShadow},
 		{"SetDesired", testSetDesired},
 		{"SetDesiredSeq", testSetDesiredSeq},
 		{"Seq", testSeq},
+		{"SeqExpiry", testSeqExpiry},
 		{"CreateMessage", testCreateMessage},
+		{"CreateMessageSeq", testCreateMessageSeq},
 		{"QueueLimit", testQueueLimit},
 		{"Meta", testMeta},
 		{"ConcurrentSetDesired", testConcurrentSetDesired},
+		{"ConcurrentSetDesiredDevices", testConcurrentSetDesiredDevices},
 		{"ConcurrentPutSeq", testConcurrentPutSeq},
+		{"ConcurrentQueueLimit", testConcurrentQueueLimit},
 		{"ConcurrentCreateDevices", testConcurrentCreateDevices},
 	}
 	for _, tc := range tests {
@@ -41,42 +49,103 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 	}
 }
 
-// RunReopenTests checks that what a store acknowledged is there after it is
-// closed and opened again on the same dir.
+// RunReopenTests checks that what a store acknowledged is there after it
+// is closed and opened again on the same dir. open must return a fresh
+// store on dir; the test closes every store it opens.
 func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := open(t, dir)
-	app := store.App{Key: "k1", Name: "one", MasterSecret: "m"}
+	app := store.App{Key: "k1", Name: "one", MasterSecret: "m", SigningSecret: "sig"}
 	must(t, s.CreateApp(ctx, app))
-	mustDevices(t, s, "k1", "dev-1")
+	mustDevices(t, s, "k1", "dev-1", "dev-2")
+	d, err := s.GetDevice(ctx, "k1", "dev-2")
+	must(t, err)
+	d.Status, d.ClientIP = 1, "10.0.0.2"
+	must(t, s.UpdateDevice(ctx, d))
 	seq := &store.SeqEntry{Fingerprint: "f", Status: 200, Body: []byte(`{"x":1}`), ExpiresAt: future()}
 	if _, err := s.SetDesired(ctx, update("k1", "dev-1", 1, `{"p":1}`), 5, seq); err != nil {
 		t.Fatal(err)
 	}
-	must(t, s.CreateMessage(ctx, msg(10, "k1", "dev-1", store.StatePending), 6, seq))
+	for i := int64(1); i <= 3; i++ {
+		must(t, s.CreateMessage(ctx, msg(10+i, "k1", "dev-1", store.StatePending), 5+i, seq))
+	}
+	must(t, s.PutSeq(ctx, "k1", -9, *seq))
 	must(t, s.PutMeta(ctx, "m", []byte("v")))
 	must(t, s.Close())
 
 	s = open(t, dir)
 	defer s.Close()
-	if _, err := s.GetApp(ctx, "k1"); err != nil {
-		t.Errorf("app after reopen: %v", err)
+	checks := []struct {
+		name string
+		fn   func() error
+	}{
+		{"app", func() error {
+			got, err := s.GetApp(ctx, "k1")
+			if err == nil && got.SigningSecret != "sig" {
+				err = fmt.Errorf("got %+v", got)
+			}
+			return err
+		}},
+		{"device", func() error {
+			got, err := s.GetDevice(ctx, "k1", "dev-2")
+			if err == nil && got != d {
+				err = fmt.Errorf("got %+v, want %+v", got, d)
+			}
+			return err
+		}},
+		{"shadow", func() error {
+			sh, err := s.GetShadow(ctx, "k1", "dev-1")
+			if err == nil && (sh.LastDesiredVersion != 2 || string(sh.Properties["p"].DesiredValue) != "1") {
+				err = fmt.Errorf("got %+v", sh)
+			}
+			return err
+		}},
+		{"seq", func() error {
+			for _, n := range []int64{5, 6, 7, 8, -9} {
+				if _, err := s.GetSeq(ctx, "k1", n); err != nil {
+					return fmt.Errorf("seq %d: %w", n, err)
+				}
+			}
+			return nil
+		}},
+		{"seq still used", func() error {
+			err := s.PutSeq(ctx, "k1", 5, *seq)
+			if !errors.Is(err, store.ErrSeqUsed) {
+				return fmt.Errorf("reusing seq 5 after reopen: %v", err)
+			}
+			return nil
+		}},
+		{"pending", func() error {
+			return checkPending(s, "k1", "dev-1", 11, 12, 13)
+		}},
+		{"meta", func() error {
+			v, err := s.GetMeta(ctx, "m")
+			if err == nil && string(v) != "v" {
+				err = fmt.Errorf("got %q", v)
+			}
+			return err
+		}},
+		// The pending count survives too: the queue still fills at exactly MaxPending.
+		{"queue count", func() error {
+			for i := int64(4); i <= store.MaxPending; i++ {
+				if err := s.CreateMessage(ctx, msg(10+i, "k1", "dev-1", store.StatePending), 0, nil); err != nil {
+					return fmt.Errorf("message %d: %w", i, err)
+				}
+			}
+			err := s.CreateMessage(ctx, msg(99999, "k1", "dev-1", store.StatePending), 0, nil)
+			if !errors.Is(err, store.ErrQueueFull) {
+				return fmt.Errorf("message %d: %v, want ErrQueueFull", store.MaxPending+1, err)
+			}
+			return nil
+		}},
 	}
-	if _, err := s.GetDevice(ctx, "k1", "dev-1"); err != nil {
-		t.Errorf("device after reopen: %v", err)
-	}
-	if sh, err := s.GetShadow(ctx, "k1", "dev-1"); err != nil || sh.LastDesiredVersion != 2 {
-		t.Errorf("shadow after reopen: %+v %v", sh, err)
-	}
-	if _, err := s.GetSeq(ctx, "k1", 5); err != nil {
-		t.Errorf("seq after reopen: %v", err)
-	}
-	if p, err := s.PendingMessages(ctx, "k1", "dev-1", 10); err != nil || len(p) != 1 {
-		t.Errorf("pending after reopen: %v %v", p, err)
-	}
-	if v, err := s.GetMeta(ctx, "m"); err != nil || string(v) != "v" {
-		t.Errorf("meta after reopen: %q %v", v, err)
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.fn(); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
 
@@ -87,7 +156,16 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// wantErr fails unless err is want (nil included).
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+		t.Fatalf("%s: got error %v, want %v", what, err, want)
+	}
+}
+
 func future() int64 { return time.Now().Add(time.Hour).UnixMilli() }
+func past() int64   { return time.Now().Add(-time.Second).UnixMilli() }
 
 func mustDevices(t *testing.T, s store.Store, app string, names ...string) {
 	t.Helper()
@@ -97,6 +175,9 @@ func mustDevices(t *testing.T, s store.Store, app string, names ...string) {
 	}
 	errs, err := s.CreateDevices(context.Background(), app, devs)
 	must(t, err)
+	if len(errs) != len(names) {
+		t.Fatalf("CreateDevices returned %d results for %d devices", len(errs), len(names))
+	}
 	for i, e := range errs {
 		if e != nil {
 			t.Fatalf("create %s: %v", names[i], e)
@@ -113,304 +194,591 @@ func update(app, dev string, version int64, props string) store.DesiredUpdate {
 }
 
 func msg(id int64, app, dev, state string) store.Message {
-	return store.Message{ID: id, AppKey: app, DeviceName: dev, Body: fmt.Sprint("body ", id), TTL: 60, TimeCreate: 1, State: state,
-		Records: []store.Record{{Type: store.RecordTargetValid, ChannelKey: app, MsgID: fmt.Sprint(id)}}}
+	return store.Message{
+		ID: id, AppKey: app, DeviceName: dev, Body: fmt.Sprint("body ", id), TTL: 60, TimeCreate: 1, ExpireTime: 61, State: state,
+		Records: []store.Record{{Type: store.RecordTargetValid, ChannelKey: app, MsgID: fmt.Sprint(id), SentTime: 1}},
+	}
+}
+
+// checkPending reports whether the device's pending queue holds exactly ids, in order.
+func checkPending(s store.Store, app, dev string, ids ...int64) error {
+	p, err := s.PendingMessages(context.Background(), app, dev, store.MaxPending+1)
+	if err != nil {
+		return err
+	}
+	got := make([]int64, 0, len(p))
+	for _, m := range p {
+		if m.AppKey != app || m.DeviceName != dev || m.State != store.StatePending {
+			return fmt.Errorf("queue of %s/%s holds %+v", app, dev, m)
+		}
+		got = append(got, m.ID)
+	}
+	if !slices.Equal(got, ids) {
+		return fmt.Errorf("pending %v, want %v", got, ids)
+	}
+	return nil
+}
+
+func names(devs []store.Device) []string {
+	out := make([]string, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, d.Name)
+	}
+	return out
 }
 
 func testApps(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if _, err := s.GetApp(ctx, "b"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("get missing app: %v", err)
+	if apps, err := s.ListApps(ctx); err != nil || len(apps) != 0 {
+		t.Fatalf("empty store lists %+v, %v", apps, err)
 	}
-	if err := s.UpdateApp(ctx, store.App{Key: "b"}); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("update missing app: %v", err)
+	_, err := s.GetApp(ctx, "b")
+	wantErr(t, "get missing app", err, store.ErrNotFound)
+	wantErr(t, "update missing app", s.UpdateApp(ctx, store.App{Key: "b"}), store.ErrNotFound)
+	for _, k := range []string{"b", "a", "c", "ab", "B"} {
+		must(t, s.CreateApp(ctx, store.App{Key: k, Name: "name " + k, MasterSecret: "s", CreatedAt: 7}))
 	}
-	must(t, s.CreateApp(ctx, store.App{Key: "b", Name: "B", MasterSecret: "s"}))
-	must(t, s.CreateApp(ctx, store.App{Key: "a", Name: "A", MasterSecret: "s"}))
-	if err := s.CreateApp(ctx, store.App{Key: "a", Name: "again"}); !errors.Is(err, store.ErrAlreadyExists) {
-		t.Fatalf("create duplicate: %v", err)
+	wantErr(t, "create duplicate", s.CreateApp(ctx, store.App{Key: "a", Name: "again"}), store.ErrAlreadyExists)
+	if got, _ := s.GetApp(ctx, "a"); got.Name != "name a" {
+		t.Fatalf("a refused create overwrote the app: %+v", got)
 	}
-	max := 7.5
-	app := store.App{Key: "a", Name: "A2", MasterSecret: "s2", RateLimits: map[string]int{"message": 5},
-		Properties: []store.PropertyDef{{Name: "t", Type: store.TypeDouble, Max: &max}}}
+	limit := 7.5
+	maxLen := 12
+	app := store.App{
+		Key: "a", Name: "A2", MasterSecret: "s2", SigningSecret: "sig", CreatedAt: 7,
+		RateLimits: map[string]int{store.CategoryMessage: 5, store.CategoryQuery: 0},
+		Properties: []store.PropertyDef{
+			{Name: "t", Type: store.TypeDouble, Max: &limit},
+			{Name: "s", Type: store.TypeString, MaxLength: &maxLen},
+		},
+	}
 	must(t, s.UpdateApp(ctx, app))
 	got, err := s.GetApp(ctx, "a")
 	must(t, err)
-	if got.Name != "A2" || got.MasterSecret != "s2" || got.RateLimits["message"] != 5 || len(got.Properties) != 1 || *got.Properties[0].Max != 7.5 {
+	if got.Name != "A2" || got.MasterSecret != "s2" || got.SigningSecret != "sig" || got.CreatedAt != 7 ||
+		len(got.RateLimits) != 2 || got.RateLimits[store.CategoryMessage] != 5 ||
+		len(got.Properties) != 2 || *got.Properties[0].Max != 7.5 || got.Properties[0].Min != nil || *got.Properties[1].MaxLength != 12 {
 		t.Fatalf("after update: %+v", got)
 	}
 	apps, err := s.ListApps(ctx)
 	must(t, err)
-	if len(apps) != 2 || apps[0].Key != "a" || apps[1].Key != "b" {
-		t.Fatalf("list: %+v", apps)
+	var keys []string
+	for _, a := range apps {
+		keys = append(keys, a.Key)
+	}
+	if want := []string{"B", "a", "ab", "b", "c"}; !slices.Equal(keys, want) {
+		t.Fatalf("ListApps keys %v, want %v", keys, want)
 	}
 }
 
 func testCreateDevices(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "taken")
-	errs, err := s.CreateDevices(ctx, "app", []store.Device{
-		{Name: "new-1", Secret: "a"}, {Name: "taken", Secret: "b"}, {Name: "new-2", Secret: "c"}, {Name: "new-1", Secret: "d"},
-	})
-	must(t, err)
-	want := []error{nil, store.ErrAlreadyExists, nil, store.ErrAlreadyExists}
-	for i := range want {
-		if !errors.Is(errs[i], want[i]) || (want[i] == nil) != (errs[i] == nil) {
-			t.Errorf("result %d: %v, want %v", i, errs[i], want[i])
-		}
+	tests := []struct {
+		name  string
+		input []store.Device
+		want  []error
+	}{
+		{"mixed", []store.Device{
+			{Name: "new-1", Secret: "a"}, {Name: "taken", Secret: "b"}, {Name: "new-2", Secret: "c"}, {Name: "new-1", Secret: "d"},
+		}, []error{nil, store.ErrAlreadyExists, nil, store.ErrAlreadyExists}},
+		{"all taken", []store.Device{{Name: "taken"}, {Name: "new-1"}}, []error{store.ErrAlreadyExists, store.ErrAlreadyExists}},
+		{"repeat of a new name", []store.Device{{Name: "x", Secret: "1"}, {Name: "x"}, {Name: "x"}}, []error{nil, store.ErrAlreadyExists, store.ErrAlreadyExists}},
+		{"empty", nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, err := s.CreateDevices(ctx, "app", tc.input)
+			must(t, err)
+			if len(errs) != len(tc.want) {
+				t.Fatalf("%d results, want %d", len(errs), len(tc.want))
+			}
+			for i := range tc.want {
+				if (tc.want[i] == nil) != (errs[i] == nil) || !errors.Is(errs[i], tc.want[i]) {
+					t.Errorf("result %d: %v, want %v", i, errs[i], tc.want[i])
+				}
+			}
+		})
 	}
 	d, err := s.GetDevice(ctx, "app", "new-1")
 	must(t, err)
-	if d.Secret != "a" || d.AppKey != "app" {
-		t.Errorf("the first new-1 wins: %+v", d)
+	want := store.Device{AppKey: "app", Name: "new-1", Secret: "a"}
+	if d != want {
+		t.Errorf("the first new-1 wins and gets the app key: %+v, want %+v", d, want)
+	}
+	if d, _ := s.GetDevice(ctx, "app", "x"); d.Secret != "1" {
+		t.Errorf("the first x wins: %+v", d)
 	}
 	if d, _ := s.GetDevice(ctx, "app", "taken"); d.Secret != "secret-taken" {
 		t.Errorf("existing device overwritten: %+v", d)
 	}
-	sh, err := s.GetShadow(ctx, "app", "new-2")
-	must(t, err)
-	if sh.LastDesiredVersion != 1 || len(sh.Properties) != 0 {
-		t.Errorf("new shadow %+v", sh)
-	}
-	if _, err := s.GetShadow(ctx, "app", "ghost"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("shadow of missing device: %v", err)
+	for _, name := range []string{"new-1", "new-2", "x"} {
+		sh, err := s.GetShadow(ctx, "app", name)
+		must(t, err)
+		if sh.LastDesiredVersion != 1 || sh.Properties == nil || len(sh.Properties) != 0 || sh.LastReportedVersion != 0 {
+			t.Errorf("new shadow of %s: %+v, want store.NewShadow()", name, sh)
+		}
 	}
 }
 
 func testDevicesScoped(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app-a", "dev-1")
-	if _, err := s.GetDevice(ctx, "app-b", "dev-1"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("app-b sees app-a's device: %v", err)
-	}
-	if _, err := s.SetDesired(ctx, update("app-b", "dev-1", 1, `{"p":1}`), 0, nil); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("app-b sets app-a's device: %v", err)
-	}
+	_, err := s.GetDevice(ctx, "app-b", "dev-1")
+	wantErr(t, "app-b gets app-a's device", err, store.ErrNotFound)
+	_, err = s.GetShadow(ctx, "app-b", "dev-1")
+	wantErr(t, "app-b gets app-a's shadow", err, store.ErrNotFound)
+	wantErr(t, "app-b updates app-a's device", s.UpdateDevice(ctx, store.Device{AppKey: "app-b", Name: "dev-1"}), store.ErrNotFound)
+	_, err = s.SetDesired(ctx, update("app-b", "dev-1", 1, `{"p":1}`), 0, nil)
+	wantErr(t, "app-b sets app-a's device", err, store.ErrNotFound)
+
+	// The same name in another app is a different device.
 	mustDevices(t, s, "app-b", "dev-1")
+	_, err = s.SetDesired(ctx, update("app-b", "dev-1", 1, `{"p":1}`), 0, nil)
+	must(t, err)
+	if sh, _ := s.GetShadow(ctx, "app-a", "dev-1"); sh.LastDesiredVersion != 1 {
+		t.Fatalf("app-b's update reached app-a's shadow: %+v", sh)
+	}
 	must(t, s.CreateMessage(ctx, msg(1, "app-a", "dev-1", store.StatePending), 0, nil))
-	if _, err := s.GetMessage(ctx, "app-b", 1); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("app-b reads app-a's message: %v", err)
+	_, err = s.GetMessage(ctx, "app-b", 1)
+	wantErr(t, "app-b reads app-a's message", err, store.ErrNotFound)
+	if err := checkPending(s, "app-b", "dev-1"); err != nil {
+		t.Fatalf("app-b's queue: %v", err)
 	}
-	if p, _ := s.PendingMessages(ctx, "app-b", "dev-1", 10); len(p) != 0 {
-		t.Fatalf("app-b's queue holds app-a's message")
-	}
-	// "app" + "-a" must not collide with other key splits.
+
+	// Key parts must not run together: app "app" with device "-a" is not
+	// app "app-a", and listing "app" shows only its own device.
 	mustDevices(t, s, "app", "-a")
-	if page, _ := s.ListDevices(ctx, "app", "", "", 10); len(page.Devices) != 1 {
-		t.Fatalf("app lists %d devices, want 1", len(page.Devices))
+	page, err := s.ListDevices(ctx, "app", "", "", 10)
+	must(t, err)
+	if got := names(page.Devices); !slices.Equal(got, []string{"-a"}) {
+		t.Fatalf("app lists %v", got)
 	}
+	mustDevices(t, s, "ap", "p-a")
+	if page, _ := s.ListDevices(ctx, "ap", "", "", 10); len(page.Devices) != 1 {
+		t.Fatalf("app ap lists %v", names(page.Devices))
+	}
+	// Seq numbers are per app.
+	must(t, s.PutSeq(ctx, "app-a", 3, store.SeqEntry{ExpiresAt: future()}))
+	must(t, s.PutSeq(ctx, "app-b", 3, store.SeqEntry{ExpiresAt: future()}))
 }
 
 func testUpdateDevice(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if err := s.UpdateDevice(ctx, store.Device{AppKey: "app", Name: "ghost"}); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("update missing: %v", err)
+	wantErr(t, "update missing", s.UpdateDevice(ctx, store.Device{AppKey: "app", Name: "ghost"}), store.ErrNotFound)
+	if _, err := s.GetDevice(ctx, "app", "ghost"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused update created the device: %v", err)
 	}
 	mustDevices(t, s, "app", "dev-1")
-	d, _ := s.GetDevice(ctx, "app", "dev-1")
-	d.Flag, d.Status, d.ClientIP, d.LastLoginTime, d.Mark = store.FlagDisabled, 1, "10.0.0.1", 99, "m"
+	d, err := s.GetDevice(ctx, "app", "dev-1")
+	must(t, err)
+	d.Flag, d.Status, d.ClientIP, d.LastLoginTime, d.LastLogoutTime, d.TimeActive, d.Mark = store.FlagDisabled, 1, "10.0.0.1", 99, 98, 97, "m"
 	must(t, s.UpdateDevice(ctx, d))
-	got, _ := s.GetDevice(ctx, "app", "dev-1")
+	got, err := s.GetDevice(ctx, "app", "dev-1")
+	must(t, err)
 	if got != d {
 		t.Fatalf("got %+v, want %+v", got, d)
 	}
+	// Base info updates leave the shadow alone.
+	if sh, _ := s.GetShadow(ctx, "app", "dev-1"); sh.LastDesiredVersion != 1 {
+		t.Fatalf("shadow after device update: %+v", sh)
+	}
 }
 
-func testListDevices(t *testing.T, s store.Store) {
+func testListDevicesPaging(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	var names []string
-	for i := 0; i < 2500; i++ {
-		names = append(names, fmt.Sprintf("dev-%05d", i))
+	const n = 3000
+	var all []string
+	for i := range n {
+		all = append(all, fmt.Sprintf("dev-%05d", i))
 	}
-	for i := 0; i < len(names); i += 1000 {
-		mustDevices(t, s, "app", names[i:min(i+1000, len(names))]...)
+	// Create out of order: listing sorts by name, not by creation.
+	shuffled := slices.Clone(all)
+	for i := range shuffled {
+		j := (i * 7919) % n
+		shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
 	}
-	mustDevices(t, s, "app", "ab", "abc", "abd", "b")
-	mustDevices(t, s, "other", "dev-x")
-	seen, cursor := 0, ""
-	for pages := 0; ; pages++ {
-		page, err := s.ListDevices(ctx, "app", "dev-", cursor, 300)
-		must(t, err)
-		for _, d := range page.Devices {
-			if d.Name != names[seen] {
-				t.Fatalf("device %d is %s, want %s", seen, d.Name, names[seen])
+	for i := 0; i < n; i += 1000 {
+		mustDevices(t, s, "app", shuffled[i:min(i+1000, n)]...)
+	}
+	mustDevices(t, s, "app", "dev", "dev-", "deu", "dev.", "zzz")
+	mustDevices(t, s, "other", "dev-x", "dev-00001")
+
+	for _, limit := range []int{1, 7, 300, 1000, n, n + 10} {
+		t.Run(fmt.Sprint("limit ", limit), func(t *testing.T) {
+			var got []string
+			cursor := ""
+			for pages := 0; ; pages++ {
+				page, err := s.ListDevices(ctx, "app", "dev-", cursor, limit)
+				must(t, err)
+				if len(page.Devices) > limit {
+					t.Fatalf("page of %d, limit %d", len(page.Devices), limit)
+				}
+				for _, d := range page.Devices {
+					if d.AppKey != "app" {
+						t.Fatalf("listed %+v", d)
+					}
+				}
+				got = append(got, names(page.Devices)...)
+				if page.Next == "" {
+					break
+				}
+				if len(page.Devices) == 0 || page.Next != page.Devices[len(page.Devices)-1].Name {
+					t.Fatalf("next %q after %d devices; want the last returned name", page.Next, len(page.Devices))
+				}
+				if pages > n {
+					t.Fatal("paging does not end")
+				}
+				cursor = page.Next
 			}
-			seen++
-		}
-		if page.Next == "" {
-			break
-		}
-		if pages > 20 {
-			t.Fatal("paging does not end")
-		}
-		cursor = page.Next
+			want := append([]string{"dev-"}, all...)
+			if !slices.Equal(got, want) {
+				t.Fatalf("listed %d devices, want each of %d once in order (first %v)", len(got), len(want), got[:min(5, len(got))])
+			}
+		})
 	}
-	if seen != len(names) {
-		t.Fatalf("listed %d of %d", seen, len(names))
-	}
-	cases := []struct {
-		prefix string
-		want   []string
+}
+
+func testListDevicesPrefix(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	// Names are UTF-8; U+10FFFF has the highest bytes one can hold.
+	mustDevices(t, s, "app", "a", "ab", "abc", "abd", "ab-1", "abcd", "ac", "b", "ba", "ÿ", "\U0010ffff", "\U0010ffff\U0010ffff")
+	mustDevices(t, s, "app2", "ab", "aba")
+	tests := []struct {
+		prefix, cursor string
+		limit          int
+		want           []string
+		next           string
 	}{
-		{"ab", []string{"ab", "abc", "abd"}},
-		{"abc", []string{"abc"}},
-		{"b", []string{"b"}},
-		{"zz", nil},
+		{"", "", 100, []string{"a", "ab", "ab-1", "abc", "abcd", "abd", "ac", "b", "ba", "ÿ", "\U0010ffff", "\U0010ffff\U0010ffff"}, ""},
+		{"ab", "", 10, []string{"ab", "ab-1", "abc", "abcd", "abd"}, ""},
+		{"ab", "", 5, []string{"ab", "ab-1", "abc", "abcd", "abd"}, ""}, // exactly the remaining count: no next
+		{"ab", "", 2, []string{"ab", "ab-1"}, "ab-1"},
+		{"abc", "", 10, []string{"abc", "abcd"}, ""},
+		{"abcd", "", 10, []string{"abcd"}, ""},
+		{"abce", "", 10, nil, ""},
+		{"b", "", 10, []string{"b", "ba"}, ""},
+		{"\U0010ffff", "", 10, []string{"\U0010ffff", "\U0010ffff\U0010ffff"}, ""},
+		{"ÿ", "", 10, []string{"ÿ"}, ""},
+		{"zz", "", 10, nil, ""},
+		{"ab", "ab", 1, []string{"ab-1"}, "ab-1"},
+		{"ab", "abc", 10, []string{"abcd", "abd"}, ""},
+		{"ab", "abd", 10, nil, ""},
+		// A cursor need not be a stored name or inside the prefix.
+		{"ab", "abb", 10, []string{"abc", "abcd", "abd"}, ""},
+		{"ab", "a", 2, []string{"ab", "ab-1"}, "ab-1"},
+		{"ab", "b", 10, nil, ""},
+		{"ab", "zzz", 10, nil, ""},
+		{"", "ac", 10, []string{"b", "ba", "ÿ", "\U0010ffff", "\U0010ffff\U0010ffff"}, ""},
 	}
-	for _, c := range cases {
-		page, err := s.ListDevices(ctx, "app", c.prefix, "", 10)
-		must(t, err)
-		var got []string
-		for _, d := range page.Devices {
-			got = append(got, d.Name)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(c.want) || page.Next != "" {
-			t.Errorf("prefix %q: %v next %q, want %v", c.prefix, got, page.Next, c.want)
-		}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("prefix %q cursor %q limit %d", tc.prefix, tc.cursor, tc.limit), func(t *testing.T) {
+			page, err := s.ListDevices(ctx, "app", tc.prefix, tc.cursor, tc.limit)
+			must(t, err)
+			if got := names(page.Devices); !slices.Equal(got, tc.want) || page.Next != tc.next {
+				t.Fatalf("got %q next %q, want %q next %q", got, page.Next, tc.want, tc.next)
+			}
+		})
 	}
-	page, _ := s.ListDevices(ctx, "app", "ab", "ab", 1)
-	if len(page.Devices) != 1 || page.Devices[0].Name != "abc" || page.Next != "abc" {
-		t.Errorf("after cursor ab: %+v", page)
+	if page, err := s.ListDevices(ctx, "empty-app", "", "", 10); err != nil || len(page.Devices) != 0 || page.Next != "" {
+		t.Fatalf("app without devices: %+v %v", page, err)
 	}
-	page, _ = s.ListDevices(ctx, "app", "ab", "abd", 5)
-	if len(page.Devices) != 0 || page.Next != "" {
-		t.Errorf("after the last: %+v", page)
+}
+
+func testGetShadow(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, err := s.GetShadow(ctx, "app", "ghost")
+	wantErr(t, "shadow of missing device", err, store.ErrNotFound)
+	mustDevices(t, s, "app", "dev-1")
+	sh, err := s.GetShadow(ctx, "app", "dev-1")
+	must(t, err)
+	if sh.Properties == nil || sh.LastDesiredVersion != 1 {
+		t.Fatalf("new shadow %+v", sh)
 	}
 }
 
 func testSetDesired(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if _, err := s.SetDesired(ctx, update("app", "ghost", 1, `{"p":1}`), 0, nil); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("missing device: %v", err)
-	}
+	_, err := s.SetDesired(ctx, update("app", "ghost", 1, `{"p":1}`), 0, nil)
+	wantErr(t, "missing device", err, store.ErrNotFound)
 	mustDevices(t, s, "app", "dev-1")
-	sh, err := s.SetDesired(ctx, update("app", "dev-1", 1, `{"a":1,"b":"x"}`), 0, nil)
+
+	u := update("app", "dev-1", 1, `{"a":1,"b":"x"}`)
+	u.Time = 1_700_000_000_123
+	sh, err := s.SetDesired(ctx, u, 0, nil)
 	must(t, err)
-	if sh.LastDesiredVersion != 2 || string(sh.Properties["b"].DesiredValue) != `"x"` || sh.Properties["a"].DesiredSTime == 0 || sh.LastDesiredSTime == 0 {
-		t.Fatalf("after set: %+v", sh)
+	if sh.LastDesiredVersion != 2 || sh.LastDesiredSTime != u.Time ||
+		string(sh.Properties["a"].DesiredValue) != "1" || sh.Properties["a"].DesiredSTime != u.Time ||
+		string(sh.Properties["b"].DesiredValue) != `"x"` || sh.Properties["b"].ReportedValue != nil {
+		t.Fatalf("returned shadow %+v", sh)
 	}
-	if _, err := s.SetDesired(ctx, update("app", "dev-1", 1, `{"a":2}`), 0, nil); !errors.Is(err, store.ErrVersionConflict) {
-		t.Fatalf("stale version: %v", err)
+	stored, err := s.GetShadow(ctx, "app", "dev-1")
+	must(t, err)
+	if stored.LastDesiredVersion != 2 || stored.LastDesiredSTime != u.Time || string(stored.Properties["b"].DesiredValue) != `"x"` {
+		t.Fatalf("stored shadow %+v", stored)
 	}
-	if _, err := s.SetDesired(ctx, update("app", "dev-1", 3, `{"a":2}`), 0, nil); !errors.Is(err, store.ErrVersionConflict) {
-		t.Fatalf("future version: %v", err)
+
+	for _, v := range []int64{1, 3, 0, -1} {
+		_, err := s.SetDesired(ctx, update("app", "dev-1", v, `{"a":2,"c":3}`), 0, nil)
+		wantErr(t, fmt.Sprint("version ", v), err, store.ErrVersionConflict)
 	}
-	_, err = s.SetDesired(ctx, update("app", "dev-1", 2, `{"a":3}`), 0, nil)
+	after, _ := s.GetShadow(ctx, "app", "dev-1")
+	if after.LastDesiredVersion != 2 || string(after.Properties["a"].DesiredValue) != "1" || len(after.Properties) != 2 {
+		t.Fatalf("a conflicting update was written: %+v", after)
+	}
+
+	u2 := update("app", "dev-1", 2, `{"a":3,"c":4.5}`)
+	u2.Time = u.Time + 1000
+	_, err = s.SetDesired(ctx, u2, 0, nil)
 	must(t, err)
 	got, err := s.GetShadow(ctx, "app", "dev-1")
 	must(t, err)
-	if got.LastDesiredVersion != 3 || string(got.Properties["a"].DesiredValue) != "3" || string(got.Properties["b"].DesiredValue) != `"x"` {
-		t.Fatalf("merge: %+v", got)
+	want := map[string]string{"a": "3", "b": `"x"`, "c": "4.5"}
+	wantTime := map[string]int64{"a": u2.Time, "b": u.Time, "c": u2.Time}
+	if got.LastDesiredVersion != 3 || got.LastDesiredSTime != u2.Time || len(got.Properties) != len(want) {
+		t.Fatalf("merged shadow %+v", got)
+	}
+	for name, v := range want {
+		if p := got.Properties[name]; string(p.DesiredValue) != v || p.DesiredSTime != wantTime[name] {
+			t.Errorf("property %s: %s at %d, want %s at %d", name, p.DesiredValue, p.DesiredSTime, v, wantTime[name])
+		}
 	}
 }
 
 func testSetDesiredSeq(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1")
-	seq := &store.SeqEntry{Fingerprint: "fp", Status: 200, Body: []byte("{}"), ExpiresAt: future()}
+	seq := &store.SeqEntry{Fingerprint: "fp", Status: 200, Body: []byte(`{"op_code":0}`), ExpiresAt: future()}
 	_, err := s.SetDesired(ctx, update("app", "dev-1", 1, `{"a":1}`), 9, seq)
 	must(t, err)
 	e, err := s.GetSeq(ctx, "app", 9)
 	must(t, err)
-	if e.Fingerprint != "fp" || string(e.Body) != "{}" {
+	if e.Fingerprint != "fp" || e.Status != 200 || string(e.Body) != `{"op_code":0}` || e.ExpiresAt != seq.ExpiresAt {
 		t.Fatalf("seq entry %+v", e)
 	}
-	if _, err := s.SetDesired(ctx, update("app", "dev-1", 2, `{"a":2}`), 9, seq); !errors.Is(err, store.ErrSeqUsed) {
-		t.Fatalf("reused seq: %v", err)
+
+	tests := []struct {
+		name    string
+		seqNo   int64
+		version int64
+		device  string
+		want    error
+	}{
+		// A retry of the successful update carries a version that is now
+		// stale; it must see ErrSeqUsed (and be replayed), not a conflict.
+		{"seq used", 9, 2, "dev-1", store.ErrSeqUsed},
+		{"seq used beats version conflict", 9, 1, "dev-1", store.ErrSeqUsed},
+		{"seq used beats missing device", 9, 1, "ghost", store.ErrSeqUsed},
+		{"version conflict records no seq", 10, 1, "dev-1", store.ErrVersionConflict},
+		{"missing device records no seq", 11, 1, "ghost", store.ErrNotFound},
 	}
-	if sh, _ := s.GetShadow(ctx, "app", "dev-1"); sh.LastDesiredVersion != 2 {
-		t.Fatalf("a refused update was applied: %+v", sh)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.SetDesired(ctx, update("app", tc.device, tc.version, `{"a":2}`), tc.seqNo, &store.SeqEntry{Fingerprint: "other", ExpiresAt: future()})
+			wantErr(t, "set", err, tc.want)
+			if sh, _ := s.GetShadow(ctx, "app", "dev-1"); sh.LastDesiredVersion != 2 || string(sh.Properties["a"].DesiredValue) != "1" {
+				t.Fatalf("a refused update was applied: %+v", sh)
+			}
+			e, err := s.GetSeq(ctx, "app", tc.seqNo)
+			if tc.want == store.ErrSeqUsed {
+				if err != nil || e.Fingerprint != "fp" {
+					t.Fatalf("the first entry was replaced: %+v %v", e, err)
+				}
+			} else {
+				wantErr(t, "seq recorded for a failed update", err, store.ErrNotFound)
+			}
+		})
 	}
-	// A version conflict records no seq_no.
-	if _, err := s.SetDesired(ctx, update("app", "dev-1", 1, `{"a":2}`), 10, seq); !errors.Is(err, store.ErrVersionConflict) {
-		t.Fatal(err)
+
+	// seq_no is one space per app shared by property sets and messages.
+	err = s.CreateMessage(ctx, msg(1, "app", "dev-1", store.StatePending), 9, seq)
+	wantErr(t, "message with a property set's seq_no", err, store.ErrSeqUsed)
+	// An expired entry does not block a new update, and is replaced.
+	must(t, s.PutSeq(ctx, "app", 12, store.SeqEntry{Fingerprint: "old", ExpiresAt: past()}))
+	_, err = s.SetDesired(ctx, update("app", "dev-1", 2, `{"a":2}`), 12, &store.SeqEntry{Fingerprint: "new", ExpiresAt: future()})
+	must(t, err)
+	if e, err := s.GetSeq(ctx, "app", 12); err != nil || e.Fingerprint != "new" {
+		t.Fatalf("expired entry not replaced: %+v %v", e, err)
 	}
-	if _, err := s.GetSeq(ctx, "app", 10); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("seq recorded for a failed update: %v", err)
-	}
-	if err := s.CreateMessage(ctx, msg(1, "app", "dev-1", store.StatePending), 9, seq); !errors.Is(err, store.ErrSeqUsed) {
-		t.Fatalf("seq_no space is shared with messages: %v", err)
-	}
+	// A nil entry ignores seqNo entirely.
+	_, err = s.SetDesired(ctx, update("app", "dev-1", 3, `{"a":3}`), 9, nil)
+	must(t, err)
 }
 
 func testSeq(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if _, err := s.GetSeq(ctx, "app", 1); !errors.Is(err, store.ErrNotFound) {
-		t.Fatal(err)
+	_, err := s.GetSeq(ctx, "app", 1)
+	wantErr(t, "get unset seq", err, store.ErrNotFound)
+	// Negative and extreme seq_nos are distinct numbers like any other.
+	for _, n := range []int64{1, -1, 0, 256, -256, 1 << 62, -1 << 63, 1<<63 - 1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			e := store.SeqEntry{Fingerprint: fmt.Sprint(n), Status: 200, Body: []byte(fmt.Sprintf(`{"n":%d}`, n)), ExpiresAt: future()}
+			must(t, s.PutSeq(ctx, "app", n, e))
+			wantErr(t, "reuse", s.PutSeq(ctx, "app", n, store.SeqEntry{Fingerprint: "again", ExpiresAt: future()}), store.ErrSeqUsed)
+			got, err := s.GetSeq(ctx, "app", n)
+			must(t, err)
+			if got.Fingerprint != e.Fingerprint || string(got.Body) != string(e.Body) || got.Status != 200 || got.ExpiresAt != e.ExpiresAt {
+				t.Fatalf("got %+v, want %+v", got, e)
+			}
+		})
 	}
-	for _, n := range []int64{1, -1, 0, 1 << 62} {
-		must(t, s.PutSeq(ctx, "app", n, store.SeqEntry{Fingerprint: fmt.Sprint(n), ExpiresAt: future()}))
-		if err := s.PutSeq(ctx, "app", n, store.SeqEntry{ExpiresAt: future()}); !errors.Is(err, store.ErrSeqUsed) {
-			t.Fatalf("seq %d reused: %v", n, err)
-		}
-		if e, err := s.GetSeq(ctx, "app", n); err != nil || e.Fingerprint != fmt.Sprint(n) {
-			t.Fatalf("seq %d: %+v %v", n, e, err)
-		}
-	}
+	_, err = s.GetSeq(ctx, "other-app", 1)
+	wantErr(t, "another app's seq", err, store.ErrNotFound)
 	must(t, s.PutSeq(ctx, "other-app", 1, store.SeqEntry{ExpiresAt: future()}))
-	past := time.Now().Add(-time.Second).UnixMilli()
-	must(t, s.PutSeq(ctx, "app", 77, store.SeqEntry{Fingerprint: "old", ExpiresAt: past}))
-	if _, err := s.GetSeq(ctx, "app", 77); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("expired entry returned: %v", err)
-	}
+}
+
+func testSeqExpiry(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.PutSeq(ctx, "app", 77, store.SeqEntry{Fingerprint: "old", ExpiresAt: past()}))
+	_, err := s.GetSeq(ctx, "app", 77)
+	wantErr(t, "expired entry", err, store.ErrNotFound)
 	must(t, s.PutSeq(ctx, "app", 77, store.SeqEntry{Fingerprint: "new", ExpiresAt: future()}))
 	if e, _ := s.GetSeq(ctx, "app", 77); e.Fingerprint != "new" {
 		t.Fatalf("expired entry not replaced: %+v", e)
 	}
+	wantErr(t, "reuse of the replacement", s.PutSeq(ctx, "app", 77, store.SeqEntry{ExpiresAt: future()}), store.ErrSeqUsed)
+
+	// An entry is used until ExpiresAt and free after it. The check before
+	// expiry only counts when it finished in time, so a slow machine cannot
+	// fail it.
+	soon := time.Now().Add(500 * time.Millisecond)
+	must(t, s.PutSeq(ctx, "app", 78, store.SeqEntry{Fingerprint: "soon", ExpiresAt: soon.UnixMilli()}))
+	err = s.PutSeq(ctx, "app", 78, store.SeqEntry{ExpiresAt: future()})
+	if time.Now().Before(soon) && !errors.Is(err, store.ErrSeqUsed) {
+		t.Fatalf("reuse before expiry: %v", err)
+	}
+	time.Sleep(time.Until(soon) + 10*time.Millisecond)
+	_, err = s.GetSeq(ctx, "app", 78)
+	wantErr(t, "entry after its expiry", err, store.ErrNotFound)
+	must(t, s.PutSeq(ctx, "app", 78, store.SeqEntry{Fingerprint: "later", ExpiresAt: future()}))
 }
 
 func testCreateMessage(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	mustDevices(t, s, "app", "dev-1")
-	for _, id := range []int64{5, 3, 9} {
-		must(t, s.CreateMessage(ctx, msg(id, "app", "dev-1", store.StatePending), 0, nil))
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	// Interleave two devices and unqueued states; msgids increase in send
+	// order, as the service generates them.
+	sends := []struct {
+		id    int64
+		dev   string
+		state string
+	}{
+		{101, "dev-1", store.StatePending},
+		{102, "dev-2", store.StatePending},
+		{103, "dev-1", store.StateFailed},
+		{104, "dev-1", store.StatePending},
+		{105, "dev-1", store.StateExpired},
+		{106, "dev-2", store.StatePending},
+		{107, "dev-1", store.StatePending},
+		{108, "dev-1", store.StateDelivered},
 	}
-	must(t, s.CreateMessage(ctx, msg(7, "app", "dev-1", store.StateFailed), 0, nil))
-	p, err := s.PendingMessages(ctx, "app", "dev-1", 10)
-	must(t, err)
-	var ids []int64
-	for _, m := range p {
-		ids = append(ids, m.ID)
+	for _, m := range sends {
+		must(t, s.CreateMessage(ctx, msg(m.id, "app", m.dev, m.state), 0, nil))
 	}
-	if fmt.Sprint(ids) != "[3 5 9]" {
-		t.Fatalf("pending %v, want msgid order [3 5 9] without the failed 7", ids)
-	}
-	if p, _ := s.PendingMessages(ctx, "app", "dev-1", 2); len(p) != 2 {
-		t.Fatalf("limit ignored: %d", len(p))
-	}
-	m, err := s.GetMessage(ctx, "app", 7)
-	must(t, err)
-	if m.State != store.StateFailed || m.Body != "body 7" || len(m.Records) != 1 {
-		t.Fatalf("message %+v", m)
-	}
-	if _, err := s.GetMessage(ctx, "app", 8); !errors.Is(err, store.ErrNotFound) {
+	if err := checkPending(s, "app", "dev-1", 101, 104, 107); err != nil {
 		t.Fatal(err)
 	}
-	seq := &store.SeqEntry{Fingerprint: "f", ExpiresAt: future()}
-	must(t, s.CreateMessage(ctx, msg(11, "app", "dev-1", store.StatePending), 4, seq))
-	if err := s.CreateMessage(ctx, msg(12, "app", "dev-1", store.StatePending), 4, seq); !errors.Is(err, store.ErrSeqUsed) {
-		t.Fatalf("reused seq: %v", err)
+	if err := checkPending(s, "app", "dev-2", 102, 106); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.GetMessage(ctx, "app", 12); !errors.Is(err, store.ErrNotFound) {
-		t.Fatal("a refused message was stored")
+	if err := checkPending(s, "app", "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{1, 2, 3, 4} {
+		p, err := s.PendingMessages(ctx, "app", "dev-1", limit)
+		must(t, err)
+		if len(p) != min(limit, 3) || p[0].ID != 101 {
+			t.Fatalf("limit %d: %d messages", limit, len(p))
+		}
+	}
+	for _, m := range sends {
+		got, err := s.GetMessage(ctx, "app", m.id)
+		must(t, err)
+		want := msg(m.id, "app", m.dev, m.state)
+		if got.State != want.State || got.DeviceName != m.dev || got.Body != want.Body || got.TTL != 60 || got.ExpireTime != 61 ||
+			len(got.Records) != 1 || got.Records[0].MsgID != fmt.Sprint(m.id) {
+			t.Fatalf("message %d: %+v", m.id, got)
+		}
+	}
+	full := msg(200, "app", "dev-1", store.StateFailed)
+	full.CallbackURL = "https://example.com/cb"
+	full.Params = json.RawMessage(`{"k":"v"}`)
+	full.Records = append(full.Records, store.Record{Type: store.RecordSubmitFailure, Error: &store.RecordError{Code: 5, Message: "no"}, Params: full.Params})
+	must(t, s.CreateMessage(ctx, full, 0, nil))
+	got, err := s.GetMessage(ctx, "app", 200)
+	must(t, err)
+	if got.CallbackURL != full.CallbackURL || string(got.Params) != `{"k":"v"}` || len(got.Records) != 2 ||
+		got.Records[1].Error == nil || got.Records[1].Error.Code != 5 || string(got.Records[1].Params) != `{"k":"v"}` {
+		t.Fatalf("message 200: %+v", got)
+	}
+	_, err = s.GetMessage(ctx, "app", 8)
+	wantErr(t, "missing message", err, store.ErrNotFound)
+	_, err = s.GetMessage(ctx, "other", 101)
+	wantErr(t, "another app's message", err, store.ErrNotFound)
+	for _, id := range []int64{0, -5, 1 << 62} {
+		must(t, s.CreateMessage(ctx, msg(id, "app", "dev-2", store.StateFailed), 0, nil))
+		if got, err := s.GetMessage(ctx, "app", id); err != nil || got.ID != id {
+			t.Fatalf("message %d: %+v %v", id, got, err)
+		}
+	}
+}
+
+func testCreateMessageSeq(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	seq := &store.SeqEntry{Fingerprint: "f", Status: 200, Body: []byte(`{"msgid":11}`), ExpiresAt: future()}
+	must(t, s.CreateMessage(ctx, msg(11, "app", "dev-1", store.StatePending), 4, seq))
+	if e, err := s.GetSeq(ctx, "app", 4); err != nil || string(e.Body) != `{"msgid":11}` {
+		t.Fatalf("seq entry %+v %v", e, err)
+	}
+	for _, state := range []string{store.StatePending, store.StateFailed} {
+		err := s.CreateMessage(ctx, msg(12, "app", "dev-1", state), 4, seq)
+		wantErr(t, "reused seq, "+state, err, store.ErrSeqUsed)
+		_, err = s.GetMessage(ctx, "app", 12)
+		wantErr(t, "a refused message was stored", err, store.ErrNotFound)
+	}
+	if err := checkPending(s, "app", "dev-1", 11); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.SetDesired(ctx, update("app", "dev-1", 1, `{"a":1}`), 4, seq)
+	wantErr(t, "property set with a message's seq_no", err, store.ErrSeqUsed)
+	// Expired entries are replaced; a non-pending message records its seq too.
+	must(t, s.PutSeq(ctx, "app", 5, store.SeqEntry{Fingerprint: "old", ExpiresAt: past()}))
+	must(t, s.CreateMessage(ctx, msg(13, "app", "dev-1", store.StateFailed), 5, seq))
+	if e, err := s.GetSeq(ctx, "app", 5); err != nil || e.Fingerprint != "f" {
+		t.Fatalf("expired entry not replaced: %+v %v", e, err)
 	}
 }
 
 func testQueueLimit(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1", "dev-2")
+	want := make([]int64, 0, store.MaxPending)
 	for i := 1; i <= store.MaxPending; i++ {
 		must(t, s.CreateMessage(ctx, msg(int64(i), "app", "dev-1", store.StatePending), 0, nil))
+		want = append(want, int64(i))
 	}
 	seq := &store.SeqEntry{Fingerprint: "f", ExpiresAt: future()}
-	if err := s.CreateMessage(ctx, msg(5000, "app", "dev-1", store.StatePending), 8, seq); !errors.Is(err, store.ErrQueueFull) {
-		t.Fatalf("message %d: %v", store.MaxPending+1, err)
+	err := s.CreateMessage(ctx, msg(5000, "app", "dev-1", store.StatePending), 8, seq)
+	wantErr(t, fmt.Sprint("message ", store.MaxPending+1), err, store.ErrQueueFull)
+	_, err = s.GetSeq(ctx, "app", 8)
+	wantErr(t, "seq recorded for a refused message", err, store.ErrNotFound)
+	_, err = s.GetMessage(ctx, "app", 5000)
+	wantErr(t, "refused message stored", err, store.ErrNotFound)
+	if err := checkPending(s, "app", "dev-1", want...); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.GetSeq(ctx, "app", 8); !errors.Is(err, store.ErrNotFound) {
-		t.Fatal("seq recorded for a refused message")
-	}
+	// A used seq_no is reported before a full queue: the retry of a send
+	// that filled the queue must be replayed, not refused.
+	must(t, s.PutSeq(ctx, "app", 9, *seq))
+	err = s.CreateMessage(ctx, msg(5001, "app", "dev-1", store.StatePending), 9, seq)
+	wantErr(t, "full queue and used seq", err, store.ErrSeqUsed)
+	// Messages that are not queued, and other devices, are unaffected.
 	must(t, s.CreateMessage(ctx, msg(5000, "app", "dev-1", store.StateFailed), 8, seq))
-	must(t, s.CreateMessage(ctx, msg(5001, "app", "dev-2", store.StatePending), 0, nil))
+	must(t, s.CreateMessage(ctx, msg(5002, "app", "dev-2", store.StatePending), 0, nil))
+	if err := checkPending(s, "app", "dev-1", want...); err != nil {
+		t.Fatal(err)
+	}
 	if p, _ := s.PendingMessages(ctx, "app", "dev-1", 2*store.MaxPending); len(p) != store.MaxPending {
 		t.Fatalf("%d pending", len(p))
 	}
@@ -418,99 +786,179 @@ func testQueueLimit(t *testing.T, s store.Store) {
 
 func testMeta(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if _, err := s.GetMeta(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatal(err)
+	_, err := s.GetMeta(ctx, "k")
+	wantErr(t, "unset meta", err, store.ErrNotFound)
+	tests := []struct{ key, value string }{
+		{"k", "v1"},
+		{"k", "v2"},
+		{"admin_password_hash", "$2a$10$abc"},
+		{"bin", "\x00\xff\x01"},
+		{"empty", ""},
 	}
-	must(t, s.PutMeta(ctx, "k", []byte("v1")))
-	must(t, s.PutMeta(ctx, "k", []byte("v2")))
-	if v, err := s.GetMeta(ctx, "k"); err != nil || string(v) != "v2" {
-		t.Fatalf("%q %v", v, err)
+	for _, tc := range tests {
+		must(t, s.PutMeta(ctx, tc.key, []byte(tc.value)))
+		if v, err := s.GetMeta(ctx, tc.key); err != nil || string(v) != tc.value {
+			t.Fatalf("meta %q: %q %v, want %q", tc.key, v, err, tc.value)
+		}
+	}
+	if v, _ := s.GetMeta(ctx, "k"); string(v) != "v2" {
+		t.Fatalf("k = %q", v)
 	}
 	must(t, s.Ping(ctx))
 }
 
-func testConcurrentSetDesired(t *testing.T, s store.Store) {
-	mustDevices(t, s, "app", "dev-1")
-	var ok, conflict int
+// race runs fn(i) on n goroutines started together and counts the
+// outcomes by error (nil counted under "ok").
+func race(t *testing.T, n int, fn func(i int) error, allowed ...error) map[string]int {
+	t.Helper()
 	var mu sync.Mutex
+	counts := map[string]int{}
 	var wg sync.WaitGroup
-	for i := 0; i < 50; i++ {
+	start := make(chan struct{})
+	for i := range n {
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			_, err := s.SetDesired(context.Background(), update("app", "dev-1", 1, fmt.Sprintf(`{"a":%d}`, i)), 0, nil)
+			<-start
+			err := fn(i)
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, store.ErrVersionConflict):
-				conflict++
-			default:
-				t.Error(err)
+			if err == nil {
+				counts["ok"]++
+				return
 			}
-		}(i)
+			for _, a := range allowed {
+				if errors.Is(err, a) {
+					counts[a.Error()]++
+					return
+				}
+			}
+			t.Errorf("goroutine %d: %v", i, err)
+		}()
 	}
+	close(start)
 	wg.Wait()
-	if ok != 1 || conflict != 49 {
-		t.Fatalf("%d succeeded and %d conflicted, want 1 and 49", ok, conflict)
+	return counts
+}
+
+func testConcurrentSetDesired(t *testing.T, s store.Store) {
+	mustDevices(t, s, "app", "dev-1")
+	counts := race(t, 50, func(i int) error {
+		_, err := s.SetDesired(context.Background(), update("app", "dev-1", 1, fmt.Sprintf(`{"a":%d}`, i)), 0, nil)
+		return err
+	}, store.ErrVersionConflict)
+	if counts["ok"] != 1 || counts[store.ErrVersionConflict.Error()] != 49 {
+		t.Fatalf("outcomes %v, want 1 ok and 49 conflicts", counts)
+	}
+	if sh, _ := s.GetShadow(context.Background(), "app", "dev-1"); sh.LastDesiredVersion != 2 {
+		t.Fatalf("shadow %+v", sh)
+	}
+}
+
+func testConcurrentSetDesiredDevices(t *testing.T, s store.Store) {
+	var devs []string
+	for i := range 50 {
+		devs = append(devs, fmt.Sprint("dev-", i))
+	}
+	mustDevices(t, s, "app", devs...)
+	// Each device gets 4 writers in version order; all 200 must succeed.
+	counts := race(t, 50, func(i int) error {
+		for v := int64(1); v <= 4; v++ {
+			if _, err := s.SetDesired(context.Background(), update("app", devs[i], v, `{"a":1}`), int64(i)*10+v, &store.SeqEntry{ExpiresAt: future()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if counts["ok"] != 50 {
+		t.Fatalf("outcomes %v", counts)
+	}
+	for _, d := range devs {
+		if sh, _ := s.GetShadow(context.Background(), "app", d); sh.LastDesiredVersion != 5 {
+			t.Fatalf("%s: %+v", d, sh)
+		}
 	}
 }
 
 func testConcurrentPutSeq(t *testing.T, s store.Store) {
 	mustDevices(t, s, "app", "dev-1")
-	var ok, used int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 0; i < 50; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			seq := &store.SeqEntry{Fingerprint: "f", ExpiresAt: future()}
-			var err error
-			if i%2 == 0 {
-				err = s.PutSeq(context.Background(), "app", 42, *seq)
-			} else {
-				err = s.CreateMessage(context.Background(), msg(int64(100+i), "app", "dev-1", store.StatePending), 42, seq)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, store.ErrSeqUsed):
-				used++
-			default:
-				t.Error(err)
-			}
-		}(i)
+	ctx := context.Background()
+	counts := race(t, 60, func(i int) error {
+		seq := &store.SeqEntry{Fingerprint: fmt.Sprint(i), ExpiresAt: future()}
+		switch i % 3 {
+		case 0:
+			return s.PutSeq(ctx, "app", 42, *seq)
+		case 1:
+			return s.CreateMessage(ctx, msg(int64(100+i), "app", "dev-1", store.StatePending), 42, seq)
+		default:
+			// Distinct versions never conflict with one another's version;
+			// only the seq_no decides.
+			_, err := s.SetDesired(ctx, update("app", "dev-1", 1, `{"a":1}`), 42, seq)
+			return err
+		}
+	}, store.ErrSeqUsed)
+	if counts["ok"] != 1 || counts[store.ErrSeqUsed.Error()] != 59 {
+		t.Fatalf("outcomes %v, want 1 ok and 59 seq used", counts)
 	}
-	wg.Wait()
-	if ok != 1 || used != 49 {
-		t.Fatalf("%d succeeded and %d found the seq_no used, want 1 and 49", ok, used)
+	e, err := s.GetSeq(ctx, "app", 42)
+	must(t, err)
+	var winner int
+	fmt.Sscan(e.Fingerprint, &winner)
+	p, _ := s.PendingMessages(ctx, "app", "dev-1", 100)
+	sh, _ := s.GetShadow(ctx, "app", "dev-1")
+	switch winner % 3 {
+	case 0:
+		if len(p) != 0 || sh.LastDesiredVersion != 1 {
+			t.Fatalf("PutSeq won but %d messages and version %d", len(p), sh.LastDesiredVersion)
+		}
+	case 1:
+		if len(p) != 1 || p[0].ID != int64(100+winner) || sh.LastDesiredVersion != 1 {
+			t.Fatalf("message %d won but queue %v and version %d", 100+winner, p, sh.LastDesiredVersion)
+		}
+	default:
+		if len(p) != 0 || sh.LastDesiredVersion != 2 {
+			t.Fatalf("SetDesired won but %d messages and version %d", len(p), sh.LastDesiredVersion)
+		}
+	}
+}
+
+func testConcurrentQueueLimit(t *testing.T, s store.Store) {
+	mustDevices(t, s, "app", "dev-1")
+	ctx := context.Background()
+	const prefill = store.MaxPending - 20
+	for i := range prefill {
+		must(t, s.CreateMessage(ctx, msg(int64(i), "app", "dev-1", store.StatePending), 0, nil))
+	}
+	counts := race(t, 50, func(i int) error {
+		return s.CreateMessage(ctx, msg(int64(10000+i), "app", "dev-1", store.StatePending), 0, nil)
+	}, store.ErrQueueFull)
+	if counts["ok"] != 20 || counts[store.ErrQueueFull.Error()] != 30 {
+		t.Fatalf("outcomes %v, want 20 ok and 30 queue full", counts)
+	}
+	if p, _ := s.PendingMessages(ctx, "app", "dev-1", 2*store.MaxPending); len(p) != store.MaxPending {
+		t.Fatalf("%d pending", len(p))
 	}
 }
 
 func testConcurrentCreateDevices(t *testing.T, s store.Store) {
-	var ok int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 0; i < 20; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs, err := s.CreateDevices(context.Background(), "app", []store.Device{{Name: "contested", Secret: "s"}})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Error(err)
-			} else if errs[0] == nil {
-				ok++
-			}
-		}()
+	ctx := context.Background()
+	counts := race(t, 30, func(i int) error {
+		// Every call also creates a name of its own, which must succeed.
+		errs, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "contested", Secret: fmt.Sprint(i)}, {Name: fmt.Sprint("own-", i)}})
+		if err != nil {
+			return err
+		}
+		if errs[1] != nil {
+			return fmt.Errorf("own device: %w", errs[1])
+		}
+		return errs[0]
+	}, store.ErrAlreadyExists)
+	if counts["ok"] != 1 || counts[store.ErrAlreadyExists.Error()] != 29 {
+		t.Fatalf("outcomes %v, want 1 ok and 29 already exists", counts)
 	}
-	wg.Wait()
-	if ok != 1 {
-		t.Fatalf("%d creations of one name succeeded", ok)
+	page, err := s.ListDevices(ctx, "app", "", "", 100)
+	must(t, err)
+	if len(page.Devices) != 31 {
+		t.Fatalf("%d devices, want 31", len(page.Devices))
 	}
 }
