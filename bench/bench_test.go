@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,27 +11,106 @@ import (
 	"time"
 )
 
-// TestRunSmall runs every workload briefly against a real server started
-// from the built binary; it checks the report, not the speed.
-func TestRunSmall(t *testing.T) {
+func small() Options {
+	return Options{
+		Devices: 20, Concurrency: 4, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Rate: 200, LatencyConns: 8, Workloads: Workloads, Markdown: true,
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Options)
+		want   string // "" means valid
+	}{
+		{"small", func(*Options) {}, ""},
+		{"unknown workload", func(o *Options) { o.Workloads = []string{"send", "query"} }, `unknown workload "query"`},
+		{"no workloads", func(o *Options) { o.Workloads = nil }, "no workloads"},
+		{"fewer devices than property workers", func(o *Options) { o.Devices = 3 }, "property needs at least"},
+		{"fewer devices fine for sends", func(o *Options) { o.Devices, o.Workloads = 3, []string{"send"} }, ""},
+		{"zero duration", func(o *Options) { o.Duration = 0 }, "duration"},
+		{"negative rate", func(o *Options) { o.Rate = -1 }, "rate"},
+		{"target without password", func(o *Options) { o.Target = "https://127.0.0.1:8443" }, "--admin-password"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := small()
+			tc.change(&o)
+			err := o.validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// buildDevmsg builds the real binary once for the tests that run it.
+func buildDevmsg(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("builds and runs the binary")
+		t.Skip("builds and runs the devmsg binary")
 	}
 	bin := filepath.Join(t.TempDir(), "devmsg")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/devmsg").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+		t.Fatalf("build ./cmd/devmsg: %v\n%s", err, out)
 	}
-	var out bytes.Buffer
-	err := Run(context.Background(), Options{
-		Binary: bin, Devices: 20, Concurrency: 4, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		Rate: 200, Workloads: []string{"send", "property", "send-latency", "property-latency"}, Markdown: true,
-	}, &out)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	for _, want := range []string{"send ", "property ", "send-latency", "property-latency", "| workload |", "errors 0"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("report lacks %q:\n%s", want, out.String())
+	return bin
+}
+
+// TestRun runs every workload briefly against a real server, one the
+// bench starts and one it is pointed at; it checks the report, never the
+// speed.
+func TestRun(t *testing.T) {
+	bin := buildDevmsg(t)
+	check := func(t *testing.T, o Options) {
+		t.Helper()
+		var out bytes.Buffer
+		if err := Run(context.Background(), o, &out); err != nil {
+			t.Fatalf("run: %v\n%s", err, out.String())
+		}
+		report := out.String()
+		for _, w := range o.Workloads {
+			if !strings.Contains(report, "\n"+w+" ") || !strings.Contains(report, "| "+w+" |") {
+				t.Errorf("report lacks workload %s:\n%s", w, report)
+			}
+		}
+		for _, want := range []string{"devmsg bench ", "| workload |", "errors 0", "/s"} {
+			if !strings.Contains(report, want) {
+				t.Errorf("report lacks %q:\n%s", want, report)
+			}
+		}
+		if strings.Contains(report, "warning") {
+			t.Errorf("unexpected warning:\n%s", report)
 		}
 	}
+
+	t.Run("self-started", func(t *testing.T) {
+		o := small()
+		o.Binary = bin
+		o.ServerPprof = t.TempDir()
+		check(t, o)
+		for _, w := range Workloads {
+			if fi, err := os.Stat(filepath.Join(o.ServerPprof, w+".pprof")); err != nil || fi.Size() == 0 {
+				t.Errorf("no server profile for %s: %v", w, err)
+			}
+		}
+	})
+
+	t.Run("target", func(t *testing.T) {
+		srv, err := startServer(context.Background(), bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.stop()
+		o := small()
+		o.Target, o.AdminUser, o.AdminPassword = srv.base+"/", "admin", srv.adminPassword
+		check(t, o)
+		// A second run on the same server gets its own app and seq_no space.
+		o.Workloads = []string{"property", "send"}
+		check(t, o)
+	})
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -10,25 +12,43 @@ import (
 	"github.com/devmsg/devmsg/bench"
 )
 
-// runBench is `devmsg bench`.
+// runBench is `devmsg bench`: flags here, the work in package bench.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: devmsg bench [flags]")
+		fmt.Fprintln(stderr, "Measures a devmsg server (by default one it starts in a temp dir) and prints a report for BENCHMARKS.md.")
+		fmt.Fprintln(stderr, "With --target it creates an app and --devices devices on that server and leaves them there.")
+		fs.PrintDefaults()
+	}
 	var o bench.Options
 	var workloads string
-	fs.StringVar(&o.Target, "target", "", "base URL of a running server (default: start one in a temp dir)")
-	fs.StringVar(&o.AdminUser, "admin-user", "admin", "admin username for --target")
-	fs.StringVar(&o.AdminPassword, "admin-password", "", "admin password for --target")
-	fs.IntVar(&o.Devices, "devices", 2000, "devices to create")
-	fs.IntVar(&o.Concurrency, "concurrency", 64, "connections of the closed-loop workloads")
+	fs.StringVar(&o.Target, "target", "", "base URL of a running server, e.g. https://127.0.0.1:8443 (default: start one)")
+	fs.StringVar(&o.AdminUser, "admin-user", "admin", "admin username of --target")
+	fs.StringVar(&o.AdminPassword, "admin-password", "", "admin password of --target")
+	fs.IntVar(&o.Devices, "devices", 2000, "devices to create; each holds at most 1000 pending messages")
+	fs.IntVar(&o.Concurrency, "concurrency", 64, "connections of the closed-loop workloads (send, property)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per workload")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each closed-loop workload")
-	fs.IntVar(&o.Rate, "rate", 0, "open-loop rate per second (default: half the closed-loop rate measured in this run)")
-	fs.StringVar(&workloads, "workloads", "send,property,send-latency,property-latency", "comma-separated workloads")
+	fs.IntVar(&o.Rate, "rate", 0, "open-loop requests/s (default: half the matching closed-loop rate of this run, else 5000)")
+	fs.IntVar(&o.LatencyConns, "latency-conns", 128, "connections of the open-loop workloads")
+	fs.StringVar(&workloads, "workloads", strings.Join(bench.Workloads, ","), "comma-separated workloads, run in this order")
 	fs.BoolVar(&o.Markdown, "markdown", false, "also print a Markdown table for BENCHMARKS.md")
+	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errUsage
+		}
 		return err
 	}
-	o.Workloads = strings.Split(workloads, ",")
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	for _, w := range strings.Split(workloads, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			o.Workloads = append(o.Workloads, w)
+		}
+	}
 	return bench.Run(ctx, o, stdout)
 }

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package bench
+
+// selfCPU is unknown off unix.
+func selfCPU() float64 { return -1 }

@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// runner holds what the workloads of one run share.
+type runner struct {
+	o      Options
+	target string
+	admin  *http.Client // setup, metrics and profiles
+	key    string       // the bench app's credentials
+	secret string
+
+	// seq_no shares one space per app for 15 minutes; a random base keeps
+	// two runs against the same app apart.
+	seqBase int64
+	seq     atomic.Int64
+	next    atomic.Int64 // round-robin device of the sends
+	sent    atomic.Int64 // successful sends, against the per-device queue bound
+	warned  bool
+
+	// versions tracks each device's last_desired_version so every
+	// property set is a real write (op_code 0), not a 6003 rejection.
+	versions []deviceVersion
+}
+
+type deviceVersion struct {
+	mu sync.Mutex
+	v  int64
+}
+
+func deviceName(i int) string { return fmt.Sprintf("bench-%06d", i) }
+
+// send posts one message to device i.
+func (b *runner) send(ctx context.Context, c *http.Client, i int) (bool, string) {
+	seq := b.seqBase + b.seq.Add(1)
+	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"msg_body":"bench message %d","ttl":3600}`, seq, deviceName(i), seq)
+	st, resp, err := do(ctx, c, http.MethodPost, b.target+"/msg/v1/msg", b.key, b.secret, body)
+	if err != nil || st != http.StatusOK {
+		return false, failure(st, resp, err)
+	}
+	b.sent.Add(1)
+	return true, ""
+}
+
+// setProperty sets two properties on device i at its current version.
+// Holding the device's lock across the request keeps the version right
+// even when two open-loop requests pick the same device.
+func (b *runner) setProperty(ctx context.Context, c *http.Client, i int) (bool, string) {
+	seq := b.seqBase + b.seq.Add(1)
+	dv := &b.versions[i]
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"version":%d,"properties":[{"name":"setpoint","value":%d},{"name":"mode","value":"eco"}]}`,
+		seq, deviceName(i), dv.v, seq%100)
+	st, resp, err := do(ctx, c, http.MethodPost, b.target+"/device/v1/property", b.key, b.secret, body)
+	var r struct {
+		OpCode *int `json:"op_code"`
+	}
+	if err == nil && st == http.StatusOK && json.Unmarshal(resp, &r) == nil && r.OpCode != nil && *r.OpCode == 0 {
+		dv.v++
+		return true, ""
+	}
+	// A timeout may have applied the set; a 6003 says the version moved.
+	// Either way, read the version back so one failure stays one error.
+	if v, rerr := b.desiredVersion(ctx, c, i); rerr == nil {
+		dv.v = v
+	}
+	return false, failure(st, resp, err)
+}
+
+func (b *runner) desiredVersion(ctx context.Context, c *http.Client, i int) (int64, error) {
+	st, resp, err := do(ctx, c, http.MethodGet, b.target+"/device/v1/property?device_name="+deviceName(i), b.key, b.secret, nil)
+	if err != nil || st != http.StatusOK {
+		return 0, fmt.Errorf("get property: %s", failure(st, resp, err))
+	}
+	var r struct {
+		LastDesiredVersion int64 `json:"last_desired_version"`
+	}
+	return r.LastDesiredVersion, json.Unmarshal(resp, &r)
+}
+
+func failure(status int, body []byte, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("HTTP %d %.150s", status, body)
+}
+
+// request runs one request of base ("send" or "property") for device i.
+func (b *runner) request(ctx context.Context, c *http.Client, base string, i int) (bool, string) {
+	if base == "send" {
+		return b.send(ctx, c, i)
+	}
+	return b.setProperty(ctx, c, i)
+}
+
+// tally accumulates one worker's outcomes; workers merge theirs at the
+// end, so recording takes no lock.
+type tally struct {
+	hist   *hdrhistogram.Histogram
+	n, bad int64
+	first  []string
+}
+
+// maxLatency bounds the histogram; the client times out well before it.
+const maxLatency = time.Minute
+
+func newTally() *tally {
+	return &tally{hist: hdrhistogram.New(1, int64(maxLatency/time.Microsecond), 3)}
+}
+
+func (t *tally) add(ok bool, reason string, d time.Duration) {
+	t.n++
+	if !ok {
+		t.bad++
+		if len(t.first) < 3 {
+			t.first = append(t.first, reason)
+		}
+	}
+	_ = t.hist.RecordValue(min(max(1, d.Microseconds()), int64(maxLatency/time.Microsecond)))
+}
+
+func (t *tally) merge(o *tally) {
+	t.n += o.n
+	t.bad += o.bad
+	t.hist.Merge(o.hist)
+	for _, f := range o.first {
+		if len(t.first) < 3 {
+			t.first = append(t.first, f)
+		}
+	}
+}
+
+func (t *tally) result(workload, load string, elapsed time.Duration) Result {
+	q := func(p float64) time.Duration { return time.Duration(t.hist.ValueAtQuantile(p)) * time.Microsecond }
+	return Result{
+		Workload: workload, Load: load, Requests: t.n, Errors: t.bad,
+		PerSecond: float64(t.n-t.bad) / elapsed.Seconds(),
+		P50:       q(50), P99: q(99), P999: q(99.9), Max: time.Duration(t.hist.Max()) * time.Microsecond,
+		FirstErrors: t.first,
+	}
+}
+
+// workerClient returns a worker's own one-connection client with the
+// connection already open, so TLS handshakes are not measured.
+func (b *runner) workerClient(ctx context.Context) *http.Client {
+	c := newClient()
+	_, _, _ = do(ctx, c, http.MethodGet, b.target+"/healthz", "", "", nil)
+	return c
+}
+
+// closedLoop runs Concurrency workers, each with its own connection,
+// sending back to back; the warm-up is not measured.
+func (b *runner) closedLoop(ctx context.Context, workload string) (Result, error) {
+	n := b.o.Concurrency
+	tallies := make([]*tally, n)
+	var wg, ready sync.WaitGroup
+	ready.Add(n)
+	start := make(chan struct{})
+	var warmEnd, end time.Time // written before start is closed
+	for w := range n {
+		tallies[w] = newTally()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.workerClient(ctx)
+			defer c.CloseIdleConnections()
+			ready.Done()
+			<-start
+			t := tallies[w]
+			// Worker w owns devices w, w+n, w+2n, ... for property sets.
+			per := max(1, b.o.Devices/n)
+			for k := 0; ctx.Err() == nil; k++ {
+				now := time.Now()
+				if now.After(end) {
+					return
+				}
+				dev := w + n*(k%per)
+				if workload == "send" {
+					dev = int(b.next.Add(1) % int64(b.o.Devices))
+				}
+				ok, reason := b.request(ctx, c, workload, dev)
+				if now.After(warmEnd) && ctx.Err() == nil {
+					t.add(ok, reason, time.Since(now))
+				}
+			}
+		}()
+	}
+	ready.Wait()
+	warmEnd = time.Now().Add(b.o.Warmup)
+	end = warmEnd.Add(b.o.Duration)
+	close(start)
+	time.Sleep(time.Until(warmEnd))
+	win := b.begin(ctx, workload)
+	wg.Wait()
+	total := newTally()
+	for _, t := range tallies {
+		total.merge(t)
+	}
+	r := total.result(workload, fmt.Sprintf("%d conns", n), b.o.Duration)
+	return r, win.end(&r)
+}
+
+// openLoop issues requests of base on a fixed timetable at rate per
+// second and times each from its scheduled instant, so a slow server
+// cannot hide latency by slowing the load (no coordinated omission).
+func (b *runner) openLoop(ctx context.Context, workload, base string, rate int) (Result, error) {
+	type job struct {
+		at  time.Time
+		dev int
+	}
+	// A second of backlog before the scheduler itself blocks; the backlog
+	// is timed from the schedule either way.
+	jobs := make(chan job, min(rate, 100_000))
+	n := b.o.LatencyConns
+	tallies := make([]*tally, n)
+	var wg, ready sync.WaitGroup
+	ready.Add(n)
+	for w := range n {
+		tallies[w] = newTally()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.workerClient(ctx)
+			defer c.CloseIdleConnections()
+			ready.Done()
+			for j := range jobs {
+				ok, reason := b.request(ctx, c, base, j.dev)
+				if ctx.Err() == nil {
+					tallies[w].add(ok, reason, time.Since(j.at))
+				}
+			}
+		}()
+	}
+	ready.Wait()
+	interval := time.Second / time.Duration(rate)
+	count := int(b.o.Duration / interval)
+	start := time.Now()
+	win := b.begin(ctx, workload)
+	for i := 0; i < count && ctx.Err() == nil; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		dev := i % b.o.Devices
+		if base == "send" {
+			dev = int(b.next.Add(1) % int64(b.o.Devices))
+		}
+		jobs <- job{at: at, dev: dev}
+	}
+	close(jobs)
+	wg.Wait()
+	total := newTally()
+	for _, t := range tallies {
+		total.merge(t)
+	}
+	// Achieved rate over the schedule plus the drain of the last
+	// requests: a server that keeps up shows the target rate.
+	r := total.result(workload, fmt.Sprintf("%d/s", rate), max(time.Since(start), b.o.Duration))
+	return r, win.end(&r)
+}
+
+// window is a measured interval: CPU use of both processes across it
+// and, with Options.ServerPprof, a server CPU profile of it.
+type window struct {
+	b                    *runner
+	t0                   time.Time
+	server0, bench0      float64
+	profDone             chan error
+	profPath, profTarget string
+}
+
+func (b *runner) begin(ctx context.Context, workload string) *window {
+	w := &window{b: b, t0: time.Now(), server0: b.serverCPU(ctx), bench0: selfCPU()}
+	if b.o.ServerPprof != "" {
+		secs := int(math.Ceil(b.o.Duration.Seconds()))
+		w.profPath = filepath.Join(b.o.ServerPprof, workload+".pprof")
+		w.profDone = make(chan error, 1)
+		go func() { w.profDone <- b.fetchProfile(ctx, secs, w.profPath) }()
+	}
+	return w
+}
+
+func (w *window) end(r *Result) error {
+	elapsed := time.Since(w.t0).Seconds()
+	r.ServerCPU, r.BenchCPU = -1, -1
+	if s := w.b.serverCPU(context.Background()); s >= 0 && w.server0 >= 0 {
+		r.ServerCPU = (s - w.server0) / elapsed
+	}
+	if c := selfCPU(); c >= 0 && w.bench0 >= 0 {
+		r.BenchCPU = (c - w.bench0) / elapsed
+	}
+	if w.profDone != nil {
+		if err := <-w.profDone; err != nil {
+			return fmt.Errorf("server profile: %w", err)
+		}
+	}
+	return nil
+}
+
+// fetchProfile saves a CPU profile of the server covering the next secs
+// seconds.
+func (b *runner) fetchProfile(ctx context.Context, secs int, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+	defer cancel()
+	c := newClient()
+	c.Timeout = 0 // bounded by ctx: the profile takes secs to arrive
+	defer c.CloseIdleConnections()
+	st, body, err := do(ctx, c, http.MethodGet, b.target+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), b.o.AdminUser, b.o.AdminPassword, nil)
+	if err != nil || st != http.StatusOK {
+		return fmt.Errorf("get /debug/pprof/profile: %s", failure(st, body, err))
+	}
+	return os.WriteFile(path, body, 0o644)
+}
