@@ -30,6 +30,12 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	go func() {
+		// After the first signal, restore the default handling so a second
+		// one kills the process instead of waiting out the graceful drain.
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintln(os.Stderr, "devmsg:", err)

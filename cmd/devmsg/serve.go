@@ -55,7 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := ensureApps(ctx, cfg.Apps, st, stdout); err != nil {
+	if err := ensureApps(ctx, cfg.Apps, st, stdout, log); err != nil {
 		return err
 	}
 
@@ -108,7 +108,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		// Requests still running after the budget are cut off so the
+		// process can exit; their clients see a closed connection.
+		_ = srv.Close()
+		return fmt.Errorf("shutdown after %s: %w", shutdownBudget, err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -166,7 +169,9 @@ func adminPassword(ctx context.Context, c AdminConfig, st store.Store, stdout io
 
 // ensureApps creates the configured apps that are missing, or with none
 // configured and an empty store, one app whose credentials are printed once.
-func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io.Writer) error {
+// An app that exists already is left as stored (the admin API may have
+// changed it), with a warning when the config disagrees.
+func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io.Writer, log *slog.Logger) error {
 	if len(apps) == 0 {
 		existing, err := st.ListApps(ctx)
 		if err != nil {
@@ -186,7 +191,19 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		app := restapi.NewApp(a.Name)
 		app.Key, app.MasterSecret = a.Key, a.MasterSecret
 		err := st.CreateApp(ctx, app)
-		if err != nil && !errors.Is(err, store.ErrAlreadyExists) {
+		if errors.Is(err, store.ErrAlreadyExists) {
+			stored, gerr := st.GetApp(ctx, a.Key)
+			if gerr != nil {
+				return fmt.Errorf("load app %q: %w", a.Name, gerr)
+			}
+			if stored.Name != a.Name || !secret.Equal(stored.MasterSecret, a.MasterSecret) {
+				// Never log the secrets themselves.
+				log.Warn("configured app differs from the stored one; the stored name and master secret stay in effect",
+					"app", a.Name, "key", a.Key)
+			}
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("create app %q: %w", a.Name, err)
 		}
 	}
