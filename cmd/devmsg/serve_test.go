@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -19,37 +20,72 @@ import (
 // server is `devmsg serve` running in-process.
 type server struct {
 	addr   string
-	stdout *bytes.Buffer
+	stdout *bytes.Buffer // complete once addr is known: secrets print before listening
+	stderr *syncBuffer   // the slog output, written while serving
 	cancel context.CancelFunc
 	done   chan error
 }
 
+// syncBuffer is a bytes.Buffer the server may write while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// hookMu serialises servers starting, since testHookListening is global.
 var hookMu sync.Mutex
 
+// startServer runs `devmsg serve` in-process on 127.0.0.1:0 and returns once
+// it listens; testHookListening tells it the bound address, no log parsing.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	hookMu.Lock()
-	addrs := make(chan string, 1)
-	testHookListening = func(a string) { addrs <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &server{stdout: &bytes.Buffer{}, cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		s.done <- run(ctx, append([]string{"serve", "--http.addr", "127.0.0.1:0", "--log.level", "warn"}, args...), s.stdout, io.Discard)
-	}()
-	select {
-	case s.addr = <-addrs:
-	case err := <-s.done:
-		t.Fatalf("serve exited: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not listen")
+	s, err := tryStartServer(args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	testHookListening = nil
-	hookMu.Unlock()
 	t.Cleanup(func() { s.stop(t) })
 	return s
 }
 
+func tryStartServer(args ...string) (*server, error) {
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	addrs := make(chan string, 1)
+	testHookListening = func(a string) { addrs <- a }
+	defer func() { testHookListening = nil }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &server{stdout: &bytes.Buffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		s.done <- run(ctx, append([]string{"serve", "--http.addr", "127.0.0.1:0", "--log.level", "warn"}, args...), s.stdout, s.stderr)
+	}()
+	select {
+	case s.addr = <-addrs:
+		return s, nil
+	case err := <-s.done:
+		cancel()
+		return nil, fmt.Errorf("serve exited before listening: %v\n%s", err, s.stderr)
+	case <-time.After(20 * time.Second):
+		cancel()
+		<-s.done // testHookListening must not be cleared under a running server
+		return nil, fmt.Errorf("serve did not listen within 20s\n%s", s.stderr)
+	}
+}
+
 func (s *server) stop(t *testing.T) {
+	t.Helper()
 	if s.cancel == nil {
 		return
 	}
@@ -65,14 +101,28 @@ func (s *server) stop(t *testing.T) {
 	}
 }
 
+var (
+	appLineRE   = regexp.MustCompile(`app created: name=default key=(\S+) master_secret=(\S+)`)
+	adminLineRE = regexp.MustCompile(`admin account: username=admin password=(\S{20})\n`)
+)
+
 func TestServeFirstStartAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	s := startServer(t, "--data_dir", dir)
 	out := s.stdout.String()
-	m := regexp.MustCompile(`key=(\S+) master_secret=(\S+)`).FindStringSubmatch(out)
-	if m == nil || !regexp.MustCompile(`admin account: username=admin password=\S{20}`).MatchString(out) {
-		t.Fatalf("first start printed %q", out)
+	app, admin := appLineRE.FindAllStringSubmatch(out, -1), adminLineRE.FindAllStringSubmatch(out, -1)
+	if len(app) != 1 || len(admin) != 1 {
+		t.Fatalf("first start must print one app and one admin password, printed %q", out)
 	}
+	key, masterSecret, adminPassword := app[0][1], app[0][2], admin[0][1]
+	for _, secret := range []string{masterSecret, adminPassword} {
+		if strings.Contains(s.stderr.String(), secret) {
+			t.Errorf("a secret reached the log: %s", s.stderr)
+		}
+	}
+
+	// Trust only data_dir/tls/cert.pem: the generated certificate must
+	// verify for 127.0.0.1.
 	certPEM, err := os.ReadFile(filepath.Join(dir, "tls", "cert.pem"))
 	if err != nil {
 		t.Fatal(err)
@@ -80,23 +130,33 @@ func TestServeFirstStartAndRestart(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	call := func(addr, path string) int {
+	call := func(addr, user, pass, path string) (int, []byte) {
+		t.Helper()
 		req, _ := http.NewRequest("GET", "https://"+addr+path, nil)
-		req.SetBasicAuth(m[1], m[2])
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+			t.Fatalf("GET %s: not served over TLS", path)
+		}
+		return resp.StatusCode, resp.TLS.PeerCertificates[0].Raw
 	}
-	// The generated certificate verifies for 127.0.0.1 and the printed
-	// credentials work.
-	if c := call(s.addr, "/healthz"); c != 200 {
-		t.Fatalf("healthz %d", c)
+	code, firstCert := call(s.addr, "", "", "/healthz")
+	if code != 200 {
+		t.Fatalf("GET /healthz: %d", code)
 	}
-	if c := call(s.addr, "/device/v1/status?device_name=nobody"); c != 400 {
-		t.Fatalf("status with printed credentials: %d, want 400 (unknown device)", c)
+	// The printed credentials work: the app's on the REST API (400: the
+	// device is unknown, so authentication passed) and the admin's.
+	if c, _ := call(s.addr, key, masterSecret, "/device/v1/status?device_name=nobody"); c != 400 {
+		t.Fatalf("status with the printed app credentials: %d, want 400 (unknown device)", c)
+	}
+	if c, _ := call(s.addr, "admin", adminPassword, "/admin/v1/apps"); c != 200 {
+		t.Fatalf("admin API with the printed password: %d", c)
 	}
 	s.stop(t)
 
@@ -104,8 +164,23 @@ func TestServeFirstStartAndRestart(t *testing.T) {
 	if s2.stdout.Len() != 0 {
 		t.Errorf("restart printed %q; secrets must be shown once", s2.stdout.String())
 	}
-	if c := call(s2.addr, "/device/v1/status?device_name=nobody"); c != 400 {
-		t.Fatalf("after restart, same certificate and credentials: %d", c)
+	code, secondCert := call(s2.addr, key, masterSecret, "/device/v1/status?device_name=nobody")
+	if code != 400 {
+		t.Fatalf("after restart, the first start's app credentials: %d", code)
+	}
+	if !bytes.Equal(firstCert, secondCert) {
+		t.Error("restart serves a different certificate; it must be generated once and reused")
+	}
+	if c, _ := call(s2.addr, "admin", adminPassword, "/admin/v1/apps"); c != 200 {
+		t.Fatalf("after restart, the generated admin password: %d", c)
+	}
+	s2.stop(t) // fails the test unless serve returns nil
+}
+
+func TestServeRedisNotAvailableYet(t *testing.T) {
+	err := run(context.Background(), []string{"serve", "--data_dir", t.TempDir(), "--store.type", "redis"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "store.type") || !strings.Contains(err.Error(), "not available yet") {
+		t.Fatalf("store.type redis: %v", err)
 	}
 }
 
@@ -115,15 +190,39 @@ func TestServeConfiguredApps(t *testing.T) {
 	if strings.Contains(s.stdout.String(), "app created") || strings.Contains(s.stdout.String(), "admin account") {
 		t.Errorf("printed %q with configured apps and admin password", s.stdout.String())
 	}
-	req, _ := http.NewRequest("GET", "http://"+s.addr+"/device/v1/status?device_name=nobody", nil)
-	req.SetBasicAuth("demo-app-key", "demo-master-secret")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	status := func(addr, key, masterSecret string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/device/v1/status?device_name=nobody", nil)
+		req.SetBasicAuth(key, masterSecret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := status(s.addr, "demo-app-key", "demo-master-secret"); c != 400 {
+		t.Fatalf("configured app over plain HTTP: %d, want 400 (unknown device)", c)
+	}
+	s.stop(t)
+
+	// The config now disagrees with the stored app: the stored one stays
+	// (it may have been changed through the admin API) and a warning says
+	// so without printing either secret.
+	changed := filepath.Join(t.TempDir(), "changed.yaml")
+	if err := os.WriteFile(changed, []byte("apps:\n  - {name: demo, key: demo-app-key, master_secret: rotated-secret}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 400 {
-		t.Fatalf("configured app over plain HTTP: %d", resp.StatusCode)
+	s2 := startServer(t, "--config", changed, "--data_dir", dir, "--http.tls.enabled=false", "--admin.password", "pw")
+	logs := s2.stderr.String()
+	if !strings.Contains(logs, "configured app differs from the stored one") || !strings.Contains(logs, "key=demo-app-key") {
+		t.Errorf("no warning about the changed app; log:\n%s", logs)
+	}
+	if strings.Contains(logs, "rotated-secret") || strings.Contains(logs, "demo-master-secret") {
+		t.Errorf("a master secret reached the log:\n%s", logs)
+	}
+	if c := status(s2.addr, "demo-app-key", "demo-master-secret"); c != 400 {
+		t.Fatalf("stored master secret after config change: %d, want 400", c)
 	}
 }
 
