@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"log/slog"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,40 +21,106 @@ import (
 
 var _ store.Store = (*Store)(nil)
 
+// ErrClosed is returned by every method called after Close. (Pebble
+// itself panics on a closed database.)
+var ErrClosed = errors.New("pebble store closed")
+
 // Key layout. App keys and device names never hold \x00, so it separates
-// the parts of a key without ambiguity.
+// the parts of a key without ambiguity; every fixed-width number is
+// big-endian so that byte order is numeric order.
 const (
 	pApp    = "a/" // a/<app> → App
 	pDevice = "d/" // d/<app>\0<name> → Device
 	pShadow = "s/" // s/<app>\0<name> → Shadow
-	pMsg    = "m/" // m/<msgid BE> → Message
-	pQueue  = "q/" // q/<app>\0<device>\0<msgid BE> → empty; pending queue in msgid order
-	pCount  = "c/" // c/<app>\0<device> → uint32 BE pending count
-	pSeq    = "n/" // n/<app>\0<seq BE> → SeqEntry
-	pSeqExp = "x/" // x/<expires ms BE><app>\0<seq BE> → empty; expiry index for the sweeper
+	pMsg    = "m/" // m/<msgid> → Message
+	// q/<app>\0<device>\0<msgid> → empty. A device's pending queue in
+	// msgid order, which is send order because the service issues msgids
+	// that increase with time (DESIGN.md section 2). Keying by msgid lets a
+	// later delivery or retraction remove an entry without a lookup.
+	pQueue = "q/"
+	pCount = "c/" // c/<app>\0<device> → int64 pending count, so a send need not count the queue
+	pSeq   = "n/" // n/<app>\0<seq> → SeqEntry
+	// x/<expires ms><app>\0<seq> → empty. Expiry index for the sweeper.
+	// An entry replaced after expiry leaves its old index key behind; the
+	// sweeper drops that key and keeps the entry, which is still live.
+	pSeqExp = "x/"
 	pMeta   = "z/" // z/<key> → raw bytes
 )
 
+// stripes is the number of locks that serialise read-check-write
+// sequences. Writers to different devices or seq_nos rarely share one, so
+// their synced commits overlap and Pebble's group commit shares fsyncs.
 const stripes = 1024
 
-// Store is the Pebble backend.
+// sweepChunk is how many expiry index entries the sweeper deletes per
+// batch, and so the most stripes it holds at once.
+const sweepChunk = 128
+
+// Store is the Pebble backend. Every write is one batch committed with
+// pebble.Sync, and the lock guarding a read-check-write sequence is held
+// until that commit has been synced.
 type Store struct {
-	db       *pebble.DB
-	locks    [stripes]sync.Mutex // by app and device, or app and seq_no
-	createMu sync.Mutex          // serialises device creation batches
-	stop     chan struct{}
-	done     chan struct{}
-	close    sync.Once
-	now      func() time.Time
+	db *pebble.DB
+	// locks guard devices (shadow, pending count) and seq_nos, indexed by
+	// deviceStripe and seqStripe. Whoever holds several takes them in
+	// ascending index order, so no two holders wait on each other.
+	locks [stripes]sync.Mutex
+	// createMu serialises device creation: one batch checks and writes
+	// up to a thousand names.
+	createMu sync.Mutex
+	appMu    sync.Mutex // serialises app creation and update
+
+	log        *slog.Logger
+	now        func() time.Time
+	sweepEvery time.Duration
+	stop, done chan struct{}
+
+	// closeMu is held shared by every call and exclusively by Close, so
+	// Close waits for calls in flight and later calls get ErrClosed.
+	closeMu   sync.RWMutex
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
-// Open opens (creating if needed) the store in dir.
-func Open(dir string) (*Store, error) {
-	cache := pebble.NewCache(128 << 20)
-	defer cache.Unref()
-	opts := &pebble.Options{
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	cacheSize  int64
+	logger     *slog.Logger
+	sweepEvery time.Duration
+	now        func() time.Time
+}
+
+// WithCacheSize sets the size in bytes of Pebble's block cache
+// (default 128 MiB).
+func WithCacheSize(bytes int64) Option { return func(c *config) { c.cacheSize = bytes } }
+
+// WithLogger sets where Pebble's errors go (default slog.Default()).
+// Pebble's informational messages about flushes and compactions are
+// dropped.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithSweepInterval sets how often expired seq_no entries are deleted
+// (default one minute); 0 turns the sweeper off. Expired entries count as
+// absent either way; sweeping only reclaims their space.
+func WithSweepInterval(d time.Duration) Option { return func(c *config) { c.sweepEvery = d } }
+
+// withClock replaces time.Now in tests.
+func withClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// Open opens the store in dir, creating it if needed.
+func Open(dir string, opts ...Option) (*Store, error) {
+	cfg := config{cacheSize: 128 << 20, logger: slog.Default(), sweepEvery: time.Minute, now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cache := pebble.NewCache(cfg.cacheSize)
+	defer cache.Unref() // the DB holds its own reference
+	po := &pebble.Options{
 		Cache:  cache,
-		Logger: quietLogger{},
+		Logger: logger{cfg.logger},
 		// Measured with devmsg bench: 4 MiB (the default) flushes so often
 		// that lookups cross many L0 tables; 64 MiB tables carry filter and
 		// index blocks large enough to fall out of the cache. 16 MiB
@@ -61,54 +129,93 @@ func Open(dir string) (*Store, error) {
 	}
 	// Most Gets look up keys that do not exist yet (a new seq_no); bloom
 	// filters answer those without reading blocks of every level.
-	for i := range opts.Levels {
-		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	db, err := pebble.Open(dir, opts)
+	db, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("open pebble %s: %w", dir, err)
 	}
-	s := &Store{db: db, stop: make(chan struct{}), done: make(chan struct{}), now: time.Now}
+	s := &Store{
+		db: db, log: cfg.logger, now: cfg.now, sweepEvery: cfg.sweepEvery,
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
 	go s.sweep()
 	return s, nil
 }
 
-// quietLogger drops Pebble's informational chatter; errors still reach
-// callers through returned errors.
-type quietLogger struct{}
+// logger passes Pebble's errors to slog.
+type logger struct{ l *slog.Logger }
 
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
+func (logger) Infof(string, ...any) {}
+
+func (l logger) Errorf(format string, args ...any) {
+	l.l.Error("pebble: " + fmt.Sprintf(format, args...))
 }
 
-// Close stops the sweeper and closes the database.
+// Fatalf must not return. Pebble calls it when it cannot go on safely (a
+// failed WAL write, a broken invariant); it exits like Pebble's own
+// logger does, because a panic in a request goroutine would be recovered
+// and the service would keep serving from a store that gave up.
+func (l logger) Fatalf(format string, args ...any) {
+	l.l.Error("pebble fatal: " + fmt.Sprintf(format, args...))
+	os.Exit(1)
+}
+
+// Close waits for calls in flight, stops the sweeper and closes the
+// database. Later calls, Close included, do nothing more.
 func (s *Store) Close() error {
-	var err error
-	s.close.Do(func() {
+	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
-		err = s.db.Close()
+		s.closeMu.Lock()
+		defer s.closeMu.Unlock()
+		s.closed = true
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close pebble: %w", err)
+		}
 	})
-	return err
+	return s.closeErr
 }
+
+// enter starts a call: it fails if ctx is done or the store is closed,
+// and otherwise keeps Close waiting until the matching exit. Methods call
+// it once and then use only unexported helpers, which never enter again:
+// a second shared lock could deadlock behind a waiting Close.
+func (s *Store) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) exit() { s.closeMu.RUnlock() }
 
 // Ping reports whether the database is open and readable.
 func (s *Store) Ping(ctx context.Context) error {
-	_, err := s.get([]byte(pMeta + "ping"))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
+	if err := s.enter(ctx); err != nil {
+		return err
 	}
-	return err
+	defer s.exit()
+	if _, err := s.get([]byte(pMeta + "ping")); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
 }
+
+// Keys.
 
 func key(prefix string, parts ...string) []byte {
 	n := len(prefix)
 	for _, p := range parts {
 		n += len(p) + 1
 	}
-	b := make([]byte, 0, n)
+	b := make([]byte, 0, n+8)
 	b = append(b, prefix...)
 	for i, p := range parts {
 		if i > 0 {
@@ -119,50 +226,94 @@ func key(prefix string, parts ...string) []byte {
 	return b
 }
 
+// be64 encodes v in 8 bytes. Negative numbers encode as their two's
+// complement: distinct numbers get distinct keys, which is all seq_no
+// keys need.
 func be64(v int64) []byte {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(v))
 	return b[:]
 }
 
-func msgKey(id int64) []byte { return append([]byte(pMsg), be64(id)...) }
+func msgKey(id int64) []byte { return binary.BigEndian.AppendUint64([]byte(pMsg), uint64(id)) }
+
 func seqKey(app string, seq int64) []byte {
-	return append(key(pSeq, app, ""), be64(seq)...)
+	return binary.BigEndian.AppendUint64(key(pSeq, app, ""), uint64(seq))
 }
 
 func queueKey(app, device string, id int64) []byte {
-	return append(key(pQueue, app, device, ""), be64(id)...)
+	return binary.BigEndian.AppendUint64(key(pQueue, app, device, ""), uint64(id))
 }
 
-func stripe(parts ...string) int {
-	h := fnv.New32a()
-	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	return int(h.Sum32() % stripes)
+// seqExpKey is the expiry index key of an entry. Expiry times before 1970
+// are filed under 0, so they sort first rather than after every real time.
+func seqExpKey(expires int64, app string, seq int64) []byte {
+	k := binary.BigEndian.AppendUint64([]byte(pSeqExp), uint64(max(expires, 0)))
+	k = append(k, app...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, uint64(seq))
 }
 
-func (s *Store) lockFor(parts ...string) *sync.Mutex { return &s.locks[stripe(parts...)] }
+// parseSeqExpKey splits an expiry index key; ok is false for a malformed key.
+func parseSeqExpKey(k []byte) (app string, seq int64, ok bool) {
+	rest := k[len(pSeqExp)+8:]
+	i := bytes.IndexByte(rest, 0)
+	if i < 0 || len(rest) != i+9 {
+		return "", 0, false
+	}
+	return string(rest[:i]), int64(binary.BigEndian.Uint64(rest[i+1:])), true
+}
 
-// lockSeqAndDevice locks the stripes of a seq_no (when seq is set) and of
-// a device, lower index first, so two requests never wait on each other.
-func (s *Store) lockSeqAndDevice(appKey string, seqNo int64, seq bool, device string) (unlock func()) {
-	d := stripe(appKey, device)
-	if !seq {
-		s.locks[d].Lock()
-		return s.locks[d].Unlock
+// Locks.
+
+// FNV-1a, inline so that picking a stripe allocates nothing.
+const (
+	fnvOffset = 2166136261
+	fnvPrime  = 16777619
+)
+
+func fnvString(h uint32, s string) uint32 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * fnvPrime
 	}
-	q := stripe("seq", appKey, string(be64(seqNo)))
-	if q == d {
-		s.locks[d].Lock()
-		return s.locks[d].Unlock
+	return h * fnvPrime // a zero byte ends each part: ("ab","c") and ("a","bc") differ
+}
+
+func deviceStripe(app, device string) int {
+	return int(fnvString(fnvString(fnvString(fnvOffset, "d"), app), device) % stripes)
+}
+
+func seqStripe(app string, seq int64) int {
+	h := fnvString(fnvString(fnvOffset, "n"), app)
+	for i := range 8 {
+		h = (h ^ uint32(byte(seq>>(8*i)))) * fnvPrime
 	}
-	lo, hi := min(q, d), max(q, d)
+	return int(h % stripes)
+}
+
+// lock2 locks the stripes a and b (which may be equal) in ascending order
+// and returns the function that unlocks them.
+func (s *Store) lock2(a, b int) (unlock func()) {
+	if a == b {
+		s.locks[a].Lock()
+		return s.locks[a].Unlock
+	}
+	lo, hi := min(a, b), max(a, b)
 	s.locks[lo].Lock()
 	s.locks[hi].Lock()
 	return func() { s.locks[hi].Unlock(); s.locks[lo].Unlock() }
 }
+
+// lockDeviceAndSeq locks a device and, when withSeq, a seq_no.
+func (s *Store) lockDeviceAndSeq(app, device string, seqNo int64, withSeq bool) (unlock func()) {
+	d := deviceStripe(app, device)
+	if !withSeq {
+		return s.lock2(d, d)
+	}
+	return s.lock2(d, seqStripe(app, seqNo))
+}
+
+// Reads and writes.
 
 func (s *Store) get(k []byte) ([]byte, error) {
 	v, closer, err := s.db.Get(k)
@@ -170,13 +321,16 @@ func (s *Store) get(k []byte) ([]byte, error) {
 		return nil, store.ErrNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("get %q: %w", k, err)
 	}
 	out := bytes.Clone(v)
-	closer.Close()
+	if err := closer.Close(); err != nil {
+		return nil, fmt.Errorf("get %q: %w", k, err)
+	}
 	return out, nil
 }
 
+// getJSON decodes the value at k into v; store.ErrNotFound if k is absent.
 func (s *Store) getJSON(k []byte, v any) error {
 	b, err := s.get(k)
 	if err != nil {
@@ -196,104 +350,66 @@ func (s *Store) exists(k []byte) (bool, error) {
 	return err == nil, err
 }
 
+func set(b *pebble.Batch, k, v []byte) error {
+	if err := b.Set(k, v, nil); err != nil {
+		return fmt.Errorf("set %q: %w", k, err)
+	}
+	return nil
+}
+
 func setJSON(b *pebble.Batch, k []byte, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return fmt.Errorf("encode %q: %w", k, err)
 	}
-	return b.Set(k, data, nil)
+	return set(b, k, data)
 }
 
-func commit(b *pebble.Batch) error {
+// write builds one batch with fill and commits it synced. Pebble makes the
+// batch visible to readers before its fsync completes; callers that must
+// not act on an unsynced write hold a stripe lock across write.
+func (s *Store) write(fill func(b *pebble.Batch) error) error {
+	b := s.db.NewBatch()
 	defer b.Close()
+	if err := fill(b); err != nil {
+		return err
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
 
-// Apps.
-
-func (s *Store) CreateApp(ctx context.Context, app store.App) error {
-	mu := s.lockFor("app", app.Key)
-	mu.Lock()
-	defer mu.Unlock()
-	k := key(pApp, app.Key)
-	if ok, err := s.exists(k); err != nil {
-		return err
-	} else if ok {
-		return store.ErrAlreadyExists
+// scan calls fn for each key in [lower, upper), in order, until fn says
+// stop. k and v are valid only during the call.
+func (s *Store) scan(lower, upper []byte, fn func(k, v []byte) (more bool, err error)) error {
+	if upper != nil && bytes.Compare(lower, upper) >= 0 {
+		return nil
 	}
-	b := s.db.NewBatch()
-	if err := setJSON(b, k, app); err != nil {
-		b.Close()
-		return err
-	}
-	return commit(b)
-}
-
-func (s *Store) GetApp(ctx context.Context, appKey string) (store.App, error) {
-	var app store.App
-	err := s.getJSON(key(pApp, appKey), &app)
-	return app, err
-}
-
-func (s *Store) ListApps(ctx context.Context) ([]store.App, error) {
-	var apps []store.App
-	err := s.scan([]byte(pApp), func(k, v []byte) (bool, error) {
-		var app store.App
-		if err := json.Unmarshal(v, &app); err != nil {
-			return false, err
-		}
-		apps = append(apps, app)
-		return true, nil
-	})
-	return apps, err
-}
-
-func (s *Store) UpdateApp(ctx context.Context, app store.App) error {
-	mu := s.lockFor("app", app.Key)
-	mu.Lock()
-	defer mu.Unlock()
-	k := key(pApp, app.Key)
-	if ok, err := s.exists(k); err != nil {
-		return err
-	} else if !ok {
-		return store.ErrNotFound
-	}
-	b := s.db.NewBatch()
-	if err := setJSON(b, k, app); err != nil {
-		b.Close()
-		return err
-	}
-	return commit(b)
-}
-
-// scan calls fn for each key with the prefix, in order, until fn says stop.
-func (s *Store) scan(prefix []byte, fn func(k, v []byte) (bool, error)) error {
-	return s.scanRange(prefix, prefixEnd(prefix), fn)
-}
-
-func (s *Store) scanRange(lower, upper []byte, fn func(k, v []byte) (bool, error)) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return err
+		return fmt.Errorf("iterate %q: %w", lower, err)
 	}
-	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return err
+			it.Close()
+			return fmt.Errorf("read %q: %w", it.Key(), err)
 		}
 		more, err := fn(it.Key(), v)
 		if err != nil || !more {
+			it.Close()
 			return err
 		}
 	}
-	return it.Error()
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("iterate %q: %w", lower, err)
+	}
+	return nil
 }
 
-// prefixEnd returns the smallest key greater than every key with prefix.
+// prefixEnd returns the smallest key greater than every key with prefix,
+// or nil (no bound) when there is none.
 func prefixEnd(prefix []byte) []byte {
 	end := bytes.Clone(prefix)
 	for i := len(end) - 1; i >= 0; i-- {
@@ -305,113 +421,234 @@ func prefixEnd(prefix []byte) []byte {
 	return nil
 }
 
+// Apps.
+
+// CreateApp stores a new app; store.ErrAlreadyExists if the key is taken.
+func (s *Store) CreateApp(ctx context.Context, app store.App) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	s.appMu.Lock()
+	defer s.appMu.Unlock()
+	k := key(pApp, app.Key)
+	if ok, err := s.exists(k); err != nil {
+		return fmt.Errorf("create app %s: %w", app.Key, err)
+	} else if ok {
+		return store.ErrAlreadyExists
+	}
+	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, app) }); err != nil {
+		return fmt.Errorf("create app %s: %w", app.Key, err)
+	}
+	return nil
+}
+
+// GetApp returns the app or store.ErrNotFound.
+func (s *Store) GetApp(ctx context.Context, appKey string) (store.App, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.App{}, err
+	}
+	defer s.exit()
+	var app store.App
+	if err := s.getJSON(key(pApp, appKey), &app); err != nil {
+		return store.App{}, err
+	}
+	return app, nil
+}
+
+// ListApps returns every app ordered by key.
+func (s *Store) ListApps(ctx context.Context) ([]store.App, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	var apps []store.App
+	err := s.scan([]byte(pApp), prefixEnd([]byte(pApp)), func(k, v []byte) (bool, error) {
+		var app store.App
+		if err := json.Unmarshal(v, &app); err != nil {
+			return false, fmt.Errorf("decode %q: %w", k, err)
+		}
+		apps = append(apps, app)
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list apps: %w", err)
+	}
+	return apps, nil
+}
+
+// UpdateApp replaces an existing app; store.ErrNotFound if there is none.
+func (s *Store) UpdateApp(ctx context.Context, app store.App) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	s.appMu.Lock()
+	defer s.appMu.Unlock()
+	k := key(pApp, app.Key)
+	if ok, err := s.exists(k); err != nil {
+		return fmt.Errorf("update app %s: %w", app.Key, err)
+	} else if !ok {
+		return store.ErrNotFound
+	}
+	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, app) }); err != nil {
+		return fmt.Errorf("update app %s: %w", app.Key, err)
+	}
+	return nil
+}
+
 // Devices.
 
+// CreateDevices stores the new devices, each with store.NewShadow, in one
+// batch; see store.Store for the per-device results.
 func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []store.Device) ([]error, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	shadow, err := json.Marshal(store.NewShadow())
+	if err != nil {
+		return nil, fmt.Errorf("encode shadow: %w", err)
+	}
+	// No device stripes: nothing else writes a device that does not exist
+	// yet, and existing devices are never written here.
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 	results := make([]error, len(devices))
 	seen := make(map[string]bool, len(devices))
-	b := s.db.NewBatch()
-	shadow, err := json.Marshal(store.NewShadow())
+	err = s.write(func(b *pebble.Batch) error {
+		for i, d := range devices {
+			k := key(pDevice, appKey, d.Name)
+			exists, err := s.exists(k)
+			if err != nil {
+				return err
+			}
+			if exists || seen[d.Name] {
+				results[i] = store.ErrAlreadyExists
+				continue
+			}
+			seen[d.Name] = true
+			d.AppKey = appKey
+			if err := setJSON(b, k, d); err != nil {
+				return err
+			}
+			if err := set(b, key(pShadow, appKey, d.Name), shadow); err != nil {
+				return err
+			}
+		}
+		return nil // an empty batch commits without an fsync
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create devices in %s: %w", appKey, err)
 	}
-	for i, d := range devices {
-		k := key(pDevice, appKey, d.Name)
-		exists, err := s.exists(k)
-		if err != nil {
-			b.Close()
-			return nil, err
-		}
-		if exists || seen[d.Name] {
-			results[i] = store.ErrAlreadyExists
-			continue
-		}
-		seen[d.Name] = true
-		d.AppKey = appKey
-		if err := setJSON(b, k, d); err != nil {
-			b.Close()
-			return nil, err
-		}
-		if err := b.Set(key(pShadow, appKey, d.Name), shadow, nil); err != nil {
-			b.Close()
-			return nil, err
-		}
-	}
-	return results, commit(b)
+	return results, nil
 }
 
+// GetDevice returns the device or store.ErrNotFound.
 func (s *Store) GetDevice(ctx context.Context, appKey, name string) (store.Device, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Device{}, err
+	}
+	defer s.exit()
 	var d store.Device
-	err := s.getJSON(key(pDevice, appKey, name), &d)
-	return d, err
+	if err := s.getJSON(key(pDevice, appKey, name), &d); err != nil {
+		return store.Device{}, err
+	}
+	return d, nil
 }
 
+// UpdateDevice replaces an existing device's base info and presence;
+// store.ErrNotFound if the device does not exist.
 func (s *Store) UpdateDevice(ctx context.Context, d store.Device) error {
-	mu := s.lockFor(d.AppKey, d.Name)
-	mu.Lock()
-	defer mu.Unlock()
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	defer s.lock2(deviceStripe(d.AppKey, d.Name), deviceStripe(d.AppKey, d.Name))()
 	k := key(pDevice, d.AppKey, d.Name)
 	if ok, err := s.exists(k); err != nil {
-		return err
+		return fmt.Errorf("update device %s/%s: %w", d.AppKey, d.Name, err)
 	} else if !ok {
 		return store.ErrNotFound
 	}
-	b := s.db.NewBatch()
-	if err := setJSON(b, k, d); err != nil {
-		b.Close()
-		return err
+	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, d) }); err != nil {
+		return fmt.Errorf("update device %s/%s: %w", d.AppKey, d.Name, err)
 	}
-	return commit(b)
+	return nil
 }
 
+// ListDevices returns up to limit devices whose names start with prefix,
+// in name order, after the name cursor. Next is the last name returned
+// when more devices follow, "" otherwise.
 func (s *Store) ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error) {
-	var page store.DevicePage
+	if limit < 1 {
+		return store.DevicePage{}, fmt.Errorf("list devices: limit %d is not positive", limit)
+	}
+	if err := s.enter(ctx); err != nil {
+		return store.DevicePage{}, err
+	}
+	defer s.exit()
 	lower := key(pDevice, appKey, prefix)
 	upper := prefixEnd(lower)
 	if cursor != "" {
-		after := append(key(pDevice, appKey, cursor), 0) // just past the cursor's key
-		if bytes.Compare(after, lower) > 0 {
+		// cursor+"\x00" is the first name after cursor: names hold no \x00.
+		if after := append(key(pDevice, appKey, cursor), 0); bytes.Compare(after, lower) > 0 {
 			lower = after
 		}
 	}
-	err := s.scanRange(lower, upper, func(k, v []byte) (bool, error) {
+	var page store.DevicePage
+	err := s.scan(lower, upper, func(k, v []byte) (bool, error) {
 		if len(page.Devices) == limit {
 			page.Next = page.Devices[limit-1].Name
 			return false, nil
 		}
 		var d store.Device
 		if err := json.Unmarshal(v, &d); err != nil {
-			return false, err
+			return false, fmt.Errorf("decode %q: %w", k, err)
 		}
 		page.Devices = append(page.Devices, d)
 		return true, nil
 	})
-	return page, err
+	if err != nil {
+		return store.DevicePage{}, fmt.Errorf("list devices of %s: %w", appKey, err)
+	}
+	return page, nil
 }
 
 // Shadows.
 
+// GetShadow returns the device's shadow or store.ErrNotFound.
 func (s *Store) GetShadow(ctx context.Context, appKey, name string) (store.Shadow, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Shadow{}, err
+	}
+	defer s.exit()
+	return s.getShadow(appKey, name)
+}
+
+func (s *Store) getShadow(appKey, name string) (store.Shadow, error) {
 	var sh store.Shadow
-	err := s.getJSON(key(pShadow, appKey, name), &sh)
+	if err := s.getJSON(key(pShadow, appKey, name), &sh); err != nil {
+		return store.Shadow{}, err
+	}
 	if sh.Properties == nil {
 		sh.Properties = map[string]store.Property{}
 	}
-	return sh, err
+	return sh, nil
 }
 
+// SetDesired applies u and records seq under seqNo in one synced batch;
+// see store.Store for the errors, which are checked in that order.
 func (s *Store) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int64, seq *store.SeqEntry) (store.Shadow, error) {
-	defer s.lockSeqAndDevice(u.AppKey, seqNo, seq != nil, u.DeviceName)()
-	if seq != nil {
-		if _, err := s.GetSeq(ctx, u.AppKey, seqNo); err == nil {
-			return store.Shadow{}, store.ErrSeqUsed
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return store.Shadow{}, err
-		}
+	if err := s.enter(ctx); err != nil {
+		return store.Shadow{}, err
 	}
-	sh, err := s.GetShadow(ctx, u.AppKey, u.DeviceName)
+	defer s.exit()
+	defer s.lockDeviceAndSeq(u.AppKey, u.DeviceName, seqNo, seq != nil)()
+	if err := s.checkSeqFree(u.AppKey, seqNo, seq); err != nil {
+		return store.Shadow{}, err
+	}
+	sh, err := s.getShadow(u.AppKey, u.DeviceName)
 	if err != nil {
 		return store.Shadow{}, err
 	}
@@ -425,26 +662,39 @@ func (s *Store) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int
 	}
 	sh.LastDesiredVersion++
 	sh.LastDesiredSTime = u.Time
-	b := s.db.NewBatch()
-	if err := setJSON(b, key(pShadow, u.AppKey, u.DeviceName), sh); err != nil {
-		b.Close()
-		return store.Shadow{}, err
-	}
-	if seq != nil {
-		if err := s.putSeq(b, u.AppKey, seqNo, *seq); err != nil {
-			b.Close()
-			return store.Shadow{}, err
+	err = s.write(func(b *pebble.Batch) error {
+		if err := setJSON(b, key(pShadow, u.AppKey, u.DeviceName), sh); err != nil {
+			return err
 		}
+		return putSeq(b, u.AppKey, seqNo, seq)
+	})
+	if err != nil {
+		return store.Shadow{}, fmt.Errorf("set desired %s/%s: %w", u.AppKey, u.DeviceName, err)
 	}
-	return sh, commit(b)
+	return sh, nil
 }
 
 // seq_no entries.
 
+// GetSeq returns the unexpired entry for the app's seq_no, or
+// store.ErrNotFound. It takes the seq_no's stripe, so it never returns an
+// entry whose write is still waiting for its fsync: a retry must not
+// replay a response that a crash could still undo.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.SeqEntry{}, err
+	}
+	defer s.exit()
+	i := seqStripe(appKey, seqNo)
+	s.locks[i].Lock()
+	defer s.locks[i].Unlock()
+	return s.getSeq(appKey, seqNo)
+}
+
+func (s *Store) getSeq(appKey string, seqNo int64) (store.SeqEntry, error) {
 	var e store.SeqEntry
 	if err := s.getJSON(seqKey(appKey, seqNo), &e); err != nil {
-		return e, err
+		return store.SeqEntry{}, err
 	}
 	if e.ExpiresAt <= s.now().UnixMilli() {
 		return store.SeqEntry{}, store.ErrNotFound
@@ -452,127 +702,202 @@ func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.S
 	return e, nil
 }
 
-func (s *Store) PutSeq(ctx context.Context, appKey string, seqNo int64, e store.SeqEntry) error {
-	mu := s.lockFor("seq", appKey, string(be64(seqNo)))
-	mu.Lock()
-	defer mu.Unlock()
-	if _, err := s.GetSeq(ctx, appKey, seqNo); err == nil {
+// checkSeqFree returns store.ErrSeqUsed if seq is set and the seq_no holds
+// an unexpired entry. The caller holds the seq_no's stripe.
+func (s *Store) checkSeqFree(appKey string, seqNo int64, seq *store.SeqEntry) error {
+	if seq == nil {
+		return nil
+	}
+	_, err := s.getSeq(appKey, seqNo)
+	switch {
+	case err == nil:
 		return store.ErrSeqUsed
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return err
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	default:
+		return fmt.Errorf("check seq_no %d of %s: %w", seqNo, appKey, err)
 	}
-	b := s.db.NewBatch()
-	if err := s.putSeq(b, appKey, seqNo, e); err != nil {
-		b.Close()
-		return err
-	}
-	return commit(b)
 }
 
-func (s *Store) putSeq(b *pebble.Batch, appKey string, seqNo int64, e store.SeqEntry) error {
+// PutSeq records e unless the seq_no holds an unexpired entry
+// (store.ErrSeqUsed).
+func (s *Store) PutSeq(ctx context.Context, appKey string, seqNo int64, e store.SeqEntry) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	i := seqStripe(appKey, seqNo)
+	s.locks[i].Lock()
+	defer s.locks[i].Unlock()
+	if err := s.checkSeqFree(appKey, seqNo, &e); err != nil {
+		return err
+	}
+	if err := s.write(func(b *pebble.Batch) error { return putSeq(b, appKey, seqNo, &e) }); err != nil {
+		return fmt.Errorf("put seq_no %d of %s: %w", seqNo, appKey, err)
+	}
+	return nil
+}
+
+// putSeq adds e (if not nil) and its expiry index key to b.
+func putSeq(b *pebble.Batch, appKey string, seqNo int64, e *store.SeqEntry) error {
+	if e == nil {
+		return nil
+	}
 	if err := setJSON(b, seqKey(appKey, seqNo), e); err != nil {
 		return err
 	}
-	return b.Set(seqExpKey(e.ExpiresAt, appKey, seqNo), nil, nil)
+	return set(b, seqExpKey(e.ExpiresAt, appKey, seqNo), nil)
 }
 
-func seqExpKey(expires int64, appKey string, seqNo int64) []byte {
-	k := append([]byte(pSeqExp), be64(expires)...)
-	k = append(k, appKey...)
-	k = append(k, 0)
-	return append(k, be64(seqNo)...)
-}
-
-// sweep deletes expired seq_no entries once a minute.
+// sweep deletes expired seq_no entries every sweepEvery until Close.
 func (s *Store) sweep() {
 	defer close(s.done)
-	t := time.NewTicker(time.Minute)
+	if s.sweepEvery <= 0 {
+		<-s.stop
+		return
+	}
+	t := time.NewTicker(s.sweepEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-			_ = s.sweepOnce()
+			if _, err := s.sweepOnce(); err != nil {
+				s.log.Error("sweep expired seq_no entries", "err", err)
+			}
 		}
 	}
 }
 
-func (s *Store) sweepOnce() error {
+// sweepOnce deletes the entries that have expired by now and their index
+// keys, and returns how many index keys it removed.
+func (s *Store) sweepOnce() (int, error) {
 	now := s.now().UnixMilli()
-	upper := append([]byte(pSeqExp), be64(now)...)
+	lower := []byte(pSeqExp)
+	upper := binary.BigEndian.AppendUint64([]byte(pSeqExp), uint64(now)+1) // expiry <= now
+	total := 0
+	for {
+		var keys [][]byte
+		err := s.scan(lower, upper, func(k, _ []byte) (bool, error) {
+			keys = append(keys, bytes.Clone(k))
+			return len(keys) < sweepChunk, nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("sweep: %w", err)
+		}
+		if len(keys) == 0 {
+			return total, nil
+		}
+		if err := s.sweepKeys(keys, now); err != nil {
+			return total, fmt.Errorf("sweep: %w", err)
+		}
+		total += len(keys)
+		if len(keys) < sweepChunk {
+			return total, nil
+		}
+		// Start after the last key rather than rescanning the tombstones.
+		lower = append(keys[len(keys)-1], 0)
+	}
+}
+
+// sweepKeys deletes the index keys and, where the entry they point to has
+// expired, the entry. It holds the entries' stripes until the batch is
+// committed: otherwise a PutSeq could replace an expired entry between the
+// check and the commit, and the sweeper would delete the fresh one.
+func (s *Store) sweepKeys(keys [][]byte, now int64) error {
+	held := make([]int, 0, len(keys))
+	for _, k := range keys {
+		if app, seq, ok := parseSeqExpKey(k); ok {
+			held = append(held, seqStripe(app, seq))
+		}
+	}
+	slices.Sort(held)
+	held = slices.Compact(held)
+	for _, i := range held {
+		s.locks[i].Lock()
+	}
+	defer func() {
+		for _, i := range held {
+			s.locks[i].Unlock()
+		}
+	}()
 	b := s.db.NewBatch()
 	defer b.Close()
-	n := 0
-	err := s.scanRange([]byte(pSeqExp), upper, func(k, _ []byte) (bool, error) {
-		rest := k[len(pSeqExp)+8:]
-		i := bytes.IndexByte(rest, 0)
-		if i < 0 || len(rest) != i+9 {
-			return true, b.Delete(k, nil)
+	for _, k := range keys {
+		if err := b.Delete(k, nil); err != nil {
+			return fmt.Errorf("delete %q: %w", k, err)
 		}
-		appKey, seqNo := string(rest[:i]), int64(binary.BigEndian.Uint64(rest[i+1:]))
-		mu := s.lockFor("seq", appKey, string(be64(seqNo)))
-		mu.Lock()
-		// The entry may have been replaced with a later expiry; keep it then.
+		app, seq, ok := parseSeqExpKey(k)
+		if !ok {
+			continue
+		}
 		var e store.SeqEntry
-		if err := s.getJSON(seqKey(appKey, seqNo), &e); err == nil && e.ExpiresAt <= now {
-			_ = b.Delete(seqKey(appKey, seqNo), nil)
+		err := s.getJSON(seqKey(app, seq), &e)
+		if errors.Is(err, store.ErrNotFound) || err == nil && e.ExpiresAt > now {
+			continue // already gone, or replaced by a live entry
 		}
-		mu.Unlock()
-		n++
-		return n < 10000, b.Delete(k, nil)
-	})
-	if err != nil || n == 0 {
-		return err
+		if err != nil {
+			return err
+		}
+		if err := b.Delete(seqKey(app, seq), nil); err != nil {
+			return fmt.Errorf("delete seq_no %d of %s: %w", seq, app, err)
+		}
 	}
-	return b.Commit(pebble.NoSync) // losing a sweep only delays it
+	// Unsynced: a sweep lost in a crash leaves entries that already count
+	// as absent, and the next sweep deletes them.
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // Messages.
 
+// CreateMessage stores m, queues it if pending and records seq, in one
+// synced batch; see store.Store for the errors, which are checked in the
+// order ErrSeqUsed, ErrQueueFull.
 func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64, seq *store.SeqEntry) error {
-	defer s.lockSeqAndDevice(m.AppKey, seqNo, seq != nil, m.DeviceName)()
-	if seq != nil {
-		if _, err := s.GetSeq(ctx, m.AppKey, seqNo); err == nil {
-			return store.ErrSeqUsed
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-	}
-	b := s.db.NewBatch()
-	if m.State == store.StatePending {
-		ck := key(pCount, m.AppKey, m.DeviceName)
-		count, err := s.count(ck)
-		if err != nil {
-			b.Close()
-			return err
-		}
-		if count >= store.MaxPending {
-			b.Close()
-			return store.ErrQueueFull
-		}
-		if err := b.Set(ck, be64(count+1), nil); err != nil {
-			b.Close()
-			return err
-		}
-		if err := b.Set(queueKey(m.AppKey, m.DeviceName, m.ID), nil, nil); err != nil {
-			b.Close()
-			return err
-		}
-	}
-	if err := setJSON(b, msgKey(m.ID), m); err != nil {
-		b.Close()
+	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	if seq != nil {
-		if err := s.putSeq(b, m.AppKey, seqNo, *seq); err != nil {
-			b.Close()
-			return err
+	defer s.exit()
+	defer s.lockDeviceAndSeq(m.AppKey, m.DeviceName, seqNo, seq != nil)()
+	if err := s.checkSeqFree(m.AppKey, seqNo, seq); err != nil {
+		return err
+	}
+	var count int64
+	ck := key(pCount, m.AppKey, m.DeviceName)
+	if m.State == store.StatePending {
+		var err error
+		if count, err = s.count(ck); err != nil {
+			return fmt.Errorf("create message %d: %w", m.ID, err)
+		}
+		if count >= store.MaxPending {
+			return store.ErrQueueFull
 		}
 	}
-	return commit(b)
+	err := s.write(func(b *pebble.Batch) error {
+		if m.State == store.StatePending {
+			if err := set(b, ck, be64(count+1)); err != nil {
+				return err
+			}
+			if err := set(b, queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
+				return err
+			}
+		}
+		if err := setJSON(b, msgKey(m.ID), m); err != nil {
+			return err
+		}
+		return putSeq(b, m.AppKey, seqNo, seq)
+	})
+	if err != nil {
+		return fmt.Errorf("create message %d: %w", m.ID, err)
+	}
+	return nil
 }
 
+// count reads a pending counter; an absent one is 0.
 func (s *Store) count(k []byte) (int64, error) {
 	v, err := s.get(k)
 	if errors.Is(err, store.ErrNotFound) {
@@ -582,12 +907,18 @@ func (s *Store) count(k []byte) (int64, error) {
 		return 0, err
 	}
 	if len(v) != 8 {
-		return 0, fmt.Errorf("counter %q has %d bytes", k, len(v))
+		return 0, fmt.Errorf("counter %q has %d bytes, want 8", k, len(v))
 	}
 	return int64(binary.BigEndian.Uint64(v)), nil
 }
 
+// GetMessage returns the app's message or store.ErrNotFound, also when the
+// id belongs to another app.
 func (s *Store) GetMessage(ctx context.Context, appKey string, id int64) (store.Message, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Message{}, err
+	}
+	defer s.exit()
 	var m store.Message
 	if err := s.getJSON(msgKey(id), &m); err != nil {
 		return store.Message{}, err
@@ -598,32 +929,54 @@ func (s *Store) GetMessage(ctx context.Context, appKey string, id int64) (store.
 	return m, nil
 }
 
+// PendingMessages returns up to limit of the device's pending messages in
+// msgid order, which is send order.
 func (s *Store) PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]store.Message, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
 	var out []store.Message
 	prefix := key(pQueue, appKey, deviceName, "")
-	err := s.scan(prefix, func(k, _ []byte) (bool, error) {
+	err := s.scan(prefix, prefixEnd(prefix), func(k, _ []byte) (bool, error) {
 		id := int64(binary.BigEndian.Uint64(k[len(prefix):]))
 		var m store.Message
-		if err := s.getJSON(msgKey(id), &m); err != nil {
+		if err := s.getJSON(msgKey(id), &m); errors.Is(err, store.ErrNotFound) {
+			return false, fmt.Errorf("queue entry %q names missing message %d", k, id)
+		} else if err != nil {
 			return false, err
 		}
 		out = append(out, m)
 		return len(out) < limit, nil
 	})
-	return out, err
+	if err != nil {
+		return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
+	}
+	return out, nil
 }
 
 // Meta.
 
+// GetMeta returns the value stored under k, or store.ErrNotFound.
 func (s *Store) GetMeta(ctx context.Context, k string) ([]byte, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
 	return s.get([]byte(pMeta + k))
 }
 
+// PutMeta stores value under k.
 func (s *Store) PutMeta(ctx context.Context, k string, value []byte) error {
-	b := s.db.NewBatch()
-	if err := b.Set([]byte(pMeta+k), value, nil); err != nil {
-		b.Close()
+	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	return commit(b)
+	defer s.exit()
+	if err := s.write(func(b *pebble.Batch) error { return set(b, []byte(pMeta+k), value) }); err != nil {
+		return fmt.Errorf("put meta %s: %w", k, err)
+	}
+	return nil
 }
