@@ -136,7 +136,7 @@ func (e *env) do(method, path string, body any, c *creds) response {
 		e.t.Fatal(err)
 	}
 	if !strings.HasPrefix(path, "/debug/") {
-		e.oapi.Check(e.t, req, resp, out)
+		e.oapi.Check(e.t, req, raw, resp, out)
 	}
 	return response{resp.StatusCode, resp.Header, out}
 }
