@@ -188,9 +188,12 @@ func (a *API) putRateLimits(c *gin.Context) error {
 		if _, known := limits[field]; !known {
 			return errInvalid("unknown rate-limit category %q (want create, property, message or query)", field)
 		}
-		n, _, err := obj.int64Field(field, false)
+		n, ok, err := obj.int64Field(field, false)
 		if err != nil {
 			return err
+		}
+		if !ok {
+			return errInvalid("%s must be an integer (0 means unlimited), not null", field)
 		}
 		if n < 0 || n > 1_000_000 {
 			return errInvalid("%s must be 0 (unlimited) to 1000000 requests per second", field)

@@ -121,6 +121,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	e.do("PUT", "/admin/v1/apps/"+e.app.Key+"/ratelimits", `{"bogus":3}`, &adm).wantError(t, 400, 1003, "bogus")
 	e.do("PUT", "/admin/v1/apps/"+e.app.Key+"/ratelimits", `{"query":-1}`, &adm).wantError(t, 400, 1003, "query")
+	e.do("PUT", "/admin/v1/apps/"+e.app.Key+"/ratelimits", `{"create":null}`, &adm).wantError(t, 400, 1003, "create")
 
 	var limited response
 	for i := 1; i <= 10; i++ {

@@ -118,6 +118,15 @@ func canonical(raw []byte) []byte {
 	if err := dec.Decode(&v); err != nil {
 		return raw
 	}
+	if obj, ok := v.(map[string]any); ok {
+		// A top-level null means "absent" to every handler (has), so it
+		// must not make an otherwise identical retry look different.
+		for k, val := range obj {
+			if val == nil {
+				delete(obj, k)
+			}
+		}
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return raw

@@ -209,6 +209,9 @@ func (a *API) getProperty(c *gin.Context) error {
 		return err
 	}
 	sh, err := a.store.GetShadow(c.Request.Context(), d.AppKey, d.Name)
+	if errors.Is(err, store.ErrNotFound) { // deleted since loadDevice
+		return errInvalid("device %q not found", d.Name)
+	}
 	if err != nil {
 		return fmt.Errorf("load shadow: %w", err)
 	}

@@ -2,6 +2,7 @@ package restapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -51,8 +52,8 @@ type errorBody struct {
 // is not an *apiError is an internal error: logged, and reported as 1000
 // without its details.
 func (a *API) writeError(c *gin.Context, err error) {
-	e, ok := err.(*apiError)
-	if !ok {
+	var e *apiError
+	if !errors.As(err, &e) {
 		a.log.Error("request failed", "method", c.Request.Method, "route", c.FullPath(), "err", err)
 		e = &apiError{http.StatusInternalServerError, CodeInternal, "internal error; retry later", 0}
 	}

@@ -50,6 +50,13 @@ func TestSeqNoReplay(t *testing.T) {
 			t.Fatalf("msgids differ: %s vs %s", r1.body, r2.body)
 		}
 	})
+	t.Run("null and absent optional fields are the same request", func(t *testing.T) {
+		r1 := e.call("POST", "/msg/v1/msg", `{"seq_no":60,"device_name":"dev-0001","msg_body":"x"}`)
+		r2 := e.call("POST", "/msg/v1/msg", `{"seq_no":60,"device_name":"dev-0001","msg_body":"x","ttl":null}`)
+		if string(r1.body) != string(r2.body) || r2.header.Get("X-Devmsg-Replayed") != "true" {
+			t.Fatalf("not replayed: %s then %d %s", r1.body, r2.status, r2.body)
+		}
+	})
 	t.Run("apps have separate seq_no spaces", func(t *testing.T) {
 		other := e.createApp("other")
 		oc := credsOf(other)
