@@ -1,10 +1,14 @@
 .PHONY: run build test test-race lint bench
 
+# `devmsg version` prints this; without git (a source tarball) it stays "dev".
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
 run:
 	go run ./cmd/devmsg serve
 
 build:
-	go build -o devmsg ./cmd/devmsg
+	go build -ldflags "$(LDFLAGS)" -o devmsg ./cmd/devmsg
 
 test:
 	go test -count=1 -timeout 20m ./...
