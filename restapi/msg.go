@@ -149,8 +149,5 @@ func (a *API) getMessage(c *gin.Context) error {
 	if err != nil {
 		return fmt.Errorf("load message: %w", err)
 	}
-	if m.Records == nil {
-		m.Records = []store.Record{}
-	}
-	return writeJSON(c, messageView{m.ID, m.DeviceName, m.State, m.TTL, m.TimeCreate, m.Records})
+	return writeJSON(c, messageView{m.ID, m.DeviceName, m.State, m.TTL, m.TimeCreate, message.Records(m)})
 }

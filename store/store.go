@@ -160,13 +160,15 @@ const (
 )
 
 // Record is one message-status record, in the callback format of
-// DESIGN.md section 4.
+// DESIGN.md section 4. Stored records may leave out the fields that the
+// message already holds (channelkey, msgid, userid, sender_id, params);
+// message.Records fills them in before a record leaves the service.
 type Record struct {
 	Type       int             `json:"type"`
-	ChannelKey string          `json:"channelkey"`
-	MsgID      string          `json:"msgid"`
-	UserID     string          `json:"userid"`
-	SenderID   string          `json:"sender_id"`
+	ChannelKey string          `json:"channelkey,omitempty"`
+	MsgID      string          `json:"msgid,omitempty"`
+	UserID     string          `json:"userid,omitempty"`
+	SenderID   string          `json:"sender_id,omitempty"`
 	Sender     int             `json:"sender"`
 	SentTime   int64           `json:"sent_time"` // Unix seconds
 	Error      *RecordError    `json:"error,omitempty"`

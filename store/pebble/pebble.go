@@ -69,6 +69,7 @@ type Store struct {
 	// up to a thousand names.
 	createMu sync.Mutex
 	appMu    sync.Mutex // serialises app creation and update
+	devices  deviceCache
 
 	log        *slog.Logger
 	now        func() time.Time
@@ -550,10 +551,17 @@ func (s *Store) GetDevice(ctx context.Context, appKey, name string) (store.Devic
 		return store.Device{}, err
 	}
 	defer s.exit()
+	if d, ok := s.devices.get(appKey, name); ok {
+		return d, nil
+	}
+	// Read and cache under the device's lock, so an UpdateDevice cannot
+	// slip between the read and the insert and leave a stale entry.
+	defer s.lock2(deviceStripe(appKey, name), deviceStripe(appKey, name))()
 	var d store.Device
 	if err := s.getJSON(key(pDevice, appKey, name), &d); err != nil {
 		return store.Device{}, err
 	}
+	s.devices.put(d)
 	return d, nil
 }
 
@@ -572,8 +580,10 @@ func (s *Store) UpdateDevice(ctx context.Context, d store.Device) error {
 		return store.ErrNotFound
 	}
 	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, d) }); err != nil {
+		s.devices.drop(d.AppKey, d.Name) // the batch may or may not have landed
 		return fmt.Errorf("update device %s/%s: %w", d.AppKey, d.Name, err)
 	}
+	s.devices.put(d)
 	return nil
 }
 
