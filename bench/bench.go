@@ -150,7 +150,12 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	fmt.Fprintf(out, "target %s, %d devices, %s per workload\n", o.Target, o.Devices, o.Duration)
 	var results []Result
 	closed := map[string]float64{}
-	for _, w := range o.Workloads {
+	for i, w := range o.Workloads {
+		if i > 0 {
+			if idle := b.settle(ctx); !idle {
+				fmt.Fprintln(out, "warning: the server was still busy after the previous workload; measuring anyway")
+			}
+		}
 		var r Result
 		var err error
 		switch w {

@@ -121,6 +121,27 @@ func (b *runner) setup(ctx context.Context) error {
 	return nil
 }
 
+// settle waits, up to a minute, until the server uses under a tenth of a
+// core: a saturating workload leaves flushes and compactions behind, and
+// a latency run should measure its own load, not the previous one's. It
+// reports whether the server became idle.
+func (b *runner) settle(ctx context.Context) bool {
+	deadline := time.Now().Add(time.Minute)
+	prev := b.serverCPU(ctx)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(time.Second)
+		cur := b.serverCPU(ctx)
+		if prev < 0 || cur < 0 {
+			return true // no metrics to judge by
+		}
+		if cur-prev < 0.1 {
+			return true
+		}
+		prev = cur
+	}
+	return false
+}
+
 // serverCPU reads process_cpu_seconds_total from the server's /metrics;
 // -1 when it cannot.
 func (b *runner) serverCPU(ctx context.Context) float64 {
