@@ -6,7 +6,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// maxCachedDevices bounds the device cache (about 300 bytes an entry).
+// maxCachedDevices bounds the device and count caches (about 300 bytes a
+// device entry).
 const maxCachedDevices = 1 << 18
 
 // deviceCache keeps decoded devices: every REST call that names a device
@@ -45,6 +46,42 @@ func (c *deviceCache) put(d store.Device) {
 }
 
 func (c *deviceCache) drop(app, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, cacheKey(app, name))
+}
+
+// countCache keeps pending-queue counts, saving a lookup per send. Callers
+// hold the device's lock around get, the write and put.
+type countCache struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (c *countCache) get(app, name string) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.m[cacheKey(app, name)]
+	return n, ok
+}
+
+func (c *countCache) put(app, name string, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]int64)
+	}
+	k := cacheKey(app, name)
+	if _, ok := c.m[k]; !ok && len(c.m) >= maxCachedDevices {
+		for victim := range c.m {
+			delete(c.m, victim)
+			break
+		}
+	}
+	c.m[k] = n
+}
+
+func (c *countCache) drop(app, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, cacheKey(app, name))

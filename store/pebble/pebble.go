@@ -50,6 +50,9 @@ const (
 // stripes is the number of locks that serialise read-check-write
 // sequences. Writers to different devices or seq_nos rarely share one, so
 // their synced commits overlap and Pebble's group commit shares fsyncs.
+// walMinSyncInterval is Pebble's WALMinSyncInterval (see Open).
+var walMinSyncInterval = 500 * time.Microsecond
+
 const stripes = 1024
 
 // sweepChunk is how many expiry index entries the sweeper deletes per
@@ -70,6 +73,9 @@ type Store struct {
 	createMu sync.Mutex
 	appMu    sync.Mutex // serialises app creation and update
 	devices  deviceCache
+	// pending caches each device's pending-queue count; it is read and
+	// written only under the device's lock, like the counter key itself.
+	pending countCache
 
 	log        *slog.Logger
 	now        func() time.Time
@@ -127,6 +133,11 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		// index blocks large enough to fall out of the cache. 16 MiB
 		// sustained the highest send rate.
 		MemTableSize: 16 << 20,
+		// Space WAL syncs at least this far apart so more concurrent
+		// commits share each fdatasync: profiles showed the syncs at a
+		// seventh of server CPU when requests arrive too sparsely to
+		// group on their own. Every commit still waits for its sync.
+		WALMinSyncInterval: func() time.Duration { return walMinSyncInterval },
 	}
 	// Most Gets look up keys that do not exist yet (a new seq_no); bloom
 	// filters answer those without reading blocks of every level.
@@ -880,7 +891,9 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 	ck := key(pCount, m.AppKey, m.DeviceName)
 	if m.State == store.StatePending {
 		var err error
-		if count, err = s.count(ck); err != nil {
+		if c, ok := s.pending.get(m.AppKey, m.DeviceName); ok {
+			count = c
+		} else if count, err = s.count(ck); err != nil {
 			return fmt.Errorf("create message %d: %w", m.ID, err)
 		}
 		if count >= store.MaxPending {
@@ -902,7 +915,11 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 		return putSeq(b, m.AppKey, seqNo, seq)
 	})
 	if err != nil {
+		s.pending.drop(m.AppKey, m.DeviceName) // the batch may or may not have landed
 		return fmt.Errorf("create message %d: %w", m.ID, err)
+	}
+	if m.State == store.StatePending {
+		s.pending.put(m.AppKey, m.DeviceName, count+1)
 	}
 	return nil
 }
