@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -27,7 +28,16 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 	},
 }
 
+// defaultGCPercent replaces Go's default of 100 unless GOGC is set. The
+// live heap is small (tens of MiB), and under load GC cycles ran every few
+// milliseconds; measured with devmsg bench, 400 raised the send rate by
+// about a tenth for a few tens of MiB more memory.
+const defaultGCPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	go func() {
