@@ -142,3 +142,13 @@ func compact(v json.RawMessage) json.RawMessage {
 	}
 	return b.Bytes()
 }
+
+// seqTarget reads the seq_no and device_name that every writing call
+// of spec section 4 carries.
+func (o object) seqTarget() (seqNo int64, device string, err error) {
+	if seqNo, _, err = o.int64Field("seq_no", true); err != nil {
+		return 0, "", err
+	}
+	device, _, err = o.stringField("device_name", true)
+	return seqNo, device, err
+}

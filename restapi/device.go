@@ -244,11 +244,7 @@ func (a *API) setProperty(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	seqNo, _, err := obj.int64Field("seq_no", true)
-	if err != nil {
-		return err
-	}
-	name, _, err := obj.stringField("device_name", true)
+	seqNo, name, err := obj.seqTarget()
 	if err != nil {
 		return err
 	}

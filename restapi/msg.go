@@ -21,11 +21,7 @@ func (a *API) sendMessage(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	seqNo, _, err := obj.int64Field("seq_no", true)
-	if err != nil {
-		return err
-	}
-	name, _, err := obj.stringField("device_name", true)
+	seqNo, name, err := obj.seqTarget()
 	if err != nil {
 		return err
 	}

@@ -6,83 +6,54 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// maxCachedDevices bounds the device and count caches (about 300 bytes a
-// device entry).
-const maxCachedDevices = 1 << 18
+// maxCached bounds each cache (a device entry is about 300 bytes).
+const maxCached = 1 << 18
 
-// deviceCache keeps decoded devices: every REST call that names a device
-// reads it, and profiling showed that read (an LSM lookup and a JSON
-// decode) at a tenth of the server's CPU under a send load. Every write of
-// a device goes through this Store and updates the cache under the
-// device's lock, so the cache is never staler than the database.
-type deviceCache struct {
+// cache is a bounded map from app and device name to V. The Store keeps
+// two: decoded devices, because every REST call that names a device reads
+// it and profiling showed that read (an LSM lookup and a JSON decode) at a
+// tenth of the server's CPU under a send load; and pending-queue counts,
+// saving a lookup per send. Every write of either goes through the Store
+// and updates the cache under the device's lock, so a cache is never
+// staler than the database.
+type cache[V any] struct {
 	mu sync.RWMutex
-	m  map[string]store.Device
+	m  map[string]V
 }
 
 func cacheKey(app, name string) string { return app + "\x00" + name }
 
-func (c *deviceCache) get(app, name string) (store.Device, bool) {
+func (c *cache[V]) get(app, name string) (V, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	d, ok := c.m[cacheKey(app, name)]
-	return d, ok
+	v, ok := c.m[cacheKey(app, name)]
+	return v, ok
 }
 
-func (c *deviceCache) put(d store.Device) {
+func (c *cache[V]) put(app, name string, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = make(map[string]store.Device)
+		c.m = make(map[string]V)
 	}
-	k := cacheKey(d.AppKey, d.Name)
-	if _, ok := c.m[k]; !ok && len(c.m) >= maxCachedDevices {
+	k := cacheKey(app, name)
+	if _, ok := c.m[k]; !ok && len(c.m) >= maxCached {
 		for victim := range c.m { // map order is random enough for eviction
 			delete(c.m, victim)
 			break
 		}
 	}
-	c.m[k] = d
+	c.m[k] = v
 }
 
-func (c *deviceCache) drop(app, name string) {
+func (c *cache[V]) drop(app, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, cacheKey(app, name))
 }
 
-// countCache keeps pending-queue counts, saving a lookup per send. Callers
-// hold the device's lock around get, the write and put.
-type countCache struct {
-	mu sync.Mutex
-	m  map[string]int64
-}
-
-func (c *countCache) get(app, name string) (int64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, ok := c.m[cacheKey(app, name)]
-	return n, ok
-}
-
-func (c *countCache) put(app, name string, n int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[string]int64)
-	}
-	k := cacheKey(app, name)
-	if _, ok := c.m[k]; !ok && len(c.m) >= maxCachedDevices {
-		for victim := range c.m {
-			delete(c.m, victim)
-			break
-		}
-	}
-	c.m[k] = n
-}
-
-func (c *countCache) drop(app, name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, cacheKey(app, name))
-}
+// Compile-time shapes of the two caches the Store holds.
+type (
+	deviceCache = cache[store.Device]
+	countCache  = cache[int64]
+)

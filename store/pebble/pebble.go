@@ -588,7 +588,7 @@ func (s *Store) GetDevice(ctx context.Context, appKey, name string) (store.Devic
 	if err := s.getJSON(key(pDevice, appKey, name), &d); err != nil {
 		return store.Device{}, err
 	}
-	s.devices.put(d)
+	s.devices.put(d.AppKey, d.Name, d)
 	return d, nil
 }
 
@@ -610,7 +610,7 @@ func (s *Store) UpdateDevice(ctx context.Context, d store.Device) error {
 		s.devices.drop(d.AppKey, d.Name) // the batch may or may not have landed
 		return fmt.Errorf("update device %s/%s: %w", d.AppKey, d.Name, err)
 	}
-	s.devices.put(d)
+	s.devices.put(d.AppKey, d.Name, d)
 	return nil
 }
 
