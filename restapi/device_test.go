@@ -162,13 +162,20 @@ func TestCreateDevicesBatchLimits(t *testing.T) {
 		{"not an object", `[1,2]`, 1003, "JSON object"},
 		{"trailing data", `{"device":[]} {}`, 1003, "after the JSON object"},
 		{"empty body", ``, 1003, "JSON"},
-		{"body over 1 MiB", `{"device":[{"name":"abcd","mark":"` + strings.Repeat("m", 1<<20) + `"}]}`, 1003, "exceeds"},
+		{"body of 1 MiB + 1 byte", sized(1<<20 + 1), 1003, "exceeds"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e.call("POST", "/device/v1/devices", tc.body).wantError(t, 400, tc.code, tc.fragment)
 		})
 	}
+	t.Run("body of exactly 1 MiB", func(t *testing.T) {
+		r := e.call("POST", "/device/v1/devices", sized(1<<20))
+		r.wantOK(t) // the element fails (mark too long), the request is read
+		if !strings.Contains(string(r.body), `"code":1003`) {
+			t.Fatalf("got %.200s", r.body)
+		}
+	})
 	// Nothing of the rejected 1001 was created.
 	e.call("GET", "/device/v1/status?device_name=dev-005000", nil).wantError(t, 400, 1003, "not found")
 }
@@ -242,4 +249,10 @@ func TestTenantIsolation(t *testing.T) {
 	if !strings.Contains(string(p.body), `"last_desired_version":1`) {
 		t.Errorf("app A's device changed: %s", p.body)
 	}
+}
+
+// sized returns a batch-create body of exactly n bytes.
+func sized(n int) string {
+	const head, tail = `{"device":[{"name":"abcd","mark":"`, `"}]}`
+	return head + strings.Repeat("m", n-len(head)-len(tail)) + tail
 }

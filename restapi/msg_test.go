@@ -82,6 +82,7 @@ func TestSendMessage(t *testing.T) {
 			{"ttl 0", `{"seq_no":12,"device_name":"dev-0001","msg_body":"x","ttl":0}`},
 			{"ttl max", `{"seq_no":13,"device_name":"dev-0001","msg_body":"x","ttl":604800}`},
 			{"ttl null means default", `{"seq_no":14,"device_name":"dev-0001","msg_body":"x","ttl":null}`},
+			{"params of exactly 1 KiB", `{"seq_no":16,"device_name":"dev-0001","msg_body":"x","callback":{"params":{"k":"` + strings.Repeat("p", 1016) + `"}}}`},
 		}
 		for _, tc := range ok {
 			t.Run(tc.name, func(t *testing.T) { e.send(tc.body) })
@@ -109,7 +110,7 @@ func TestSendMessage(t *testing.T) {
 			{"callback not an object", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":"http://x"}`, 1003, "callback"},
 			{"callback url not http", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"url":"ftp://x"}}`, 1003, "callback.url"},
 			{"callback params not an object", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"params":[1]}}`, 1003, "callback.params"},
-			{"callback params over 1 KiB", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"params":{"k":"` + strings.Repeat("p", 1020) + `"}}}`, 1003, "callback.params"},
+			{"callback params over 1 KiB", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"params":{"k":"` + strings.Repeat("p", 1017) + `"}}}`, 1003, "callback.params"},
 		}
 		for _, tc := range bad {
 			t.Run(tc.name, func(t *testing.T) {
