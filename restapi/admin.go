@@ -62,7 +62,7 @@ func (a *API) createApp(c *gin.Context) error {
 	if err := requireAdmin(c); err != nil {
 		return err
 	}
-	obj, _, err := readBody(c)
+	obj, err := readBody(c)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (a *API) putModel(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	obj, _, err := readBody(c)
+	obj, err := readBody(c)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	obj, _, err := readBody(c)
+	obj, err := readBody(c)
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (a *API) patchDevice(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	obj, _, err := readBody(c)
+	obj, err := readBody(c)
 	if err != nil {
 		return err
 	}

@@ -20,20 +20,16 @@ const MaxBodyBytes = 1 << 20
 type object map[string]json.RawMessage
 
 // readBody reads the request body and decodes it as one JSON object.
-func readBody(c *gin.Context) (object, []byte, error) {
+func readBody(c *gin.Context) (object, error) {
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, nil, errInvalid("request body exceeds %d bytes", MaxBodyBytes)
+			return nil, errInvalid("request body exceeds %d bytes", MaxBodyBytes)
 		}
-		return nil, nil, errInvalid("read request body: %v", err)
+		return nil, errInvalid("read request body: %v", err)
 	}
-	obj, err := parseObject(raw, "request body")
-	if err != nil {
-		return nil, nil, err
-	}
-	return obj, raw, nil
+	return parseObject(raw, "request body")
 }
 
 // parseObject decodes raw as exactly one JSON object.
@@ -108,30 +104,35 @@ func (o object) stringField(field string, required bool) (string, bool, error) {
 	return s, true, nil
 }
 
-// canonical re-encodes a JSON document with sorted keys and no
-// insignificant whitespace, so two requests that mean the same compare
-// equal.
-func canonical(raw []byte) []byte {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+// canonicalValue re-encodes one JSON value so two values that mean the
+// same compare equal: objects get sorted keys, strings one escaping, and
+// insignificant whitespace goes. Numbers and literals keep their bytes.
+func canonicalValue(raw json.RawMessage) []byte {
+	if len(raw) == 0 {
 		return raw
 	}
-	if obj, ok := v.(map[string]any); ok {
-		// A top-level null means "absent" to every handler (has), so it
-		// must not make an otherwise identical retry look different.
-		for k, val := range obj {
-			if val == nil {
-				delete(obj, k)
-			}
+	switch raw[0] {
+	case '"':
+		var str string
+		if err := json.Unmarshal(raw, &str); err != nil {
+			return raw
 		}
+		b, _ := json.Marshal(str)
+		return b
+	case '{', '[':
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return raw
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return raw
+		}
+		return b
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return raw
-	}
-	return b
+	return raw
 }
 
 // compact strips insignificant whitespace from a valid JSON value.

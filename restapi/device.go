@@ -57,7 +57,7 @@ type createResult struct {
 
 // createDevices serves POST /device/v1/devices (spec 4.6).
 func (a *API) createDevices(c *gin.Context) error {
-	obj, _, err := readBody(c)
+	obj, err := readBody(c)
 	if err != nil {
 		return err
 	}
@@ -240,7 +240,7 @@ type propertyResult struct {
 
 // setProperty serves POST /device/v1/property (spec 4.1).
 func (a *API) setProperty(c *gin.Context) error {
-	obj, raw, err := readBody(c)
+	obj, err := readBody(c)
 	if err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func (a *API) setProperty(c *gin.Context) error {
 		return err
 	}
 	app := currentApp(c)
-	fp := fingerprint("POST /device/v1/property", raw)
+	fp := fingerprint("POST /device/v1/property", obj)
 	if dev, err := a.loadSeqDevice(c, app.Key, name, seqNo, fp); err != nil || dev == nil {
 		return err
 	}

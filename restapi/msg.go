@@ -17,7 +17,7 @@ const MaxCallbackURLBytes = 2048
 
 // sendMessage serves POST /msg/v1/msg (spec 4.2, DESIGN.md section 2).
 func (a *API) sendMessage(c *gin.Context) error {
-	obj, raw, err := readBody(c)
+	obj, err := readBody(c)
 	if err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func (a *API) sendMessage(c *gin.Context) error {
 		return err
 	}
 	app := currentApp(c)
-	fp := fingerprint("POST /msg/v1/msg", raw)
+	fp := fingerprint("POST /msg/v1/msg", obj)
 	dev, err := a.loadSeqDevice(c, app.Key, name, seqNo, fp)
 	if err != nil || dev == nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -18,12 +19,26 @@ import (
 const SeqWindow = 15 * time.Minute
 
 // fingerprint identifies a request for seq_no reuse: the endpoint and the
-// body's meaning, not its formatting.
-func fingerprint(endpoint string, body []byte) string {
+// body's meaning, not its formatting. Top-level fields are hashed in key
+// order, nulls (which every handler treats as absent) skipped; strings are
+// re-encoded so escapes do not matter, objects and arrays canonicalised.
+// Numbers keep their spelling: 1 and 1.0 differ.
+func fingerprint(endpoint string, obj object) string {
+	keys := make([]string, 0, len(obj))
+	for k, v := range obj {
+		if string(v) != "null" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
 	h := sha256.New()
 	h.Write([]byte(endpoint))
-	h.Write([]byte{0})
-	h.Write(canonical(body))
+	for _, k := range keys {
+		h.Write([]byte{0})
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write(canonicalValue(obj[k]))
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
