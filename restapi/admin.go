@@ -193,7 +193,7 @@ func (a *API) putRateLimits(c *gin.Context) error {
 			return err
 		}
 		if !ok {
-			return errInvalid("%s must be an integer (0 means unlimited), not null", field)
+			continue // null: unchanged, as for every optional field
 		}
 		if n < 0 || n > 1_000_000 {
 			return errInvalid("%s must be 0 (unlimited) to 1000000 requests per second", field)

@@ -68,6 +68,9 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
+	// A JSON API answers a wrong path with its error body, not an HTML redirect.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
 	r.Use(m.middleware, a.recover)
 	r.NoRoute(a.wrap(func(c *gin.Context) error {
 		return &apiError{http.StatusNotFound, CodeInvalidParam, "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path, 0}

@@ -252,9 +252,6 @@ func (a *API) setProperty(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	if version < 0 {
-		return errInvalid("version must not be negative")
-	}
 	names, values, err := parsePropertyItems(obj)
 	if err != nil {
 		return err

@@ -71,6 +71,11 @@ func TestSetPropertyVersions(t *testing.T) {
 			t.Fatalf("a rejected set changed the shadow: %+v", s)
 		}
 	})
+	t.Run("negative version", func(t *testing.T) {
+		if r := e.setProps(5, "dev-0001", -1, `[{"name":"temp","value":30}]`); r.OpCode != 6003 {
+			t.Fatalf("got %+v", r)
+		}
+	})
 	t.Run("future version", func(t *testing.T) {
 		if r := e.setProps(3, "dev-0001", 7, `[{"name":"temp","value":30}]`); r.OpCode != 6003 {
 			t.Fatalf("got %+v", r)
@@ -195,7 +200,6 @@ func TestSetPropertyBadRequests(t *testing.T) {
 		{"seq_no fraction", `{"seq_no":1.5,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1}]}`, 400, 1003, "seq_no"},
 		{"missing device_name", `{"seq_no":1,"version":1,"properties":[{"name":"a","value":1}]}`, 400, 1002, "device_name"},
 		{"missing version", `{"seq_no":1,"device_name":"dev-0001","properties":[{"name":"a","value":1}]}`, 400, 1002, "version"},
-		{"negative version", `{"seq_no":1,"device_name":"dev-0001","version":-1,"properties":[{"name":"a","value":1}]}`, 400, 1003, "version"},
 		{"missing properties", `{"seq_no":1,"device_name":"dev-0001","version":1}`, 400, 1002, "properties"},
 		{"empty properties", body(`[]`), 400, 1003, "1 to 100"},
 		{"101 properties", body(items(101)), 400, 1003, "1 to 100"},
@@ -204,7 +208,8 @@ func TestSetPropertyBadRequests(t *testing.T) {
 		{"boolean value", body(`[{"name":"a","value":true}]`), 400, 1003, "number or a string"},
 		{"object value", body(`[{"name":"a","value":{"x":1}}]`), 400, 1003, "number or a string"},
 		{"duplicate name", body(`[{"name":"a","value":1},{"name":"a","value":2}]`), 400, 1003, "twice"},
-		{"bad property name", body(`[{"name":"a b","value":1}]`), 400, 1003, "properties[0].name"},
+		{"empty property name", body(`[{"name":"","value":1}]`), 400, 1003, "properties[0].name"},
+		{"property name over 128 bytes", body(`[{"name":"` + strings.Repeat("n", 129) + `","value":1}]`), 400, 1003, "properties[0].name"},
 		{"unknown device", `{"seq_no":1,"device_name":"ghost","version":1,"properties":[{"name":"a","value":1}]}`, 400, 1003, "not found"},
 	}
 	for _, tc := range cases {
@@ -222,4 +227,17 @@ func TestSetPropertyBadRequests(t *testing.T) {
 			t.Fatalf("%+v", r)
 		}
 	})
+}
+
+func TestSetPropertyAnyNameWithoutModel(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("dev-0001")
+	if r := e.setProps(1, "dev-0001", 1, `[{"name":"color/rgb 温度","value":"x"}]`); r.OpCode != 0 {
+		t.Fatalf("got %+v", r)
+	}
+	adm := adminCreds()
+	e.do("PUT", "/admin/v1/apps/"+e.app.Key+"/properties", `{"properties":[{"name":"temp","type":"int"}]}`, &adm).wantOK(t)
+	if r := e.setProps(3, "dev-0001", 2, `[{"name":"foo bar","value":1}]`); r.OpCode != 6007 {
+		t.Fatalf("name outside the model: got %+v", r)
+	}
 }

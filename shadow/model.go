@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/devmsg/devmsg/store"
 )
@@ -65,8 +67,13 @@ func Check(model []store.PropertyDef, names []string, values map[string]json.Raw
 			if len(model) > 0 {
 				return &CheckError{CodePropertyNotFound, name, "not in the app's property model"}
 			}
-			if s, isStr := stringValue(v); isStr && len(s) > DefaultMaxStringBytes {
-				return &CheckError{CodeValueOutOfRange, name, fmt.Sprintf("string longer than %d bytes", DefaultMaxStringBytes)}
+			if s, isStr := stringValue(v); isStr {
+				if len(s) > DefaultMaxStringBytes {
+					return &CheckError{CodeValueOutOfRange, name, fmt.Sprintf("string longer than %d bytes", DefaultMaxStringBytes)}
+				}
+			} else if f, err := strconv.ParseFloat(string(v), 64); err != nil || math.IsInf(f, 0) {
+				// 1e400 is valid JSON but no client can read it back as a number.
+				return &CheckError{CodeValueOutOfRange, name, "number out of range"}
 			}
 			continue
 		}
@@ -169,18 +176,22 @@ func ValidateModel(model []store.PropertyDef) error {
 	return nil
 }
 
-// MaxNameLen bounds a property name.
-const MaxNameLen = 64
+// MaxNameLen bounds a property name, in bytes.
+const MaxNameLen = 128
 
-// ValidateName checks a property name: 1 to 64 characters of letters,
-// digits and - _ . only.
+// ValidateName checks a property name. DESIGN.md accepts any name when an
+// app has no model, so the only rules are the ones storage and display
+// need: 1 to 128 bytes of UTF-8 without control characters.
 func ValidateName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("length must be 1 to %d characters", MaxNameLen)
+		return fmt.Errorf("length must be 1 to %d bytes", MaxNameLen)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%q is not valid UTF-8", name)
 	}
 	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("%q has a character other than letters, digits, - _ .", name)
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%q has a control character", name)
 		}
 	}
 	return nil

@@ -38,7 +38,8 @@ func TestCheck(t *testing.T) {
 		{"string given number", model, "s", "1", CodeTypeCheckFail},
 		{"not in model", model, "x", "1", CodePropertyNotFound},
 		{"no model, long string", nil, "x", `"` + strings.Repeat("a", 1025) + `"`, CodeValueOutOfRange},
-		{"no model, number", nil, "x", "1e999", CodeOK},
+		{"no model, number", nil, "x", "-12.5e3", CodeOK},
+		{"no model, infinite number", nil, "x", "1e999", CodeValueOutOfRange},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,6 +65,7 @@ func TestValidateModel(t *testing.T) {
 		want  string
 	}{
 		{"empty name", []store.PropertyDef{{Name: "", Type: "int"}}, "properties[0].name"},
+		{"control character in name", []store.PropertyDef{{Name: "a\nb", Type: "int"}}, "control character"},
 		{"bad type", []store.PropertyDef{{Name: "a", Type: "bool"}}, "properties[0].type"},
 		{"duplicate", []store.PropertyDef{{Name: "a", Type: "int"}, {Name: "a", Type: "int"}}, "twice"},
 		{"min over max", []store.PropertyDef{{Name: "a", Type: "double", Min: f(2), Max: f(1)}}, "greater than max"},
@@ -79,7 +81,7 @@ func TestValidateModel(t *testing.T) {
 			}
 		})
 	}
-	if err := ValidateModel([]store.PropertyDef{{Name: "a.b-c_d", Type: "string", MaxLength: n(10)}, {Name: "x", Type: "int", Min: f(0)}}); err != nil {
+	if err := ValidateModel([]store.PropertyDef{{Name: "a.b-c_d", Type: "string", MaxLength: n(10)}, {Name: "color/rgb 温度", Type: "string"}, {Name: "x", Type: "int", Min: f(0)}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -206,8 +206,8 @@ func TestCheck(t *testing.T) {
 			`{"name":"x","key":"k3Jd8Q2mZx7LpA9vTn4bWc1R","master_secret":"Vb8Nq2Lm5Xc7Rt1Zs4Hd9Kf3Jg6Pw0Ya"}`, ""},
 		{"patch device", "PATCH", "/admin/v1/apps/k3Jd8Q2mZx7LpA9vTn4bWc1R/devices/dev-0001", `{"flag":1,"mark":null}`, 200, json,
 			`{"name":"dev-0001","mark":"","flag":1,"status":0,"time_create":1,"time_active":0}`, ""},
-		{"rate limits null accepted", "PUT", "/admin/v1/apps/k/ratelimits", `{"create":null}`, 200, json,
-			`{"create":0,"property":1000,"message":1000,"query":1000}`, "create"},
+		{"rate limits null leaves a category unchanged", "PUT", "/admin/v1/apps/k/ratelimits", `{"create":null}`, 200, json,
+			`{"create":1000,"property":1000,"message":1000,"query":1000}`, ""},
 		{"rate limits missing category", "GET", "/admin/v1/apps/k/ratelimits", "", 200, json,
 			`{"create":0,"property":1000,"message":1000}`, "query"},
 
