@@ -79,6 +79,13 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 		NewRecord(m, store.RecordTargetValid, 0, "", now),
 		NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
 	}
+	if req.TTL == 0 && dev.Status == 0 {
+		// ttl 0 is "now or never" (DESIGN.md section 4): an offline device
+		// fails at once and nothing is queued.
+		m.State = store.StateFailed
+		m.Records = append(m.Records, NewRecord(m, store.RecordDeliveryFailure, ErrCodeDeviceOffline, "device offline and ttl is 0", now))
+		return m, s.store.CreateMessage(ctx, m, seqNo, seq)
+	}
 	err := s.store.CreateMessage(ctx, m, seqNo, seq)
 	if errors.Is(err, store.ErrQueueFull) {
 		m.State = store.StateFailed

@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -51,6 +52,11 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	if err != nil {
 		return nil, err
 	}
+	last, err := st.LastMessageID(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("read last msgid: %w", err)
+	}
+	ids.Skip(last)
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)

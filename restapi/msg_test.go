@@ -88,8 +88,9 @@ func TestSendMessage(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) { e.send(tc.body) })
 		}
 		id := e.send(`{"seq_no":15,"device_name":"dev-0001","msg_body":"x","ttl":0}`)
-		if m := e.message(id); m.TTL != 0 {
-			t.Errorf("ttl 0 stored as %d", m.TTL)
+		m := e.message(id)
+		if m.TTL != 0 || m.State != "failed" || len(m.Records) != 3 || m.Records[2].Type != 5 || m.Records[2].Error == nil || m.Records[2].Error.Code != 3006 {
+			t.Errorf("ttl 0 to an offline device: %+v", m)
 		}
 		bad := []struct {
 			name, body string

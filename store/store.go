@@ -252,6 +252,10 @@ type Store interface {
 	CreateMessage(ctx context.Context, m Message, seqNo int64, seq *SeqEntry) error
 	// GetMessage returns the app's message with the id or ErrNotFound.
 	GetMessage(ctx context.Context, appKey string, id int64) (Message, error)
+	// LastMessageID returns the highest message id stored, 0 when there
+	// is none, so a restarted node never hands out an id again even if
+	// its clock went back.
+	LastMessageID(ctx context.Context) (int64, error)
 	// PendingMessages returns up to limit of the device's pending
 	// messages in send order.
 	PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]Message, error)

@@ -64,3 +64,14 @@ func (g *Generator) Next() int64 {
 func Time(id int64) time.Time {
 	return time.UnixMilli(id>>(nodeBits+seqBits) + epoch)
 }
+
+// Skip makes every later id greater than id, for instance the highest id
+// issued before a restart, whatever the wall clock says.
+func (g *Generator) Skip(id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ms := id >> (nodeBits + seqBits)
+	if ms > g.lastMs || ms == g.lastMs && id&maxSeq > g.seq {
+		g.lastMs, g.seq = ms, id&maxSeq
+	}
+}

@@ -63,3 +63,20 @@ func TestNodeAndTime(t *testing.T) {
 		t.Fatalf("Time(id) off by %v", d)
 	}
 }
+
+func TestSkip(t *testing.T) {
+	g, _ := New(1)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g.now = func() time.Time { return now }
+	high := g.Next()
+	now = now.Add(time.Hour)
+	higher := g.Next()
+	// A new generator (a restart) whose clock is an hour behind.
+	g2, _ := New(1)
+	g2.now = func() time.Time { return now.Add(-time.Hour) }
+	g2.Skip(higher)
+	g2.Skip(high) // a lower id changes nothing
+	if id := g2.Next(); id <= higher {
+		t.Fatalf("after Skip(%d) got %d", higher, id)
+	}
+}

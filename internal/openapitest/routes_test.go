@@ -14,6 +14,7 @@ import (
 
 	"github.com/devmsg/devmsg/internal/openapitest"
 	"github.com/devmsg/devmsg/restapi"
+	"github.com/devmsg/devmsg/store/pebble"
 )
 
 // TestServerRoutesDocumented compares the routes restapi registers with the
@@ -21,9 +22,13 @@ import (
 // if no test calls it.
 func TestServerRoutesDocumented(t *testing.T) {
 	doc := openapitest.Load(t, "../../docs/openapi.yaml").Doc()
-	// Registering routes does not touch the store.
+	st, err := pebble.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	api, err := restapi.New(restapi.Config{AdminUsername: "admin", AdminPasswordSHA256: sha256.Sum256([]byte("x"))},
-		nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1023,3 +1023,24 @@ func (s *Store) PutMeta(ctx context.Context, k string, value []byte) error {
 	}
 	return nil
 }
+
+// LastMessageID returns the highest msgid stored (message keys sort by id).
+func (s *Store) LastMessageID(ctx context.Context) (int64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pMsg), UpperBound: prefixEnd([]byte(pMsg))})
+	if err != nil {
+		return 0, fmt.Errorf("last message id: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	k := it.Key()
+	if len(k) != len(pMsg)+8 {
+		return 0, fmt.Errorf("last message id: malformed key %q", k)
+	}
+	return int64(binary.BigEndian.Uint64(k[len(pMsg):])), nil
+}

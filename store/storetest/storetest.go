@@ -35,6 +35,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateMessage", testCreateMessage},
 		{"CreateMessageSeq", testCreateMessageSeq},
 		{"QueueLimit", testQueueLimit},
+		{"LastMessageID", testLastMessageID},
 		{"Meta", testMeta},
 		{"ConcurrentSetDesired", testConcurrentSetDesired},
 		{"ConcurrentSetDesiredDevices", testConcurrentSetDesiredDevices},
@@ -960,5 +961,24 @@ func testConcurrentCreateDevices(t *testing.T, s store.Store) {
 	must(t, err)
 	if len(page.Devices) != 31 {
 		t.Fatalf("%d devices, want 31", len(page.Devices))
+	}
+}
+
+func testLastMessageID(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if id, err := s.LastMessageID(ctx); err != nil || id != 0 {
+		t.Fatalf("empty store: %d %v", id, err)
+	}
+	mustDevices(t, s, "app-a", "dev-1")
+	mustDevices(t, s, "app-b", "dev-1")
+	for _, m := range []store.Message{
+		msg(1<<40, "app-a", "dev-1", store.StatePending),
+		msg(1<<50, "app-b", "dev-1", store.StateFailed),
+		msg(1<<45, "app-a", "dev-1", store.StatePending),
+	} {
+		must(t, s.CreateMessage(ctx, m, 0, nil))
+	}
+	if id, err := s.LastMessageID(ctx); err != nil || id != 1<<50 {
+		t.Fatalf("got %d %v, want %d across apps and states", id, err, int64(1<<50))
 	}
 }
