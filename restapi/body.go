@@ -126,13 +126,49 @@ func canonicalValue(raw json.RawMessage) []byte {
 		if err := dec.Decode(&v); err != nil {
 			return raw
 		}
-		b, err := json.Marshal(v)
+		b, err := json.Marshal(normalizeNumbers(v))
 		if err != nil {
 			return raw
 		}
 		return b
+	case 't', 'f', 'n':
+		return raw
 	}
-	return raw
+	return []byte(normalizeNumber(string(raw)))
+}
+
+// normalizeNumber spells a JSON number one way, so 1, 1.0 and 1e0 (the
+// same number) compare equal: integers in int64 range in decimal, other
+// numbers in Go's shortest float64 form; a literal that fits neither is
+// kept as written.
+func normalizeNumber(lit string) string {
+	if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
+		return strconv.FormatInt(n, 10)
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return lit
+	}
+	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+func normalizeNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return json.Number(normalizeNumber(string(x)))
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalizeNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = normalizeNumbers(e)
+		}
+	}
+	return v
 }
 
 // compact strips insignificant whitespace from a valid JSON value.

@@ -21,8 +21,8 @@ const SeqWindow = 15 * time.Minute
 // fingerprint identifies a request for seq_no reuse: the endpoint and the
 // body's meaning, not its formatting. Top-level fields are hashed in key
 // order, nulls (which every handler treats as absent) skipped; strings are
-// re-encoded so escapes do not matter, objects and arrays canonicalised.
-// Numbers keep their spelling: 1 and 1.0 differ.
+// re-encoded so escapes do not matter, numbers spelled one way (1, 1.0
+// and 1e0 are the same request), objects and arrays canonicalised.
 func fingerprint(endpoint string, obj object) string {
 	keys := make([]string, 0, len(obj))
 	for k, v := range obj {

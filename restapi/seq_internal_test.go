@@ -15,8 +15,11 @@ func TestFingerprint(t *testing.T) {
 		`{ "device_name" : "dev", "seq_no":1, "callback":{"params":{"y":2,"x":1},"url":"u"}, "properties":[{"value":"A","name":"a"}] }`,
 		`{"seq_no":1,"device_name":"d\u0065v","properties":[{"name":"a","value":"\u0041"}],"callback":{"url":"u","params":{"x":1,"y":2}},"ttl":null}`,
 	}
+	same = append(same,
+		`{"seq_no":1.0,"device_name":"dev","properties":[{"name":"a","value":"A"}],"callback":{"url":"u","params":{"x":1e0,"y":2.00}}}`,
+		`{"seq_no":1e0,"device_name":"dev","properties":[{"name":"a","value":"A"}],"callback":{"url":"u","params":{"x":10e-1,"y":2}}}`)
 	different := []string{
-		`{"seq_no":1.0,"device_name":"dev","properties":[{"name":"a","value":"A"}],"callback":{"url":"u","params":{"x":1,"y":2}}}`,
+		`{"seq_no":1.5,"device_name":"dev","properties":[{"name":"a","value":"A"}],"callback":{"url":"u","params":{"x":1,"y":2}}}`,
 		`{"seq_no":1,"device_name":"dev","properties":[{"name":"a","value":"B"}],"callback":{"url":"u","params":{"x":1,"y":2}}}`,
 		`{"seq_no":1,"device_name":"dev","properties":[{"name":"a","value":"A"}],"callback":{"url":"u","params":{"x":1,"y":2}},"ttl":5}`,
 		`{"seq_no":1,"device_name":"dev","properties":[{"name":"a","value":"A"}],"callback":{"url":"u","params":{"x":1}}}`,
