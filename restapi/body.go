@@ -37,6 +37,10 @@ func parseObject(raw []byte, what string) (object, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	var obj object
 	if err := dec.Decode(&obj); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, errInvalid("%s must be a JSON object, not %s", what, typeErr.Value)
+		}
 		return nil, errInvalid("%s is not a valid JSON object: %v", what, err)
 	}
 	if obj == nil {
