@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -135,8 +137,11 @@ func (a *API) putModel(c *gin.Context) error {
 	if err := shadow.ValidateModel(model); err != nil {
 		return errInvalid("%v", err)
 	}
-	app.Properties = model
-	if err := a.apps.update(c.Request.Context(), app); err != nil {
+	_, err = a.apps.update(c.Request.Context(), app.Key, func(app *store.App) error {
+		app.Properties = model
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("update app: %w", err)
 	}
 	if model == nil {
@@ -183,9 +188,9 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	limits := a.effectiveLimits(app)
+	changes := make(map[string]int, len(obj))
 	for field := range obj {
-		if _, known := limits[field]; !known {
+		if !slices.Contains(rateCategories, field) {
 			return errInvalid("unknown rate-limit category %q (want create, property, message or query)", field)
 		}
 		n, ok, err := obj.int64Field(field, false)
@@ -198,13 +203,20 @@ func (a *API) putRateLimits(c *gin.Context) error {
 		if n < 0 || n > 1_000_000 {
 			return errInvalid("%s must be 0 (unlimited) to 1000000 requests per second", field)
 		}
-		limits[field] = int(n)
+		changes[field] = int(n)
 	}
-	app.RateLimits = limits
-	if err := a.apps.update(c.Request.Context(), app); err != nil {
+	// Applied to the stored app under its lock, so concurrent changes to
+	// different categories both land.
+	app, err = a.apps.update(c.Request.Context(), app.Key, func(app *store.App) error {
+		limits := a.effectiveLimits(*app)
+		maps.Copy(limits, changes)
+		app.RateLimits = limits
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("update app: %w", err)
 	}
-	return writeJSON(c, limits)
+	return writeJSON(c, app.RateLimits)
 }
 
 type deviceSummary struct {
@@ -255,27 +267,40 @@ func (a *API) patchDevice(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := a.loadDevice(c, app.Key, c.Param("name"))
+	name := c.Param("name")
+	var flag *int
+	if n, ok, err := obj.int64Field("flag", false); err != nil {
+		return err
+	} else if ok {
+		if n != store.FlagEnabled && n != store.FlagDisabled {
+			return errInvalid("flag must be 0 (enabled) or 1 (disabled)")
+		}
+		flag = new(int(n))
+	}
+	mark, setMark, err := obj.stringField("mark", false)
 	if err != nil {
 		return err
 	}
-	if flag, ok, err := obj.int64Field("flag", false); err != nil {
-		return err
-	} else if ok {
-		if flag != store.FlagEnabled && flag != store.FlagDisabled {
-			return errInvalid("flag must be 0 (enabled) or 1 (disabled)")
-		}
-		d.Flag = int(flag)
-	}
-	if mark, ok, err := obj.stringField("mark", false); err != nil {
-		return err
-	} else if ok {
+	if setMark {
 		if err := validateMark(mark); err != nil {
 			return errInvalid("%v", err)
 		}
-		d.Mark = mark
 	}
-	if err := a.store.UpdateDevice(c.Request.Context(), d); err != nil {
+	// Only the fields given change, under the device's lock, so presence
+	// and other writers are not overwritten.
+	d, err := a.store.UpdateDevice(c.Request.Context(), app.Key, name, func(d *store.Device) error {
+		if flag != nil {
+			d.Flag = *flag
+		}
+		if setMark {
+			d.Mark = mark
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return errInvalid("device %q not found", name)
+	}
+	if err != nil {
 		return fmt.Errorf("update device: %w", err)
 	}
 	return writeJSON(c, summarize(d))

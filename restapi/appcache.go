@@ -53,13 +53,14 @@ func (c *appCache) get(ctx context.Context, key string) (store.App, error) {
 	return app, nil
 }
 
-// update stores app and refreshes the cache.
-func (c *appCache) update(ctx context.Context, app store.App) error {
-	if err := c.store.UpdateApp(ctx, app); err != nil {
-		return err
+// update applies fn to the stored app atomically and refreshes the cache.
+func (c *appCache) update(ctx context.Context, key string, fn func(*store.App) error) (store.App, error) {
+	app, err := c.store.UpdateApp(ctx, key, fn)
+	if err != nil {
+		return app, err
 	}
 	c.mu.Lock()
 	c.apps[app.Key] = cachedApp{app, c.now()}
 	c.mu.Unlock()
-	return nil
+	return app, nil
 }

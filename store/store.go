@@ -210,8 +210,11 @@ type Store interface {
 	GetApp(ctx context.Context, key string) (App, error)
 	// ListApps returns every app ordered by key.
 	ListApps(ctx context.Context) ([]App, error)
-	// UpdateApp replaces an existing app; ErrNotFound if it does not exist.
-	UpdateApp(ctx context.Context, app App) error
+	// UpdateApp applies fn to the stored app and stores the result,
+	// atomically with respect to other updates of the app, and returns
+	// it. ErrNotFound if the app does not exist; an error from fn is
+	// returned as is and nothing is written. fn must not change the key.
+	UpdateApp(ctx context.Context, key string, fn func(*App) error) (App, error)
 
 	// CreateDevices stores the devices atomically (all or none on a
 	// storage failure). The returned slice has one entry per device:
@@ -220,9 +223,12 @@ type Store interface {
 	CreateDevices(ctx context.Context, appKey string, devices []Device) ([]error, error)
 	// GetDevice returns the device or ErrNotFound.
 	GetDevice(ctx context.Context, appKey, name string) (Device, error)
-	// UpdateDevice replaces the base info and presence of an existing
-	// device; ErrNotFound if it does not exist.
-	UpdateDevice(ctx context.Context, dev Device) error
+	// UpdateDevice applies fn to the stored device (base info and
+	// presence) and stores the result, atomically with respect to every
+	// other write of the device, and returns it. ErrNotFound if the
+	// device does not exist; an error from fn is returned as is and
+	// nothing is written. fn must not change the app key or name.
+	UpdateDevice(ctx context.Context, appKey, name string, fn func(*Device) error) (Device, error)
 	// ListDevices returns up to limit devices whose names start with
 	// prefix, in name order, starting after cursor ("" for the start).
 	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (DevicePage, error)

@@ -505,24 +505,27 @@ func (s *Store) ListApps(ctx context.Context) ([]store.App, error) {
 	return apps, nil
 }
 
-// UpdateApp replaces an existing app; store.ErrNotFound if there is none.
-func (s *Store) UpdateApp(ctx context.Context, app store.App) error {
+// UpdateApp applies fn to the app under the app lock and stores the result.
+func (s *Store) UpdateApp(ctx context.Context, appKey string, fn func(*store.App) error) (store.App, error) {
 	if err := s.enter(ctx); err != nil {
-		return err
+		return store.App{}, err
 	}
 	defer s.exit()
 	s.appMu.Lock()
 	defer s.appMu.Unlock()
-	k := key(pApp, app.Key)
-	if ok, err := s.exists(k); err != nil {
-		return fmt.Errorf("update app %s: %w", app.Key, err)
-	} else if !ok {
-		return store.ErrNotFound
+	k := key(pApp, appKey)
+	var app store.App
+	if err := s.getJSON(k, &app); err != nil {
+		return store.App{}, err
 	}
+	if err := fn(&app); err != nil {
+		return store.App{}, err
+	}
+	app.Key = appKey
 	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, app) }); err != nil {
-		return fmt.Errorf("update app %s: %w", app.Key, err)
+		return store.App{}, fmt.Errorf("update app %s: %w", appKey, err)
 	}
-	return nil
+	return app, nil
 }
 
 // Devices.
@@ -592,26 +595,31 @@ func (s *Store) GetDevice(ctx context.Context, appKey, name string) (store.Devic
 	return d, nil
 }
 
-// UpdateDevice replaces an existing device's base info and presence;
-// store.ErrNotFound if the device does not exist.
-func (s *Store) UpdateDevice(ctx context.Context, d store.Device) error {
+// UpdateDevice applies fn to the device under its lock and stores the
+// result; the device cache follows.
+func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*store.Device) error) (store.Device, error) {
 	if err := s.enter(ctx); err != nil {
-		return err
+		return store.Device{}, err
 	}
 	defer s.exit()
-	defer s.lock2(deviceStripe(d.AppKey, d.Name), deviceStripe(d.AppKey, d.Name))()
-	k := key(pDevice, d.AppKey, d.Name)
-	if ok, err := s.exists(k); err != nil {
-		return fmt.Errorf("update device %s/%s: %w", d.AppKey, d.Name, err)
-	} else if !ok {
-		return store.ErrNotFound
+	defer s.lock2(deviceStripe(appKey, name), deviceStripe(appKey, name))()
+	k := key(pDevice, appKey, name)
+	d, ok := s.devices.get(appKey, name)
+	if !ok {
+		if err := s.getJSON(k, &d); err != nil {
+			return store.Device{}, err
+		}
 	}
+	if err := fn(&d); err != nil {
+		return store.Device{}, err
+	}
+	d.AppKey, d.Name = appKey, name
 	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, d) }); err != nil {
-		s.devices.drop(d.AppKey, d.Name) // the batch may or may not have landed
-		return fmt.Errorf("update device %s/%s: %w", d.AppKey, d.Name, err)
+		s.devices.drop(appKey, name) // the batch may or may not have landed
+		return store.Device{}, fmt.Errorf("update device %s/%s: %w", appKey, name, err)
 	}
-	s.devices.put(d.AppKey, d.Name, d)
-	return nil
+	s.devices.put(appKey, name, d)
+	return d, nil
 }
 
 // ListDevices returns up to limit devices whose names start with prefix,

@@ -25,6 +25,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateDevices", testCreateDevices},
 		{"DevicesScopedToApp", testDevicesScoped},
 		{"UpdateDevice", testUpdateDevice},
+		{"UpdateAtomic", testUpdateAtomic},
 		{"ListDevicesPaging", testListDevicesPaging},
 		{"ListDevicesPrefix", testListDevicesPrefix},
 		{"GetShadow", testGetShadow},
@@ -63,7 +64,7 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 	d, err := s.GetDevice(ctx, "k1", "dev-2")
 	must(t, err)
 	d.Status, d.ClientIP = 1, "10.0.0.2"
-	must(t, s.UpdateDevice(ctx, d))
+	must(t, replaceDevice(ctx, s, d))
 	seq := &store.SeqEntry{Fingerprint: "f", Status: 200, Body: []byte(`{"x":1}`), ExpiresAt: future()}
 	if _, err := s.SetDesired(ctx, update("k1", "dev-1", 1, `{"p":1}`), 5, seq); err != nil {
 		t.Fatal(err)
@@ -235,7 +236,7 @@ func testApps(t *testing.T, s store.Store) {
 	}
 	_, err := s.GetApp(ctx, "b")
 	wantErr(t, "get missing app", err, store.ErrNotFound)
-	wantErr(t, "update missing app", s.UpdateApp(ctx, store.App{Key: "b"}), store.ErrNotFound)
+	wantErr(t, "update missing app", replaceApp(ctx, s, store.App{Key: "b"}), store.ErrNotFound)
 	for _, k := range []string{"b", "a", "c", "ab", "B"} {
 		must(t, s.CreateApp(ctx, store.App{Key: k, Name: "name " + k, MasterSecret: "s", CreatedAt: 7}))
 	}
@@ -253,7 +254,7 @@ func testApps(t *testing.T, s store.Store) {
 			{Name: "s", Type: store.TypeString, MaxLength: &maxLen},
 		},
 	}
-	must(t, s.UpdateApp(ctx, app))
+	must(t, replaceApp(ctx, s, app))
 	got, err := s.GetApp(ctx, "a")
 	must(t, err)
 	if got.Name != "A2" || got.MasterSecret != "s2" || got.SigningSecret != "sig" || got.CreatedAt != 7 ||
@@ -329,7 +330,7 @@ func testDevicesScoped(t *testing.T, s store.Store) {
 	wantErr(t, "app-b gets app-a's device", err, store.ErrNotFound)
 	_, err = s.GetShadow(ctx, "app-b", "dev-1")
 	wantErr(t, "app-b gets app-a's shadow", err, store.ErrNotFound)
-	wantErr(t, "app-b updates app-a's device", s.UpdateDevice(ctx, store.Device{AppKey: "app-b", Name: "dev-1"}), store.ErrNotFound)
+	wantErr(t, "app-b updates app-a's device", replaceDevice(ctx, s, store.Device{AppKey: "app-b", Name: "dev-1"}), store.ErrNotFound)
 	_, err = s.SetDesired(ctx, update("app-b", "dev-1", 1, `{"p":1}`), 0, nil)
 	wantErr(t, "app-b sets app-a's device", err, store.ErrNotFound)
 
@@ -366,7 +367,7 @@ func testDevicesScoped(t *testing.T, s store.Store) {
 
 func testUpdateDevice(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	wantErr(t, "update missing", s.UpdateDevice(ctx, store.Device{AppKey: "app", Name: "ghost"}), store.ErrNotFound)
+	wantErr(t, "update missing", replaceDevice(ctx, s, store.Device{AppKey: "app", Name: "ghost"}), store.ErrNotFound)
 	if _, err := s.GetDevice(ctx, "app", "ghost"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a refused update created the device: %v", err)
 	}
@@ -374,7 +375,7 @@ func testUpdateDevice(t *testing.T, s store.Store) {
 	d, err := s.GetDevice(ctx, "app", "dev-1")
 	must(t, err)
 	d.Flag, d.Status, d.ClientIP, d.LastLoginTime, d.LastLogoutTime, d.TimeActive, d.Mark = store.FlagDisabled, 1, "10.0.0.1", 99, 98, 97, "m"
-	must(t, s.UpdateDevice(ctx, d))
+	must(t, replaceDevice(ctx, s, d))
 	got, err := s.GetDevice(ctx, "app", "dev-1")
 	must(t, err)
 	if got != d {
@@ -981,4 +982,61 @@ func testLastMessageID(t *testing.T, s store.Store) {
 	if id, err := s.LastMessageID(ctx); err != nil || id != 1<<50 {
 		t.Fatalf("got %d %v, want %d across apps and states", id, err, int64(1<<50))
 	}
+}
+
+// replaceDevice stores d over the existing device through UpdateDevice.
+func replaceDevice(ctx context.Context, s store.Store, d store.Device) error {
+	_, err := s.UpdateDevice(ctx, d.AppKey, d.Name, func(cur *store.Device) error { *cur = d; return nil })
+	return err
+}
+
+// replaceApp stores app over the existing app through UpdateApp.
+func replaceApp(ctx context.Context, s store.Store, app store.App) error {
+	_, err := s.UpdateApp(ctx, app.Key, func(cur *store.App) error { *cur = app; return nil })
+	return err
+}
+
+// testUpdateAtomic checks that updates are read-modify-write under one
+// lock (none is lost) and that an error from fn writes nothing.
+func testUpdateAtomic(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.CreateApp(ctx, store.App{Key: "app", Name: "A", MasterSecret: "m"}))
+	mustDevices(t, s, "app", "dev-1")
+	var wg sync.WaitGroup
+	for i := 0; i < 40; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if _, err := s.UpdateDevice(ctx, "app", "dev-1", func(d *store.Device) error { d.LastLoginTime++; return nil }); err != nil {
+				t.Error(err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := s.UpdateApp(ctx, "app", func(a *store.App) error { a.CreatedAt++; return nil }); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	d, err := s.GetDevice(ctx, "app", "dev-1")
+	must(t, err)
+	a, err := s.GetApp(ctx, "app")
+	must(t, err)
+	if d.LastLoginTime != 40 || a.CreatedAt != 40 {
+		t.Fatalf("after 40 concurrent increments: device %d, app %d", d.LastLoginTime, a.CreatedAt)
+	}
+	boom := errors.New("boom")
+	_, err = s.UpdateDevice(ctx, "app", "dev-1", func(d *store.Device) error { d.Mark = "changed"; return boom })
+	wantErr(t, "device fn error", err, boom)
+	_, err = s.UpdateApp(ctx, "app", func(a *store.App) error { a.Name = "changed"; return boom })
+	wantErr(t, "app fn error", err, boom)
+	if d, _ := s.GetDevice(ctx, "app", "dev-1"); d.Mark == "changed" {
+		t.Error("a failed device update was written")
+	}
+	if a, _ := s.GetApp(ctx, "app"); a.Name == "changed" {
+		t.Error("a failed app update was written")
+	}
+	_, err = s.UpdateApp(ctx, "ghost", func(*store.App) error { return nil })
+	wantErr(t, "update missing app", err, store.ErrNotFound)
 }
