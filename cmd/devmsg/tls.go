@@ -73,12 +73,15 @@ func selfSigned() (certPEM, keyPEM []byte, err error) {
 		Subject:               pkix.Name{CommonName: "devmsg self-signed", Organization: []string{"devmsg"}},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
-		IsCA:                  true, // so clients can trust cert.pem directly as a root
-		DNSNames:              names,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		// Not a CA: clients trust cert.pem itself as the anchor (Go, curl
+		// and OpenSSL accept a self-signed leaf), and whoever reads
+		// key.pem cannot mint certificates for other names they trust.
+		IsCA:        false,
+		DNSNames:    names,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

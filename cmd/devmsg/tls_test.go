@@ -127,3 +127,20 @@ func TestDamagedGeneratedCertIsAnError(t *testing.T) {
 		t.Error("damaged cert.pem was overwritten")
 	}
 }
+
+// TestGeneratedCertIsNotACA: clients are told to trust cert.pem, so it
+// must not be able to sign certificates for other names.
+func TestGeneratedCertIsNotACA(t *testing.T) {
+	dir := t.TempDir()
+	cert, err := loadOrCreateCert(TLSConfig{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.IsCA || leaf.KeyUsage&x509.KeyUsageCertSign != 0 {
+		t.Fatalf("generated certificate can sign others: IsCA=%v KeyUsage=%v", leaf.IsCA, leaf.KeyUsage)
+	}
+}
