@@ -79,6 +79,7 @@ func (a *API) createApp(c *gin.Context) error {
 	if err := a.store.CreateApp(c.Request.Context(), app); err != nil {
 		return fmt.Errorf("create app: %w", err)
 	}
+	a.apps.forget(app.Key)
 	return writeJSON(c, gin.H{"name": app.Name, "key": app.Key, "master_secret": app.MasterSecret})
 }
 

@@ -2,6 +2,7 @@ package restapi
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -24,33 +25,46 @@ type appCache struct {
 type cachedApp struct {
 	app     store.App
 	fetched time.Time
+	missing bool // no such app: a stream of bad keys costs no store reads
 }
 
 func newAppCache(st store.Store, now func() time.Time) *appCache {
 	return &appCache{store: st, now: now, apps: map[string]cachedApp{}}
 }
 
-// get returns the app from the cache or the store (store.ErrNotFound if
-// there is none; misses are not cached so a new app works at once).
+// get returns the app from the cache or the store, store.ErrNotFound if
+// there is none. Misses are cached too; an app created on another node is
+// seen within appCacheTTL.
 func (c *appCache) get(ctx context.Context, key string) (store.App, error) {
 	now := c.now()
 	c.mu.RLock()
 	e, ok := c.apps[key]
 	c.mu.RUnlock()
 	if ok && now.Sub(e.fetched) < appCacheTTL {
+		if e.missing {
+			return store.App{}, store.ErrNotFound
+		}
 		return e.app, nil
 	}
 	app, err := c.store.GetApp(ctx, key)
-	if err != nil {
+	missing := errors.Is(err, store.ErrNotFound)
+	if err != nil && !missing {
 		return app, err
 	}
 	c.mu.Lock()
 	if len(c.apps) > 100000 {
 		c.apps = map[string]cachedApp{} // bounded: start over rather than grow without limit
 	}
-	c.apps[key] = cachedApp{app, now}
+	c.apps[key] = cachedApp{app: app, fetched: now, missing: missing}
 	c.mu.Unlock()
-	return app, nil
+	return app, err
+}
+
+// forget drops a key, so an app created on this node is seen at once.
+func (c *appCache) forget(key string) {
+	c.mu.Lock()
+	delete(c.apps, key)
+	c.mu.Unlock()
 }
 
 // update applies fn to the stored app atomically and refreshes the cache.
@@ -60,7 +74,7 @@ func (c *appCache) update(ctx context.Context, key string, fn func(*store.App) e
 		return app, err
 	}
 	c.mu.Lock()
-	c.apps[app.Key] = cachedApp{app, c.now()}
+	c.apps[app.Key] = cachedApp{app: app, fetched: c.now()}
 	c.mu.Unlock()
 	return app, nil
 }
