@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -66,6 +67,8 @@ func (e *env) start() {
 	oapiOnce.Do(func() { oapi = openapitest.Load(t, "../docs/openapi.yaml") })
 	e.oapi = oapi
 	e.srv = httptest.NewUnstartedServer(api.Handler())
+	// Handshakes cut short when a test closes its server are expected.
+	e.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	e.srv.StartTLS()
 	e.client = e.srv.Client()
 	t.Cleanup(e.stop)
