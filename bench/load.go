@@ -277,11 +277,11 @@ func (b *runner) openLoop(ctx context.Context, workload, base string, rate int) 
 // window is a measured interval: CPU use of both processes across it
 // and, with Options.ServerPprof, a server CPU profile of it.
 type window struct {
-	b                    *runner
-	t0                   time.Time
-	server0, bench0      float64
-	profDone             chan error
-	profPath, profTarget string
+	b               *runner
+	t0              time.Time
+	server0, bench0 float64
+	profDone        chan error
+	profPath        string
 }
 
 func (b *runner) begin(ctx context.Context, workload string) *window {

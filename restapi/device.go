@@ -32,7 +32,7 @@ func validateDeviceName(name string) error {
 	}
 	for _, r := range name {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '@' || r == '.') {
-			return fmt.Errorf("device name %q may only hold digits, letters and - _ @ .", name)
+			return fmt.Errorf("device name %q has %q; only digits, letters and - _ @ . are allowed", name, r)
 		}
 	}
 	return nil
@@ -41,9 +41,6 @@ func validateDeviceName(name string) error {
 func validateMark(mark string) error {
 	if n := utf8.RuneCountInString(mark); n > MaxMarkChars {
 		return fmt.Errorf("mark must be 0 to %d characters, got %d", MaxMarkChars, n)
-	}
-	if !utf8.ValidString(mark) {
-		return errors.New("mark must be valid UTF-8")
 	}
 	return nil
 }
