@@ -1,8 +1,12 @@
 package restapi_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/devmsg/devmsg/store"
 )
 
 func TestSeqNoReplay(t *testing.T) {
@@ -64,7 +68,15 @@ func TestSeqNoReplay(t *testing.T) {
 		e.do("POST", "/msg/v1/msg", `{"seq_no":7,"device_name":"dev-0001","msg_body":"x"}`, &oc).wantOK(t)
 	})
 	t.Run("survives a restart", func(t *testing.T) {
+		// An id from a clock an hour ahead, as if the clock then stepped back.
+		ahead := e.send(`{"seq_no":90,"device_name":"dev-0001","msg_body":"before restart"}`) + int64(time.Hour/time.Millisecond)<<22
+		if err := e.st.CreateMessage(context.Background(), store.Message{ID: ahead, AppKey: e.app.Key, DeviceName: "dev-0001", Body: "x", State: store.StateFailed}, 0, nil); err != nil {
+			t.Fatal(err)
+		}
 		e.restart()
+		if after := e.send(`{"seq_no":91,"device_name":"dev-0001","msg_body":"after restart"}`); after <= ahead {
+			t.Errorf("msgid %d after restart is not above the stored %d", after, ahead)
+		}
 		again := e.call("POST", "/device/v1/property", `{"seq_no":7,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1}]}`)
 		if string(again.body) != string(first.body) {
 			t.Fatalf("after restart replay %s differs from %s", again.body, first.body)
