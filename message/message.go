@@ -110,10 +110,8 @@ func NewRecord(m store.Message, typ, errCode int, errMsg string, now time.Time) 
 // filled in.
 func Records(m store.Message) []store.Record {
 	out := make([]store.Record, len(m.Records))
-	id := strconv.FormatInt(m.ID, 10)
 	for i, r := range m.Records {
-		r.ChannelKey, r.MsgID, r.UserID, r.SenderID, r.Sender, r.Params = m.AppKey, id, m.DeviceName, m.DeviceName, 0, m.Params
-		out[i] = r
+		out[i] = m.Filled(r)
 	}
 	return out
 }

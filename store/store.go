@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 )
 
 // Sentinel errors returned by every Store implementation. Callers check
@@ -122,6 +123,20 @@ type DesiredUpdate struct {
 	Time       int64 // Unix ms
 }
 
+// Report is one property report from a device (DESIGN.md section 3).
+type Report struct {
+	AppKey     string
+	DeviceName string
+	// Version must exceed the shadow's LastReportedVersion; 0 asks the
+	// store to assign LastReportedVersion+1.
+	Version    int64
+	Properties map[string]json.RawMessage
+	// SDKVer and AppVer replace the stored ones when not empty.
+	SDKVer string
+	AppVer string
+	Time   int64 // Unix ms
+}
+
 // Message states (DESIGN.md section 2).
 const (
 	StatePending   = "pending"
@@ -173,6 +188,27 @@ type Record struct {
 	SentTime   int64           `json:"sent_time"` // Unix seconds
 	Error      *RecordError    `json:"error,omitempty"`
 	Params     json.RawMessage `json:"params,omitempty"`
+}
+
+// Filled returns record r of m in the callback format, with the fields
+// the message holds filled in.
+func (m Message) Filled(r Record) Record {
+	r.ChannelKey, r.MsgID, r.UserID, r.SenderID, r.Sender, r.Params = m.AppKey, strconv.FormatInt(m.ID, 10), m.DeviceName, m.DeviceName, 0, m.Params
+	return r
+}
+
+// OutboxEntry is a status record waiting for callback delivery. Every
+// record a message gains is written to the outbox in the same write as
+// the message, so none is lost between the two.
+type OutboxEntry struct {
+	// Seq orders the outbox: entries written later have larger Seq.
+	Seq int64 `json:"seq"`
+	// ID is stable across redeliveries ("<msgid>-<record index>"), so a
+	// receiver can drop duplicates.
+	ID          string `json:"id"`
+	AppKey      string `json:"app_key"`
+	CallbackURL string `json:"callback_url,omitempty"`
+	Record      Record `json:"record"`
 }
 
 // RecordError is the error object of record types 1, 3, 5 and 8.
@@ -265,6 +301,38 @@ type Store interface {
 	// PendingMessages returns up to limit of the device's pending
 	// messages in send order.
 	PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]Message, error)
+
+	// UpdateMessage applies fn to the app's message and stores the
+	// result, atomically with respect to every other write of the
+	// message's device, and returns it. fn may change State and append
+	// Records, never remove them. When State leaves StatePending the
+	// message leaves its device's queue. Every record fn appends is added
+	// to the outbox in the same write. ErrNotFound if the message does not
+	// exist or belongs to another app; an error from fn is returned as is
+	// and nothing is written.
+	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*Message) error) (Message, error)
+	// ExpiredMessages returns up to limit pending messages whose
+	// ExpireTime is before the Unix second before, earliest first.
+	ExpiredMessages(ctx context.Context, before int64, limit int) ([]Message, error)
+
+	// ReadOutbox returns up to limit of the oldest outbox entries in Seq
+	// order. CreateMessage adds a message's first records to the outbox.
+	ReadOutbox(ctx context.Context, limit int) ([]OutboxEntry, error)
+	// DeleteOutbox removes the entries with the given Seq values; absent
+	// ones are ignored.
+	DeleteOutbox(ctx context.Context, seqs []int64) error
+
+	// ReportProperties applies a device's report: reported values and
+	// times, SDK and app versions, LastReportedVersion. ErrNotFound if the
+	// device does not exist, ErrVersionConflict (nothing written) if
+	// r.Version is not 0 and not above LastReportedVersion.
+	ReportProperties(ctx context.Context, r Report) (Shadow, error)
+
+	// ResetPresence marks every online device offline with
+	// LastLogoutTime now (Unix seconds), and returns how many it changed.
+	// A node calls it at start: connections do not survive a restart,
+	// and a crash leaves no logout behind.
+	ResetPresence(ctx context.Context, now int64) (int, error)
 
 	// GetMeta and PutMeta hold small service-wide values (for example the
 	// generated admin password hash). GetMeta returns ErrNotFound if unset.

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +48,13 @@ const (
 	// sweeper drops that key and keeps the entry, which is still live.
 	pSeqExp = "x/"
 	pMeta   = "z/" // z/<key> → raw bytes
+	// e/<expire s><msgid> → empty. Expiry index of pending messages.
+	pExpiry = "e/"
+	// b/<seq> → OutboxEntry. Status records waiting for callback delivery.
+	pOutbox = "b/"
+	// p/<app>\0<name> → empty. Index of online devices, so a restart
+	// finds them without reading every device.
+	pOnline = "p/"
 )
 
 // stripes is the number of locks that serialise read-check-write
@@ -71,6 +80,8 @@ type Store struct {
 	db *pebble.DB
 	// committing counts synced commits in flight (see WALMinSyncInterval).
 	committing atomic.Int64
+	// outboxSeq is the Seq of the last outbox entry handed out.
+	outboxSeq atomic.Int64
 	// locks guard devices (shadow, pending count) and seq_nos, indexed by
 	// deviceStripe and seqStripe. Whoever holds several takes them in
 	// ascending index order, so no two holders wait on each other.
@@ -165,6 +176,14 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	// Fields one by one: Pebble's goroutines already read s.committing.
 	s.db, s.log, s.now, s.sweepEvery = db, cfg.logger, cfg.now, cfg.sweepEvery
+	last, err := s.lastKey(pOutbox)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if last != nil {
+		s.outboxSeq.Store(int64(binary.BigEndian.Uint64(last[len(pOutbox):])))
+	}
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go s.sweep()
 	return s, nil
@@ -262,6 +281,15 @@ func be64(v int64) []byte {
 }
 
 func msgKey(id int64) []byte { return binary.BigEndian.AppendUint64([]byte(pMsg), uint64(id)) }
+
+// expiryKey is the expiry index key of a pending message. Times before
+// 1970 are filed under 0, as for seqExpKey.
+func expiryKey(expire, id int64) []byte {
+	k := binary.BigEndian.AppendUint64([]byte(pExpiry), uint64(max(expire, 0)))
+	return binary.BigEndian.AppendUint64(k, uint64(id))
+}
+
+func outboxKey(seq int64) []byte { return binary.BigEndian.AppendUint64([]byte(pOutbox), uint64(seq)) }
 
 func seqKey(app string, seq int64) []byte {
 	return binary.BigEndian.AppendUint64(key(pSeq, app, ""), uint64(seq))
@@ -614,7 +642,16 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		return store.Device{}, err
 	}
 	d.AppKey, d.Name = appKey, name
-	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, d) }); err != nil {
+	err := s.write(func(b *pebble.Batch) error {
+		if err := setJSON(b, k, d); err != nil {
+			return err
+		}
+		if d.Status == 1 {
+			return set(b, key(pOnline, appKey, name), nil)
+		}
+		return b.Delete(key(pOnline, appKey, name), nil)
+	})
+	if err != nil {
 		s.devices.drop(appKey, name) // the batch may or may not have landed
 		return store.Device{}, fmt.Errorf("update device %s/%s: %w", appKey, name, err)
 	}
@@ -932,8 +969,14 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 			if err := set(b, queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
 				return err
 			}
+			if err := set(b, expiryKey(m.ExpireTime, m.ID), nil); err != nil {
+				return err
+			}
 		}
 		if err := setJSON(b, msgKey(m.ID), m); err != nil {
+			return err
+		}
+		if err := s.addOutbox(b, m, 0); err != nil {
 			return err
 		}
 		return putSeq(b, m.AppKey, seqNo, seq)
@@ -1038,17 +1081,288 @@ func (s *Store) LastMessageID(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	defer s.exit()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pMsg), UpperBound: prefixEnd([]byte(pMsg))})
-	if err != nil {
-		return 0, fmt.Errorf("last message id: %w", err)
+	k, err := s.lastKey(pMsg)
+	if err != nil || k == nil {
+		return 0, err
 	}
-	defer it.Close()
-	if !it.Last() {
-		return 0, it.Error()
-	}
-	k := it.Key()
 	if len(k) != len(pMsg)+8 {
 		return 0, fmt.Errorf("last message id: malformed key %q", k)
 	}
 	return int64(binary.BigEndian.Uint64(k[len(pMsg):])), nil
+}
+
+// lastKey returns a copy of the greatest key with prefix, nil if none.
+func (s *Store) lastKey(prefix string) ([]byte, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd([]byte(prefix))})
+	if err != nil {
+		return nil, fmt.Errorf("last key of %q: %w", prefix, err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return nil, it.Error()
+	}
+	return bytes.Clone(it.Key()), nil
+}
+
+// addOutbox adds m's records from index from on to the outbox in b.
+func (s *Store) addOutbox(b *pebble.Batch, m store.Message, from int) error {
+	for i := from; i < len(m.Records); i++ {
+		e := store.OutboxEntry{
+			Seq:         s.outboxSeq.Add(1),
+			ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(i),
+			AppKey:      m.AppKey,
+			CallbackURL: m.CallbackURL,
+			Record:      m.Filled(m.Records[i]),
+		}
+		if err := setJSON(b, outboxKey(e.Seq), e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdateMessage applies fn to the message under its device's lock; see
+// store.Store.
+func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Message{}, err
+	}
+	defer s.exit()
+	var m store.Message
+	if err := s.getJSON(msgKey(id), &m); err != nil {
+		return store.Message{}, err
+	}
+	if m.AppKey != appKey {
+		return store.Message{}, store.ErrNotFound
+	}
+	dev := m.DeviceName
+	defer s.lock2(deviceStripe(appKey, dev), deviceStripe(appKey, dev))()
+	// Read again under the lock: the first read only named the device.
+	m = store.Message{}
+	if err := s.getJSON(msgKey(id), &m); err != nil {
+		return store.Message{}, err
+	}
+	before, n := m.State, len(m.Records)
+	if err := fn(&m); err != nil {
+		return store.Message{}, err
+	}
+	m.ID, m.AppKey, m.DeviceName = id, appKey, dev
+	if len(m.Records) < n {
+		return store.Message{}, fmt.Errorf("update message %d: records may only be appended", id)
+	}
+	leaving := before == store.StatePending && m.State != store.StatePending
+	if m.State == store.StatePending && before != store.StatePending {
+		return store.Message{}, fmt.Errorf("update message %d: a %s message cannot become pending again", id, before)
+	}
+	var count int64
+	ck := key(pCount, appKey, dev)
+	if leaving {
+		var err error
+		if c, ok := s.pending.get(appKey, dev); ok {
+			count = c
+		} else if count, err = s.count(ck); err != nil {
+			return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
+		}
+	}
+	err := s.write(func(b *pebble.Batch) error {
+		if leaving {
+			if err := set(b, ck, be64(max(count-1, 0))); err != nil {
+				return err
+			}
+			if err := b.Delete(queueKey(appKey, dev, id), nil); err != nil {
+				return err
+			}
+			if err := b.Delete(expiryKey(m.ExpireTime, id), nil); err != nil {
+				return err
+			}
+		}
+		if err := setJSON(b, msgKey(id), m); err != nil {
+			return err
+		}
+		return s.addOutbox(b, m, n)
+	})
+	if err != nil {
+		s.pending.drop(appKey, dev)
+		return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
+	}
+	if leaving {
+		s.pending.put(appKey, dev, max(count-1, 0))
+	}
+	return m, nil
+}
+
+// ExpiredMessages returns pending messages that expired before before.
+func (s *Store) ExpiredMessages(ctx context.Context, before int64, limit int) ([]store.Message, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	var out []store.Message
+	upper := binary.BigEndian.AppendUint64([]byte(pExpiry), uint64(max(before, 0)))
+	err := s.scan([]byte(pExpiry), upper, func(k, _ []byte) (bool, error) {
+		id := int64(binary.BigEndian.Uint64(k[len(pExpiry)+8:]))
+		var m store.Message
+		if err := s.getJSON(msgKey(id), &m); err != nil {
+			return false, err
+		}
+		out = append(out, m)
+		return len(out) < limit, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expired messages: %w", err)
+	}
+	return out, nil
+}
+
+// ReadOutbox returns the oldest outbox entries.
+func (s *Store) ReadOutbox(ctx context.Context, limit int) ([]store.OutboxEntry, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	var out []store.OutboxEntry
+	err := s.scan([]byte(pOutbox), prefixEnd([]byte(pOutbox)), func(k, v []byte) (bool, error) {
+		var e store.OutboxEntry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return false, fmt.Errorf("decode %q: %w", k, err)
+		}
+		out = append(out, e)
+		return len(out) < limit, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read outbox: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteOutbox removes outbox entries.
+func (s *Store) DeleteOutbox(ctx context.Context, seqs []int64) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	err := s.write(func(b *pebble.Batch) error {
+		for _, q := range seqs {
+			if err := b.Delete(outboxKey(q), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete outbox entries: %w", err)
+	}
+	return nil
+}
+
+// ReportProperties applies a device's report under the device's lock.
+func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Shadow, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Shadow{}, err
+	}
+	defer s.exit()
+	defer s.lock2(deviceStripe(r.AppKey, r.DeviceName), deviceStripe(r.AppKey, r.DeviceName))()
+	sh, err := s.getShadow(r.AppKey, r.DeviceName)
+	if err != nil {
+		return store.Shadow{}, err
+	}
+	if r.Version == 0 {
+		r.Version = sh.LastReportedVersion + 1
+	} else if r.Version <= sh.LastReportedVersion {
+		return store.Shadow{}, store.ErrVersionConflict
+	}
+	for name, v := range r.Properties {
+		p := sh.Properties[name]
+		p.ReportedValue, p.ReportedSTime = v, r.Time
+		sh.Properties[name] = p
+	}
+	sh.LastReportedVersion, sh.LastReportedSTime = r.Version, r.Time
+	if r.SDKVer != "" {
+		sh.SDKVer = r.SDKVer
+	}
+	if r.AppVer != "" {
+		sh.AppVer = r.AppVer
+	}
+	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, key(pShadow, r.AppKey, r.DeviceName), sh) }); err != nil {
+		return store.Shadow{}, fmt.Errorf("report %s/%s: %w", r.AppKey, r.DeviceName, err)
+	}
+	return sh, nil
+}
+
+// ResetPresence marks every device in the online index offline, a chunk
+// of devices per synced batch.
+func (s *Store) ResetPresence(ctx context.Context, now int64) (int, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	total := 0
+	for {
+		var keys [][]byte
+		err := s.scan([]byte(pOnline), prefixEnd([]byte(pOnline)), func(k, _ []byte) (bool, error) {
+			keys = append(keys, bytes.Clone(k))
+			return len(keys) < sweepChunk, nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("reset presence: %w", err)
+		}
+		if len(keys) == 0 {
+			return total, nil
+		}
+		if err := s.resetChunk(keys, now); err != nil {
+			return total, fmt.Errorf("reset presence: %w", err)
+		}
+		total += len(keys)
+	}
+}
+
+func (s *Store) resetChunk(keys [][]byte, now int64) error {
+	type dev struct{ app, name string }
+	devs := make([]dev, len(keys))
+	held := make([]int, len(keys))
+	for i, k := range keys {
+		app, name, _ := strings.Cut(string(k[len(pOnline):]), "\x00")
+		devs[i] = dev{app, name}
+		held[i] = deviceStripe(app, name)
+	}
+	slices.Sort(held)
+	held = slices.Compact(held)
+	for _, i := range held {
+		s.locks[i].Lock()
+	}
+	defer func() {
+		for _, i := range held {
+			s.locks[i].Unlock()
+		}
+	}()
+	err := s.write(func(b *pebble.Batch) error {
+		for i, d := range devs {
+			if err := b.Delete(keys[i], nil); err != nil {
+				return err
+			}
+			var dv store.Device
+			err := s.getJSON(key(pDevice, d.app, d.name), &dv)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			dv.Status, dv.LastLogoutTime = 0, now
+			if err := setJSON(b, key(pDevice, d.app, d.name), dv); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, d := range devs {
+		s.devices.drop(d.app, d.name)
+	}
+	return err
 }
