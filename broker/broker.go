@@ -1,0 +1,231 @@
+package broker
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// TopicPrefix starts every device topic: d/{app_key}/{device_name}/...
+const TopicPrefix = "d/"
+
+// Defaults sized for large fleets of mostly idle devices (see Config).
+const (
+	DefaultMaxPacketSize   = 256 << 10
+	DefaultWritesPending   = 64
+	DefaultReadBufferSize  = 1024
+	DefaultWriteBufferSize = 1024
+	DefaultMaxInflight     = 1024
+)
+
+// Config holds the listeners and limits of the broker.
+type Config struct {
+	// TCPAddr, TLSAddr and WSAddr are listen addresses; "" disables one.
+	TCPAddr, TLSAddr, WSAddr string
+	// TLSConfig serves the TLS listener; required when TLSAddr is set.
+	TLSConfig *tls.Config
+	// MaxPacketSize caps one MQTT packet in bytes, so that no device can
+	// make the broker buffer more. A larger packet closes the connection.
+	MaxPacketSize uint32
+	// WritesPending bounds each connection's queue of outgoing packets.
+	// mochi's default (8192) reserves 64 KiB per connection up front.
+	WritesPending int32
+	// ReadBufferSize and WriteBufferSize size each connection's buffers.
+	ReadBufferSize, WriteBufferSize int
+	// ServiceTopics are the topics under a device's prefix that the
+	// service publishes to; Handler.Subscribed reports SUBSCRIBEs that
+	// match them and Session.Subscribed answers for them.
+	ServiceTopics []string
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxPacketSize == 0 {
+		c.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if c.WritesPending == 0 {
+		c.WritesPending = DefaultWritesPending
+	}
+	if c.ReadBufferSize == 0 {
+		c.ReadBufferSize = DefaultReadBufferSize
+	}
+	if c.WriteBufferSize == 0 {
+		c.WriteBufferSize = DefaultWriteBufferSize
+	}
+}
+
+// ErrNotAuthorized is what Handler.Authenticate returns to refuse a
+// device; the device gets CONNACK "not authorized".
+var ErrNotAuthorized = errors.New("not authorized")
+
+// Handler receives device events. The broker calls it from each
+// connection's own goroutine, so a slow call delays only that device.
+type Handler interface {
+	// Authenticate checks a device's credentials; an error refuses the
+	// connection with CONNACK "not authorized".
+	Authenticate(appKey, deviceName, secret string) error
+	// Connected reports a session that has been accepted. An older
+	// session of the same device has been or is being disconnected.
+	Connected(s *Session)
+	// Disconnected reports the end of a session. Under takeover it may
+	// arrive after the newer session's Connected; s.Current tells.
+	Disconnected(s *Session)
+	// Subscribed reports a SUBSCRIBE granted for a filter that matches
+	// the service topic (relative to the device's prefix).
+	Subscribed(s *Session, topic string)
+	// Published reports a PUBLISH from the device; topic is relative to
+	// the device's prefix. Nothing a device publishes reaches any other
+	// client.
+	Published(s *Session, topic string, payload []byte)
+	// Acked reports the device's PUBACK of a packet sent with
+	// Session.Publish.
+	Acked(s *Session, packetID uint16)
+}
+
+// Broker is the embedded MQTT broker.
+type Broker struct {
+	cfg     Config
+	handler Handler
+	log     *slog.Logger
+	server  *mqtt.Server
+	nextID  atomic.Uint64
+
+	mu       sync.Mutex
+	sessions map[*mqtt.Client]*Session // by connection
+	devices  map[string]*Session       // the current session by "app/device"
+
+	connected atomic.Int64
+}
+
+// New builds a broker; Start opens its listeners.
+func New(cfg Config, h Handler, log *slog.Logger) *Broker {
+	cfg.setDefaults()
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = cfg.MaxPacketSize
+	caps.MaximumClientWritesPending = cfg.WritesPending
+	caps.MaximumInflight = DefaultMaxInflight
+	caps.ReceiveMaximum = DefaultMaxInflight
+	// The service keeps its own durable queue; broker-side sessions would
+	// only hold memory for devices that are gone.
+	caps.MaximumSessionExpiryInterval = 0
+	caps.MaximumMessageExpiryInterval = 0
+	caps.RetainAvailable = 0
+	caps.SharedSubAvailable = 0
+	caps.MaximumQos = 1
+	b := &Broker{
+		cfg:      cfg,
+		handler:  h,
+		log:      log,
+		sessions: make(map[*mqtt.Client]*Session),
+		devices:  make(map[string]*Session),
+	}
+	b.server = mqtt.New(&mqtt.Options{
+		Capabilities:             caps,
+		ClientNetWriteBufferSize: cfg.WriteBufferSize,
+		ClientNetReadBufferSize:  cfg.ReadBufferSize,
+		Logger:                   log.With("component", "mqtt"),
+		SysTopicResendInterval:   1 << 30, // no $SYS topics: devices may not read them anyway
+	})
+	return b
+}
+
+// Start listens on the configured addresses and serves in the background.
+// It returns the bound addresses by listener ("tcp", "tls", "ws").
+func (b *Broker) Start() (map[string]string, error) {
+	if err := b.server.AddHook(&hook{b: b}, nil); err != nil {
+		return nil, fmt.Errorf("mqtt hook: %w", err)
+	}
+	addrs := map[string]string{}
+	add := func(id, addr string, wrap func(net.Listener) (listeners.Listener, error)) error {
+		if addr == "" {
+			return nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen mqtt %s %s: %w", id, addr, err)
+		}
+		l, err := wrap(ln)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		if err := b.server.AddListener(l); err != nil {
+			ln.Close()
+			return fmt.Errorf("mqtt listener %s: %w", id, err)
+		}
+		addrs[id] = ln.Addr().String()
+		return nil
+	}
+	err := add("tcp", b.cfg.TCPAddr, func(ln net.Listener) (listeners.Listener, error) {
+		return listeners.NewNet("tcp", ln), nil
+	})
+	if err == nil {
+		err = add("tls", b.cfg.TLSAddr, func(ln net.Listener) (listeners.Listener, error) {
+			if b.cfg.TLSConfig == nil {
+				return nil, errors.New("mqtt tls listener needs a certificate")
+			}
+			return listeners.NewNet("tls", tls.NewListener(ln, b.cfg.TLSConfig)), nil
+		})
+	}
+	if err == nil {
+		err = add("ws", b.cfg.WSAddr, func(ln net.Listener) (listeners.Listener, error) {
+			return newWebsocket("ws", ln), nil
+		})
+	}
+	if err != nil {
+		b.server.Close()
+		return nil, err
+	}
+	if err := b.server.Serve(); err != nil {
+		b.server.Close()
+		return nil, fmt.Errorf("serve mqtt: %w", err)
+	}
+	return addrs, nil
+}
+
+// Close disconnects every device and stops the listeners.
+func (b *Broker) Close() error { return b.server.Close() }
+
+// Connected returns how many device sessions are live.
+func (b *Broker) Connected() int64 { return b.connected.Load() }
+
+// Kick disconnects the device's current session, if any, telling it
+// "not authorized" (MQTT 5) before closing. It reports whether one was
+// connected.
+func (b *Broker) Kick(appKey, deviceName string) bool {
+	b.mu.Lock()
+	s := b.devices[deviceKey(appKey, deviceName)]
+	b.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	_ = b.server.DisconnectClient(s.cl, packets.ErrNotAuthorized)
+	return true
+}
+
+// Session returns the device's current session, or nil.
+func (b *Broker) Session(appKey, deviceName string) *Session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.devices[deviceKey(appKey, deviceName)]
+}
+
+func deviceKey(appKey, deviceName string) string { return appKey + "/" + deviceName }
+
+// parseUsername splits "{app_key}/{device_name}". Device names cannot
+// hold "/", so the last one separates the two.
+func parseUsername(u string) (appKey, device string, ok bool) {
+	i := strings.LastIndexByte(u, '/')
+	if i <= 0 || i == len(u)-1 {
+		return "", "", false
+	}
+	return u[:i], u[i+1:], true
+}

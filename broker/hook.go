@@ -1,0 +1,156 @@
+package broker
+
+import (
+	"bytes"
+	"strings"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// hook connects mochi's events to the Broker.
+type hook struct {
+	mqtt.HookBase
+	b *Broker
+}
+
+func (h *hook) ID() string { return "devmsg" }
+
+func (h *hook) Provides(b byte) bool {
+	return bytes.Contains([]byte{
+		mqtt.OnConnect,
+		mqtt.OnConnectAuthenticate,
+		mqtt.OnACLCheck,
+		mqtt.OnSessionEstablished,
+		mqtt.OnDisconnect,
+		mqtt.OnSubscribed,
+		mqtt.OnUnsubscribed,
+		mqtt.OnPublish,
+		mqtt.OnPacketRead,
+	}, []byte{b})
+}
+
+// OnConnect authenticates. Refusals are answered here rather than in
+// OnConnectAuthenticate, whose CONNACK says "bad username or password":
+// DESIGN.md section 3 asks for "not authorized" (3.1.1: 5, v5: 0x87).
+func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	app, dev, ok := parseUsername(string(pk.Connect.Username))
+	if !ok || h.b.handler.Authenticate(app, dev, string(pk.Connect.Password)) != nil {
+		_ = h.b.server.SendConnack(cl, packets.ErrNotAuthorized, false, nil)
+		return packets.ErrNotAuthorized
+	}
+	// Every session is clean: the service keeps what must survive a
+	// disconnect (the pending queue) itself, and a broker-side session
+	// of a device that is gone would only hold memory.
+	cl.Properties.Clean = true
+	cl.Properties.Props.SessionExpiryInterval = 0
+	return nil
+}
+
+func (h *hook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+
+// OnACLCheck confines a device to topics under d/{app_key}/{device_name}/.
+func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, _ bool) bool {
+	app, dev, ok := parseUsername(string(cl.Properties.Username))
+	if !ok {
+		return false
+	}
+	prefix := TopicPrefix + app + "/" + dev + "/"
+	return strings.HasPrefix(topic, prefix) && len(topic) > len(prefix)
+}
+
+// OnSessionEstablished makes the session the device's current one and
+// disconnects any older one (takeover). Doing this after the CONNACK, not
+// in OnConnect, means a connection that fails before it is accepted
+// never displaces a working one.
+func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	app, dev, _ := parseUsername(string(cl.Properties.Username))
+	s := newSession(h.b, cl, app, dev)
+	k := deviceKey(app, dev)
+	h.b.mu.Lock()
+	old := h.b.devices[k]
+	h.b.devices[k] = s
+	h.b.sessions[cl] = s
+	h.b.mu.Unlock()
+	h.b.connected.Add(1)
+	if old != nil && old.cl != cl {
+		_ = h.b.server.DisconnectClient(old.cl, packets.ErrSessionTakenOver)
+	}
+	h.b.handler.Connected(s)
+	// A session with the same client id may have inherited the old one's
+	// subscriptions without a SUBSCRIBE; report them like new ones.
+	for f := range cl.State.Subscriptions.GetAll() {
+		for _, t := range s.subscribe(f) {
+			h.b.handler.Subscribed(s, t)
+		}
+	}
+}
+
+func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	h.b.mu.Lock()
+	s := h.b.sessions[cl]
+	delete(h.b.sessions, cl)
+	h.b.mu.Unlock()
+	if s == nil {
+		return // refused before it was established
+	}
+	h.b.connected.Add(-1)
+	// Report first, while Current still answers true for a session that
+	// was not taken over, then retire it.
+	h.b.handler.Disconnected(s)
+	h.b.mu.Lock()
+	if k := deviceKey(s.AppKey, s.DeviceName); h.b.devices[k] == s {
+		delete(h.b.devices, k)
+	}
+	h.b.mu.Unlock()
+}
+
+func (h *hook) session(cl *mqtt.Client) *Session {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	return h.b.sessions[cl]
+}
+
+func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
+	s := h.session(cl)
+	if s == nil {
+		return
+	}
+	for i, f := range pk.Filters {
+		if i < len(codes) && codes[i] >= packets.ErrUnspecifiedError.Code {
+			continue
+		}
+		for _, t := range s.subscribe(f.Filter) {
+			h.b.handler.Subscribed(s, t)
+		}
+	}
+}
+
+func (h *hook) OnUnsubscribed(cl *mqtt.Client, _ packets.Packet) {
+	if s := h.session(cl); s != nil {
+		s.resync()
+	}
+}
+
+// OnPublish hands a device's publish to the handler and stops it there:
+// devices talk to the service, never to each other. The publish is still
+// acknowledged (CodeSuccessIgnore), unlike with ErrRejectPacket.
+func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	s := h.session(cl)
+	if s == nil || !strings.HasPrefix(pk.TopicName, s.prefix) {
+		return pk, packets.CodeSuccessIgnore
+	}
+	h.b.handler.Published(s, pk.TopicName[len(s.prefix):], pk.Payload)
+	return pk, packets.CodeSuccessIgnore
+}
+
+// OnPacketRead correlates PUBACKs with Session.Publish. mochi's own
+// inflight tracking is not used: the service's queue is the record.
+func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Puback {
+		if s := h.session(cl); s != nil && s.releasePacketID(pk.PacketID) {
+			h.b.handler.Acked(s, pk.PacketID)
+		}
+	}
+	return pk, nil
+}

@@ -1,0 +1,190 @@
+package broker
+
+import (
+	"errors"
+	"net"
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// ErrNoPacketID means every packet id of a session is waiting for a PUBACK.
+var ErrNoPacketID = errors.New("no free packet id: 65535 publishes await PUBACK")
+
+// Session is one live connection of a device.
+type Session struct {
+	// ID is unique among the sessions of this broker.
+	ID         uint64
+	AppKey     string
+	DeviceName string
+	ClientID   string
+	// RemoteIP is the device's address without the port.
+	RemoteIP string
+
+	b      *Broker
+	cl     *mqtt.Client
+	prefix string // d/{app}/{device}/
+
+	mu      sync.Mutex
+	nextPID uint16
+	// awaiting holds the packet ids of QoS 1 publishes not yet acknowledged.
+	awaiting map[uint16]struct{}
+	// subscribed holds the service topics the device subscribed to.
+	subscribed map[string]bool
+}
+
+func newSession(b *Broker, cl *mqtt.Client, appKey, device string) *Session {
+	ip := cl.Net.Remote
+	if h, _, err := net.SplitHostPort(ip); err == nil {
+		ip = h
+	}
+	return &Session{
+		ID:         b.nextID.Add(1),
+		AppKey:     appKey,
+		DeviceName: device,
+		ClientID:   cl.ID,
+		RemoteIP:   ip,
+		b:          b,
+		cl:         cl,
+		prefix:     TopicPrefix + appKey + "/" + device + "/",
+	}
+}
+
+// Current reports whether s is still the device's live session: false
+// once it has been taken over by a newer one or has disconnected.
+func (s *Session) Current() bool {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.b.devices[deviceKey(s.AppKey, s.DeviceName)] == s
+}
+
+// Subscribed reports whether the device holds a subscription matching the
+// service topic (one of Config.ServiceTopics).
+func (s *Session) Subscribed(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subscribed[topic]
+}
+
+// Publish sends payload to the device on topic (relative to its prefix).
+// At QoS 1 it returns the packet id that the device's PUBACK will carry
+// (reported by Handler.Acked); the broker keeps no copy, so redelivery is
+// the caller's business.
+func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error) {
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
+		TopicName:   s.prefix + topic,
+		Payload:     payload,
+	}
+	if qos > 0 {
+		id, err := s.takePacketID()
+		if err != nil {
+			return 0, err
+		}
+		pk.PacketID = id
+	}
+	if err := s.cl.WritePacket(pk); err != nil {
+		if qos > 0 {
+			s.releasePacketID(pk.PacketID)
+		}
+		return 0, err
+	}
+	return pk.PacketID, nil
+}
+
+// Close disconnects the session.
+func (s *Session) Close() { _ = s.b.server.DisconnectClient(s.cl, packets.ErrNotAuthorized) }
+
+func (s *Session) takePacketID() (uint16, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.awaiting == nil {
+		s.awaiting = make(map[uint16]struct{})
+	}
+	for range 65535 {
+		s.nextPID++
+		if s.nextPID == 0 {
+			s.nextPID = 1
+		}
+		if _, busy := s.awaiting[s.nextPID]; !busy {
+			s.awaiting[s.nextPID] = struct{}{}
+			return s.nextPID, nil
+		}
+	}
+	return 0, ErrNoPacketID
+}
+
+// releasePacketID frees id and reports whether it was awaiting a PUBACK.
+func (s *Session) releasePacketID(id uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.awaiting[id]; !ok {
+		return false
+	}
+	delete(s.awaiting, id)
+	return true
+}
+
+// subscribe records the service topics that filter matches and returns them.
+func (s *Session) subscribe(filter string) []string {
+	var matched []string
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.b.cfg.ServiceTopics {
+		if matchFilter(filter, s.prefix+t) {
+			if s.subscribed == nil {
+				s.subscribed = make(map[string]bool)
+			}
+			s.subscribed[t] = true
+			matched = append(matched, t)
+		}
+	}
+	return matched
+}
+
+// resync recomputes the subscribed service topics from the client's
+// remaining subscriptions (after UNSUBSCRIBE).
+func (s *Session) resync() {
+	filters := s.cl.State.Subscriptions.GetAll()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.b.cfg.ServiceTopics {
+		s.subscribed[t] = false
+		for f := range filters {
+			if matchFilter(f, s.prefix+t) {
+				s.subscribed[t] = true
+				break
+			}
+		}
+	}
+}
+
+// matchFilter reports whether the MQTT topic filter matches topic.
+func matchFilter(filter, topic string) bool {
+	for {
+		f, frest, fmore := cut(filter)
+		t, trest, tmore := cut(topic)
+		switch {
+		case f == "#":
+			return true
+		case f != "+" && f != t:
+			return false
+		case !fmore && !tmore:
+			return true
+		case !fmore || !tmore:
+			// "a/#" also matches "a" itself.
+			return !tmore && frest == "#"
+		}
+		filter, topic = frest, trest
+	}
+}
+
+func cut(s string) (head, rest string, more bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
