@@ -207,8 +207,19 @@ func (b *Broker) Kick(appKey, deviceName string) bool {
 	if s == nil {
 		return false
 	}
-	_ = b.server.DisconnectClient(s.cl, packets.ErrNotAuthorized)
+	b.disconnect(s.cl, packets.ErrNotAuthorized)
 	return true
+}
+
+// disconnect ends a client's connection, telling an MQTT 5 client why.
+// MQTT 3.1.1 has no DISCONNECT from the server (clients report one as a
+// protocol error), so those connections are simply closed.
+func (b *Broker) disconnect(cl *mqtt.Client, code packets.Code) {
+	if cl.Properties.ProtocolVersion >= 5 {
+		_ = b.server.DisconnectClient(cl, code)
+		return
+	}
+	cl.Stop(code)
 }
 
 // Session returns the device's current session, or nil.

@@ -36,7 +36,13 @@ func (h *hook) Provides(b byte) bool {
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	app, dev, ok := parseUsername(string(pk.Connect.Username))
 	if !ok || h.b.handler.Authenticate(app, dev, string(pk.Connect.Password)) != nil {
-		_ = h.b.server.SendConnack(cl, packets.ErrNotAuthorized, false, nil)
+		code := packets.ErrNotAuthorized // v5: 0x87
+		if cl.Properties.ProtocolVersion < 5 {
+			// mochi maps this one, and not ErrNotAuthorized, to the
+			// 3.1.1 return code 5, "not authorized".
+			code = packets.ErrBadUsernameOrPassword
+		}
+		_ = h.b.server.SendConnack(cl, code, false, nil)
 		return packets.ErrNotAuthorized
 	}
 	// Every session is clean: the service keeps what must survive a
@@ -74,7 +80,7 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	h.b.mu.Unlock()
 	h.b.connected.Add(1)
 	if old != nil && old.cl != cl {
-		_ = h.b.server.DisconnectClient(old.cl, packets.ErrSessionTakenOver)
+		h.b.disconnect(old.cl, packets.ErrSessionTakenOver)
 	}
 	h.b.handler.Connected(s)
 	// A session with the same client id may have inherited the old one's

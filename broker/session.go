@@ -94,7 +94,7 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 }
 
 // Close disconnects the session.
-func (s *Session) Close() { _ = s.b.server.DisconnectClient(s.cl, packets.ErrNotAuthorized) }
+func (s *Session) Close() { s.b.disconnect(s.cl, packets.ErrNotAuthorized) }
 
 func (s *Session) takePacketID() (uint16, error) {
 	s.mu.Lock()

@@ -38,17 +38,34 @@ type SendRequest struct {
 	Params      json.RawMessage
 }
 
-// Service accepts messages.
-type Service struct {
-	store store.Store
-	ids   *idgen.Generator
-	now   func() time.Time
+// Router is what Send needs of delivery: whether a device can take a
+// message now, and word that one was queued. *Dispatcher is one.
+type Router interface {
+	Online(app, dev string) bool
+	Notify(m store.Message)
 }
 
-// NewService returns a Service that stores in st and numbers messages with ids.
-func NewService(st store.Store, ids *idgen.Generator) *Service {
-	return &Service{store: st, ids: ids, now: time.Now}
+// Service accepts, retracts and tracks messages.
+type Service struct {
+	store  store.Store
+	ids    *idgen.Generator
+	router Router
+	now    func() time.Time
 }
+
+// NewService returns a Service that stores in st, numbers messages with
+// ids and hands queued ones to router (nil: no device is ever online).
+func NewService(st store.Store, ids *idgen.Generator, router Router) *Service {
+	if router == nil {
+		router = offline{}
+	}
+	return &Service{store: st, ids: ids, router: router, now: time.Now}
+}
+
+type offline struct{}
+
+func (offline) Online(string, string) bool { return false }
+func (offline) Notify(store.Message)       {}
 
 // Send stores a message for dev. The message is pending for an enabled
 // device with room in its queue; otherwise it is stored as failed with
@@ -79,9 +96,9 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 		NewRecord(m, store.RecordTargetValid, 0, "", now),
 		NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
 	}
-	if req.TTL == 0 && dev.Status == 0 {
-		// ttl 0 is "now or never" (DESIGN.md section 4): an offline device
-		// fails at once and nothing is queued.
+	if req.TTL == 0 && !s.router.Online(app.Key, dev.Name) {
+		// ttl 0 is "now or never" (DESIGN.md section 4): a device that is
+		// not connected and subscribed fails at once; nothing is queued.
 		m.State = store.StateFailed
 		m.Records = append(m.Records, NewRecord(m, store.RecordDeliveryFailure, ErrCodeDeviceOffline, "device offline and ttl is 0", now))
 		return m, s.store.CreateMessage(ctx, m, seqNo, seq)
@@ -92,26 +109,28 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 		m.Records[1] = NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, "device queue full: "+strconv.Itoa(store.MaxPending)+" messages pending", now)
 		err = s.store.CreateMessage(ctx, m, seqNo, seq)
 	}
+	if err == nil && m.State == store.StatePending {
+		s.router.Notify(m)
+	}
 	return m, err
 }
 
-// NewRecord builds a status record of message m as it is stored: the
-// fields m already holds are left for Records to fill in, which halves the
-// bytes written per message. errCode 0 means no error object.
-func NewRecord(m store.Message, typ, errCode int, errMsg string, now time.Time) store.Record {
-	r := store.Record{Type: typ, SentTime: now.Unix()}
-	if errCode != 0 {
-		r.Error = &store.RecordError{Code: errCode, Message: errMsg}
-	}
-	return r
-}
-
-// Records returns m's status records in the callback format, every field
-// filled in.
-func Records(m store.Message) []store.Record {
-	out := make([]store.Record, len(m.Records))
-	for i, r := range m.Records {
-		out[i] = m.Filled(r)
-	}
-	return out
+// Retract withdraws the app's message id: a pending message becomes
+// retracted (record 7); any other gets record 8 saying why not (3008
+// delivered, 3009 expired, retracted or failed) and keeps its state.
+// store.ErrNotFound if the app has no such message.
+func (s *Service) Retract(ctx context.Context, appKey string, id int64) (store.Message, error) {
+	return s.store.UpdateMessage(ctx, appKey, id, func(m *store.Message) error {
+		now := s.now()
+		switch m.State {
+		case store.StatePending:
+			m.State = store.StateRetracted
+			m.Records = append(m.Records, NewRecord(*m, store.RecordRetractSuccess, 0, "", now))
+		case store.StateDelivered:
+			m.Records = append(m.Records, NewRecord(*m, store.RecordRetractionFailed, ErrCodeAlreadyDelivered, "message already delivered", now))
+		default:
+			m.Records = append(m.Records, NewRecord(*m, store.RecordRetractionFailed, ErrCodeAlreadyFinished, "message already "+m.State, now))
+		}
+		return nil
+	})
 }

@@ -289,7 +289,9 @@ func (a *API) patchDevice(c *gin.Context) error {
 	}
 	// Only the fields given change, under the device's lock, so presence
 	// and other writers are not overwritten.
+	var disabled bool
 	d, err := a.store.UpdateDevice(c.Request.Context(), app.Key, name, func(d *store.Device) error {
+		disabled = flag != nil && *flag == store.FlagDisabled && d.Flag != store.FlagDisabled
 		if flag != nil {
 			d.Flag = *flag
 		}
@@ -303,6 +305,9 @@ func (a *API) patchDevice(c *gin.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("update device: %w", err)
+	}
+	if disabled {
+		a.cfg.Devices.Disabled(c.Request.Context(), app.Key, name)
 	}
 	return writeJSON(c, summarize(d))
 }

@@ -29,7 +29,27 @@ type Config struct {
 	// on /admin/v1.
 	AdminUsername       string
 	AdminPasswordSHA256 [32]byte
+	// Router delivers queued messages to connected devices; nil means no
+	// device is ever online (tests of the REST API alone).
+	Router message.Router
+	// Devices hears of REST changes that connected devices must see; nil
+	// ignores them.
+	Devices DeviceEvents
 }
+
+// DeviceEvents is told of changes made through the API that a connected
+// device must learn of. Calls happen after the change is stored.
+type DeviceEvents interface {
+	// DesiredChanged follows a successful property set.
+	DesiredChanged(ctx context.Context, appKey, device string, sh store.Shadow)
+	// Disabled follows setting a device's flag to disabled.
+	Disabled(ctx context.Context, appKey, device string)
+}
+
+type noDeviceEvents struct{}
+
+func (noDeviceEvents) DesiredChanged(context.Context, string, string, store.Shadow) {}
+func (noDeviceEvents) Disabled(context.Context, string, string)                     {}
 
 // API serves the spec's REST API, the admin API, /healthz, /readyz and
 // /metrics.
@@ -66,9 +86,12 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		store:    st,
 		log:      log,
 		ids:      ids,
-		messages: message.NewService(st, ids),
+		messages: message.NewService(st, ids, cfg.Router),
 		limits:   newRateLimits(cfg.DefaultRateLimit),
 		now:      time.Now,
+	}
+	if a.cfg.Devices == nil {
+		a.cfg.Devices = noDeviceEvents{}
 	}
 	a.apps = newAppCache(st, a.now)
 	gin.SetMode(gin.ReleaseMode)
@@ -99,6 +122,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	msg := r.Group("/msg/v1", a.authApp)
 	msg.POST("/msg", a.limit(store.CategoryMessage), a.wrap(a.sendMessage))
 	msg.GET("/msg", a.limit(store.CategoryQuery), a.wrap(a.getMessage))
+	msg.DELETE("/msg", a.limit(store.CategoryMessage), a.wrap(a.retractMessage))
 
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
 

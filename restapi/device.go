@@ -267,7 +267,7 @@ func (a *API) setProperty(c *gin.Context) error {
 		return err
 	}
 	u := store.DesiredUpdate{AppKey: app.Key, DeviceName: name, Version: version, Properties: values, Time: a.now().UnixMilli()}
-	_, err = a.store.SetDesired(c.Request.Context(), u, seqNo, a.seqEntry(fp, body))
+	sh, err := a.store.SetDesired(c.Request.Context(), u, seqNo, a.seqEntry(fp, body))
 	switch {
 	case errors.Is(err, store.ErrSeqUsed):
 		return a.replayUsed(c, app.Key, seqNo, fp)
@@ -278,6 +278,7 @@ func (a *API) setProperty(c *gin.Context) error {
 	case err != nil:
 		return fmt.Errorf("set desired: %w", err)
 	}
+	a.cfg.Devices.DesiredChanged(c.Request.Context(), app.Key, name, sh)
 	c.Data(200, "application/json", body)
 	return nil
 }
@@ -320,23 +321,11 @@ func parsePropertyItems(obj object) ([]string, map[string]json.RawMessage, error
 		if !ok || string(v) == "null" {
 			return nil, nil, errMissing(fmt.Sprintf("properties[%d].value", i))
 		}
-		if !isNumberOrString(v) {
+		if !shadow.IsNumberOrString(v) {
 			return nil, nil, errInvalid("properties[%d].value must be a number or a string", i)
 		}
 		names = append(names, name)
 		values[name] = compact(v)
 	}
 	return names, values, nil
-}
-
-func isNumberOrString(v json.RawMessage) bool {
-	if len(v) == 0 {
-		return false
-	}
-	if v[0] == '"' {
-		var s string
-		return json.Unmarshal(v, &s) == nil
-	}
-	var n json.Number
-	return (v[0] == '-' || v[0] >= '0' && v[0] <= '9') && json.Unmarshal(v, &n) == nil
 }

@@ -130,20 +130,44 @@ type messageView struct {
 
 // getMessage serves GET /msg/v1/msg?msgid= (DESIGN.md section 2).
 func (a *API) getMessage(c *gin.Context) error {
+	id, err := msgidParam(c)
+	if err != nil {
+		return err
+	}
+	m, err := a.store.GetMessage(c.Request.Context(), currentApp(c).Key, id)
+	return writeMessage(c, id, m, err)
+}
+
+// retractMessage serves DELETE /msg/v1/msg?msgid= (DESIGN.md section 2):
+// the message as it stands afterwards, its last record saying whether
+// the retraction succeeded (7) or not (8).
+func (a *API) retractMessage(c *gin.Context) error {
+	id, err := msgidParam(c)
+	if err != nil {
+		return err
+	}
+	m, err := a.messages.Retract(c.Request.Context(), currentApp(c).Key, id)
+	return writeMessage(c, id, m, err)
+}
+
+func msgidParam(c *gin.Context) (int64, error) {
 	s, ok := c.GetQuery("msgid")
 	if !ok || s == "" {
-		return errMissing("msgid")
+		return 0, errMissing("msgid")
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return errInvalid("msgid must be an integer")
+		return 0, errInvalid("msgid must be an integer")
 	}
-	m, err := a.store.GetMessage(c.Request.Context(), currentApp(c).Key, id)
+	return id, nil
+}
+
+func writeMessage(c *gin.Context, id int64, m store.Message, err error) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return errInvalid("message %d not found", id)
 	}
 	if err != nil {
-		return fmt.Errorf("load message: %w", err)
+		return fmt.Errorf("message %d: %w", id, err)
 	}
 	return writeJSON(c, messageView{m.ID, m.DeviceName, m.State, m.TTL, m.TimeCreate, message.Records(m)})
 }

@@ -17,8 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/devmsg/devmsg/broker"
+	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
+	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
 )
@@ -58,6 +62,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := ensureApps(ctx, cfg.Apps, st, stdout, log); err != nil {
 		return err
 	}
+	// No connection outlives the process; a crash left no logouts behind.
+	if n, err := st.ResetPresence(ctx, time.Now().Unix()); err != nil {
+		return fmt.Errorf("reset presence: %w", err)
+	} else if n > 0 {
+		log.Info("marked devices offline that were online at the last stop", "devices", n)
+	}
+	var cert *tls.Certificate
+	if cfg.HTTP.TLS.Enabled || cfg.MQTT.TLSAddr != "" {
+		c, err := loadOrCreateCert(cfg.HTTP.TLS, cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		cert = &c
+	}
+
+	dispatcher := message.NewDispatcher(st, log)
+	dispatcher.Start()
+	defer dispatcher.Stop()
+	gw := gateway.New(st, dispatcher, shadow.NewSync(st, log), log)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -66,9 +89,37 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DefaultRateLimit:    cfg.RateLimit.Default,
 		AdminUsername:       cfg.Admin.Username,
 		AdminPasswordSHA256: adminHash,
+		Router:              dispatcher,
+		Devices:             gw,
 	}, st, log, reg)
 	if err != nil {
 		return err
+	}
+	brokerCfg := broker.Config{
+		TCPAddr:       cfg.MQTT.TCPAddr,
+		TLSAddr:       cfg.MQTT.TLSAddr,
+		WSAddr:        cfg.MQTT.WSAddr,
+		ServiceTopics: gateway.ServiceTopics,
+	}
+	if cert != nil {
+		brokerCfg.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+	}
+	mq := broker.New(brokerCfg, gw, log)
+	gw.SetBroker(mq)
+	mqttAddrs, err := mq.Start()
+	if err != nil {
+		return err
+	}
+	// Deferred before the HTTP server exists, so it runs after it stops:
+	// devices are disconnected (and marked offline) while the store is open.
+	defer func() {
+		if err := mq.Close(); err != nil {
+			log.Error("close mqtt broker", "err", err)
+		}
+	}()
+	log.Info("mqtt listening", "addrs", mqttAddrs)
+	if testHookMQTT != nil {
+		testHookMQTT(mqttAddrs)
 	}
 	srv := &http.Server{
 		Handler:           api.Handler(),
@@ -84,12 +135,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("listen http.addr: %w", err)
 	}
 	if cfg.HTTP.TLS.Enabled {
-		cert, err := loadOrCreateCert(cfg.HTTP.TLS, cfg.DataDir)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 		ln = tls.NewListener(ln, srv.TLSConfig)
 	}
 	log.Info("http listening", "addr", ln.Addr().String(), "tls", cfg.HTTP.TLS.Enabled)
@@ -120,8 +166,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// testHookListening, when set by a test, learns the HTTP address.
-var testHookListening func(addr string)
+// testHookListening, when set by a test, learns the HTTP address;
+// testHookMQTT learns the MQTT listener addresses by id (tcp, tls, ws).
+var (
+	testHookListening func(addr string)
+	testHookMQTT      func(addrs map[string]string)
+)
 
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level

@@ -20,8 +20,9 @@ import (
 // server is `devmsg serve` running in-process.
 type server struct {
 	addr   string
-	stdout *bytes.Buffer // complete once addr is known: secrets print before listening
-	stderr *syncBuffer   // the slog output, written while serving
+	mqtt   map[string]string // MQTT listener addresses: tcp, tls, ws
+	stdout *bytes.Buffer     // complete once addr is known: secrets print before listening
+	stderr *syncBuffer       // the slog output, written while serving
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -63,16 +64,20 @@ func tryStartServer(args ...string) (*server, error) {
 	hookMu.Lock()
 	defer hookMu.Unlock()
 	addrs := make(chan string, 1)
+	mqttAddrs := make(chan map[string]string, 1)
 	testHookListening = func(a string) { addrs <- a }
-	defer func() { testHookListening = nil }()
+	testHookMQTT = func(a map[string]string) { mqttAddrs <- a }
+	defer func() { testHookListening, testHookMQTT = nil, nil }()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &server{stdout: &bytes.Buffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		s.done <- run(ctx, append([]string{"serve", "--http.addr", "127.0.0.1:0", "--log.level", "warn"}, args...), s.stdout, s.stderr)
+		s.done <- run(ctx, append([]string{"serve", "--http.addr", "127.0.0.1:0", "--log.level", "warn",
+			"--mqtt.tcp_addr", "127.0.0.1:0", "--mqtt.tls_addr", "127.0.0.1:0", "--mqtt.ws_addr", "127.0.0.1:0"}, args...), s.stdout, s.stderr)
 	}()
 	select {
 	case s.addr = <-addrs:
+		s.mqtt = <-mqttAddrs // reported before the HTTP address
 		return s, nil
 	case err := <-s.done:
 		cancel()

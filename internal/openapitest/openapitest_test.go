@@ -49,7 +49,7 @@ func TestEveryRouteDocumented(t *testing.T) {
 	doc := Load(t, docPath).Doc()
 	api := []string{
 		"POST /device/v1/devices", "POST /device/v1/property", "GET /device/v1/property",
-		"GET /device/v1/baseinfo", "GET /device/v1/status", "POST /msg/v1/msg", "GET /msg/v1/msg",
+		"GET /device/v1/baseinfo", "GET /device/v1/status", "POST /msg/v1/msg", "GET /msg/v1/msg", "DELETE /msg/v1/msg",
 	}
 	admin := []string{
 		"POST /admin/v1/apps", "GET /admin/v1/apps",
@@ -219,8 +219,8 @@ func TestCheck(t *testing.T) {
 		// Routes the document does not describe.
 		{"unknown path answered 404", "GET", "/nope", "", 404, json, `{"error":{"code":1003,"message":"no such endpoint: GET /nope"}}`, ""},
 		{"unknown path answered 200", "GET", "/nope", "", 200, json, `{}`, "not documented"},
-		{"unknown method answered 405", "DELETE", "/msg/v1/msg?msgid=1", "", 405, json, `{"error":{"code":1003,"message":"method DELETE not allowed"}}`, ""},
-		{"unknown method answered 200", "DELETE", "/msg/v1/msg?msgid=1", "", 200, json, `{}`, "method is not documented"},
+		{"unknown method answered 405", "PUT", "/msg/v1/msg?msgid=1", "", 405, json, `{"error":{"code":1003,"message":"method PUT not allowed"}}`, ""},
+		{"unknown method answered 200", "PUT", "/msg/v1/msg?msgid=1", "", 200, json, `{}`, "method is not documented"},
 		{"404 with a bad body", "GET", "/nope", "", 404, json, `not found`, "not JSON"},
 	}
 	for _, tc := range cases {
