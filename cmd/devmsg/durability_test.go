@@ -49,18 +49,23 @@ func devmsgBinary(t *testing.T) string {
 type proc struct {
 	cmd  *exec.Cmd
 	base string
+	mqtt string // the MQTT TCP address, when started with one
 	out  *strings.Builder
 	mu   *sync.Mutex
 }
 
-var listenRE = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
+var (
+	listenRE     = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
+	mqttListenRE = regexp.MustCompile(`msg="mqtt listening" addrs=map\[(?:\S+ )*tcp:([^\s\]]+)`)
+)
 
 // startProc runs `devmsg serve` on dataDir with a random port and waits
-// until it listens.
-func startProc(t *testing.T, dataDir string) *proc {
+// until it listens. MQTT is off unless args turn a listener on.
+func startProc(t *testing.T, dataDir string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(devmsgBinary(t), "serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
-		"--mqtt.tcp_addr=", "--mqtt.tls_addr=", "--mqtt.ws_addr=")
+	args = append([]string{"serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
+		"--mqtt.tcp_addr=", "--mqtt.tls_addr=", "--mqtt.ws_addr="}, args...)
+	cmd := exec.Command(devmsgBinary(t), args...)
 	cmd.Env = append(os.Environ(), "DEVMSG_ADMIN_PASSWORD=durability-admin", "DEVMSG_RATE_LIMIT_DEFAULT=0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -76,6 +81,11 @@ func startProc(t *testing.T, dataDir string) *proc {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			if m := mqttListenRE.FindStringSubmatch(sc.Text()); m != nil {
+				p.mu.Lock()
+				p.mqtt = m[1] // logged before the HTTP address
+				p.mu.Unlock()
+			}
 			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
 				select {
 				case addr <- m[1]:
