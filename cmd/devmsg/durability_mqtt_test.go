@@ -184,8 +184,8 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // when the handler returns.
 func connectDevice(t *testing.T, addr, appKey, device, secret string, manualAck bool, h func(paho.Message)) paho.Client {
 	t.Helper()
-	opts := paho.NewClientOptions().AddBroker("tcp://"+addr).
-		SetClientID(appKey+"/"+device).SetUsername(appKey+"/"+device).SetPassword(secret).
+	opts := paho.NewClientOptions().AddBroker("tcp://" + addr).
+		SetClientID(appKey + "/" + device).SetUsername(appKey + "/" + device).SetPassword(secret).
 		SetCleanSession(true).SetAutoReconnect(false).SetAutoAckDisabled(manualAck).
 		SetOrderMatters(true)
 	c := paho.NewClient(opts)
