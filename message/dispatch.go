@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -153,14 +154,19 @@ func (d *Dispatcher) flush(r *route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := len(r.sent)
-	if n >= Window {
-		r.backlog = true
-		return
-	}
 	msgs, err := d.store.PendingMessages(context.Background(), r.app, r.dev, n+Window)
 	if err != nil {
 		d.log.Error("load pending messages", "app", r.app, "device", r.dev, "err", err)
 		return
+	}
+	// Forget sent messages that left the queue without a PUBACK on this
+	// connection (expired, retracted), so they stop holding the window:
+	// those the read covered (the queue is in msgid order) but did not find.
+	complete := len(msgs) < n+Window
+	for id := range r.sent {
+		if (complete || id < msgs[len(msgs)-1].ID) && !slices.ContainsFunc(msgs, func(m store.Message) bool { return m.ID == id }) {
+			delete(r.sent, id)
+		}
 	}
 	now := d.now().Unix()
 	r.backlog = len(msgs) == n+Window

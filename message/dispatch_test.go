@@ -1,0 +1,254 @@
+package message
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/pebble"
+)
+
+// conn records what the dispatcher publishes, as a device would see it.
+type conn struct {
+	mu   sync.Mutex
+	pid  uint16
+	got  []int64          // msgids in arrival order
+	pids map[int64]uint16 // msgid → packet id of its latest publish
+}
+
+func (c *conn) Publish(topic string, payload []byte, qos byte) (uint16, error) {
+	var p struct{ Msgid string }
+	if topic != TopicMsg || qos != 1 || json.Unmarshal(payload, &p) != nil {
+		panic("unexpected publish " + topic + " " + string(payload))
+	}
+	id, _ := strconv.ParseInt(p.Msgid, 10, 64)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pid++
+	c.got = append(c.got, id)
+	if c.pids == nil {
+		c.pids = map[int64]uint16{}
+	}
+	c.pids[id] = c.pid
+	return c.pid, nil
+}
+
+func (c *conn) received() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.got)
+}
+
+type fixture struct {
+	st    *pebble.Store
+	d     *Dispatcher
+	svc   *Service
+	app   store.App
+	clock time.Time
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	st, err := pebble.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	f := &fixture{st: st, app: store.App{Key: "app", Name: "a"}, clock: time.Now()}
+	if err := st.CreateApp(ctx, f.app); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := idgen.New(0)
+	f.d = NewDispatcher(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.d.now = func() time.Time { return f.clock }
+	f.svc = NewService(st, ids, f.d)
+	f.svc.now = f.d.now
+	return f
+}
+
+func (f *fixture) send(t *testing.T, ttl int64) int64 {
+	t.Helper()
+	dev, err := f.st.GetDevice(context.Background(), "app", "dev-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.svc.Send(context.Background(), f.app, dev, SendRequest{Body: "b", TTL: ttl}, 0, func(int64) *store.SeqEntry { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.ID
+}
+
+func (f *fixture) state(t *testing.T, id int64) (string, []int) {
+	t.Helper()
+	m, err := f.st.GetMessage(context.Background(), "app", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []int
+	for _, r := range m.Records {
+		types = append(types, r.Type)
+	}
+	return m.State, types
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func TestDispatcherDeliversInOrderWithinWindow(t *testing.T) {
+	f := newFixture(t)
+	var sent []int64
+	for range Window + 10 {
+		sent = append(sent, f.send(t, 60))
+	}
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "a full window", func() bool { return len(c.received()) == Window })
+	time.Sleep(50 * time.Millisecond)
+	if got := c.received(); !slices.Equal(got, sent[:Window]) {
+		t.Fatalf("sent %v, want the first %d in send order", got, Window)
+	}
+	// Each PUBACK delivers its message and frees a slot for the next.
+	for i, id := range sent {
+		eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
+		c.mu.Lock()
+		pid := c.pids[id]
+		c.mu.Unlock()
+		f.d.Acked(c, "app", "dev-1", pid)
+		if st, types := f.state(t, id); st != store.StateDelivered || !slices.Equal(types, []int{0, 2, 4}) {
+			t.Fatalf("message %d after PUBACK: %s %v", i, st, types)
+		}
+	}
+	if got := c.received(); !slices.Equal(got, sent) {
+		t.Fatalf("received %v, want %v exactly once each", got, sent)
+	}
+}
+
+func TestDispatcherRedeliversOnNewConnection(t *testing.T) {
+	f := newFixture(t)
+	id := f.send(t, 60)
+	first := &conn{}
+	f.d.Attach(first, "app", "dev-1")
+	eventually(t, "first delivery", func() bool { return len(first.received()) == 1 })
+	f.d.Detach(first, "app", "dev-1") // disconnected without a PUBACK
+	f.d.Acked(first, "app", "dev-1", 1)
+	if st, _ := f.state(t, id); st != store.StatePending {
+		t.Fatalf("a PUBACK on a detached connection changed the message to %s", st)
+	}
+	second := &conn{}
+	f.d.Attach(second, "app", "dev-1")
+	eventually(t, "redelivery", func() bool { return slices.Equal(second.received(), []int64{id}) })
+	f.d.Acked(second, "app", "dev-1", 1)
+	if st, _ := f.state(t, id); st != store.StateDelivered {
+		t.Fatalf("state %s after PUBACK of the redelivery", st)
+	}
+	// A second SUBSCRIBE on the same connection sends nothing again.
+	f.d.Attach(second, "app", "dev-1")
+	time.Sleep(50 * time.Millisecond)
+	if got := second.received(); len(got) != 1 {
+		t.Fatalf("resubscribe sent %v again", got)
+	}
+}
+
+func TestDispatcherExpiry(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	keep, expire := f.send(t, 60), f.send(t, 1)
+	f.clock = f.clock.Add(1*time.Second + ExpiryGrace)
+	must(t, f.d.ExpireDue(ctx))
+	if st, _ := f.state(t, expire); st != store.StatePending {
+		t.Fatalf("expired within the grace period: %s", st)
+	}
+	f.clock = f.clock.Add(time.Second)
+	must(t, f.d.ExpireDue(ctx))
+	st, types := f.state(t, expire)
+	m, _ := f.st.GetMessage(ctx, "app", expire)
+	if st != store.StateExpired || !slices.Equal(types, []int{0, 2, 5}) || m.Records[2].Error.Code != ErrCodeTTLExpired {
+		t.Fatalf("after ttl and grace: %s %v", st, types)
+	}
+	if st, _ := f.state(t, keep); st != store.StatePending {
+		t.Fatalf("a live message became %s", st)
+	}
+	// An expired message is never sent, even before the sweeper runs.
+	late := f.send(t, 1)
+	f.clock = f.clock.Add(2 * time.Second)
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "delivery", func() bool { return len(c.received()) == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if got := c.received(); !slices.Equal(got, []int64{keep}) {
+		t.Fatalf("sent %v, want only %d (not the expired %d)", got, keep, late)
+	}
+}
+
+func TestTTLZero(t *testing.T) {
+	f := newFixture(t)
+	offline := f.send(t, 0)
+	if st, types := f.state(t, offline); st != store.StateFailed || !slices.Equal(types, []int{0, 2, 5}) {
+		t.Fatalf("ttl 0 to an offline device: %s %v", st, types)
+	}
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	online := f.send(t, 0)
+	eventually(t, "ttl 0 delivery", func() bool { return slices.Equal(c.received(), []int64{online}) })
+}
+
+func TestRetractAndClick(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	a, b := f.send(t, 60), f.send(t, 60)
+	m, err := f.svc.Retract(ctx, "app", a)
+	if err != nil || m.State != store.StateRetracted || m.Records[len(m.Records)-1].Type != store.RecordRetractSuccess {
+		t.Fatalf("retract pending: %+v %v", m, err)
+	}
+	m, _ = f.svc.Retract(ctx, "app", a)
+	if r := m.Records[len(m.Records)-1]; m.State != store.StateRetracted || r.Type != store.RecordRetractionFailed || r.Error.Code != ErrCodeAlreadyFinished {
+		t.Fatalf("retract retracted: %+v", m)
+	}
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "delivery", func() bool { return len(c.received()) == 1 })
+	if got := c.received(); got[0] != b {
+		t.Fatalf("sent %v; the retracted %d must never be", got, a)
+	}
+	f.d.Acked(c, "app", "dev-1", 1)
+	m, _ = f.svc.Retract(ctx, "app", b)
+	if r := m.Records[len(m.Records)-1]; m.State != store.StateDelivered || r.Error == nil || r.Error.Code != ErrCodeAlreadyDelivered {
+		t.Fatalf("retract delivered: %+v", m)
+	}
+	must(t, f.d.Click(ctx, "app", "dev-1", b))
+	if _, types := f.state(t, b); !slices.Equal(types, []int{0, 2, 4, 8, 6}) {
+		t.Fatalf("records after click: %v", types)
+	}
+	if err := f.d.Click(ctx, "app", "dev-2", b); err == nil {
+		t.Fatal("another device clicked this device's message")
+	}
+	if _, err := f.svc.Retract(ctx, "other-app", b); err == nil {
+		t.Fatal("another app retracted the message")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
