@@ -25,6 +25,8 @@ const (
 	DefaultReadBufferSize  = 1024
 	DefaultWriteBufferSize = 1024
 	DefaultMaxInflight     = 1024
+	DefaultPublishRate     = 50
+	DefaultPublishBurst    = 100
 )
 
 // Config holds the listeners and limits of the broker.
@@ -41,6 +43,11 @@ type Config struct {
 	WritesPending int32
 	// ReadBufferSize and WriteBufferSize size each connection's buffers.
 	ReadBufferSize, WriteBufferSize int
+	// PublishRate and PublishBurst limit the PUBLISHes of one device per
+	// second (token bucket); what exceeds them is acknowledged and dropped,
+	// so one device cannot monopolise the store.
+	PublishRate  float64
+	PublishBurst int
 	// ServiceTopics are the topics under a device's prefix that the
 	// service publishes to; Handler.Subscribed reports SUBSCRIBEs that
 	// match them and Session.Subscribed answers for them.
@@ -59,6 +66,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.WriteBufferSize == 0 {
 		c.WriteBufferSize = DefaultWriteBufferSize
+	}
+	if c.PublishRate == 0 {
+		c.PublishRate, c.PublishBurst = DefaultPublishRate, DefaultPublishBurst
 	}
 }
 
@@ -103,6 +113,7 @@ type Broker struct {
 	devices  map[string]*Session       // the current session by "app/device"
 
 	connected atomic.Int64
+	dropped   atomic.Int64
 }
 
 // New builds a broker; Start opens its listeners.
@@ -196,6 +207,9 @@ func (b *Broker) Close() error { return b.server.Close() }
 
 // Connected returns how many device sessions are live.
 func (b *Broker) Connected() int64 { return b.connected.Load() }
+
+// Dropped returns how many device publishes were dropped over the rate limit.
+func (b *Broker) Dropped() int64 { return b.dropped.Load() }
 
 // Kick disconnects the device's current session, if any, telling it
 // "not authorized" (MQTT 5) before closing. It reports whether one was

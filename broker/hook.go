@@ -146,6 +146,11 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if s == nil || !strings.HasPrefix(pk.TopicName, s.prefix) {
 		return pk, packets.CodeSuccessIgnore
 	}
+	if !s.limiter.Allow() {
+		h.b.dropped.Add(1)
+		h.b.log.Debug("device publish over the rate limit dropped", "app", s.AppKey, "device", s.DeviceName)
+		return pk, packets.CodeSuccessIgnore
+	}
 	h.b.handler.Published(s, pk.TopicName[len(s.prefix):], pk.Payload)
 	return pk, packets.CodeSuccessIgnore
 }

@@ -7,6 +7,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"golang.org/x/time/rate"
 )
 
 // ErrNoPacketID means every packet id of a session is waiting for a PUBACK.
@@ -22,9 +23,10 @@ type Session struct {
 	// RemoteIP is the device's address without the port.
 	RemoteIP string
 
-	b      *Broker
-	cl     *mqtt.Client
-	prefix string // d/{app}/{device}/
+	b       *Broker
+	cl      *mqtt.Client
+	prefix  string // d/{app}/{device}/
+	limiter *rate.Limiter
 
 	mu      sync.Mutex
 	nextPID uint16
@@ -48,6 +50,7 @@ func newSession(b *Broker, cl *mqtt.Client, appKey, device string) *Session {
 		b:          b,
 		cl:         cl,
 		prefix:     TopicPrefix + appKey + "/" + device + "/",
+		limiter:    rate.NewLimiter(rate.Limit(b.cfg.PublishRate), b.cfg.PublishBurst),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/devmsg/devmsg/store"
@@ -46,6 +47,9 @@ type Dispatcher struct {
 
 	mu     sync.Mutex
 	routes map[string]*route // by app and device name
+
+	// Counts since start, for metrics.
+	published, delivered, expired atomic.Int64
 
 	stop, done chan struct{}
 }
@@ -196,6 +200,7 @@ func (d *Dispatcher) flush(r *route) {
 		}
 		r.inflight[pid] = m.ID
 		r.sent[m.ID] = struct{}{}
+		d.published.Add(1)
 	}
 }
 
@@ -236,9 +241,30 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 		m.Records = append(m.Records, NewRecord(*m, store.RecordDeliverySuccess, 0, "", d.now()))
 		return nil
 	})
-	if err != nil && !errors.Is(err, errSkip) {
+	switch {
+	case err == nil:
+		d.delivered.Add(1)
+	case !errors.Is(err, errSkip):
 		d.log.Error("record delivery", "app", app, "device", dev, "msgid", id, "err", err)
 	}
+}
+
+// Stats are counts since the dispatcher started.
+type Stats struct {
+	// Published counts messages written to devices, redeliveries included.
+	Published int64
+	// Delivered and Expired count messages that reached those states.
+	Delivered, Expired int64
+	// Routes is the number of devices subscribed to msg right now.
+	Routes int
+}
+
+// Stats returns the dispatcher's counts.
+func (d *Dispatcher) Stats() Stats {
+	d.mu.Lock()
+	n := len(d.routes)
+	d.mu.Unlock()
+	return Stats{Published: d.published.Load(), Delivered: d.delivered.Load(), Expired: d.expired.Load(), Routes: n}
 }
 
 // Start runs the expiry sweeper until Stop.
@@ -282,6 +308,7 @@ func (d *Dispatcher) ExpireDue(ctx context.Context) error {
 			if err := d.fail(ctx, m, store.StateExpired, ErrCodeTTLExpired, "ttl expired"); err != nil {
 				return err
 			}
+			d.expired.Add(1)
 		}
 		if len(msgs) < sweepBatch {
 			return nil

@@ -117,6 +117,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			log.Error("close mqtt broker", "err", err)
 		}
 	}()
+	registerDeviceMetrics(reg, mq, dispatcher)
 	log.Info("mqtt listening", "addrs", mqttAddrs)
 	if testHookMQTT != nil {
 		testHookMQTT(mqttAddrs)
@@ -258,4 +259,21 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		}
 	}
 	return nil
+}
+
+// registerDeviceMetrics exports the broker's and the dispatcher's counts.
+func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *message.Dispatcher) {
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_connected_devices", Help: "Devices connected over MQTT."},
+			func() float64 { return float64(mq.Connected()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_subscribed_devices", Help: "Connected devices subscribed to their msg topic."},
+			func() float64 { return float64(d.Stats().Routes) }),
+		counter("devmsg_mqtt_publishes_dropped_total", "Device publishes dropped over the per-device rate limit.", mq.Dropped),
+		counter("devmsg_messages_published_total", "Messages written to devices, redeliveries included.", func() int64 { return d.Stats().Published }),
+		counter("devmsg_messages_delivered_total", "Messages acknowledged by their device (record 4).", func() int64 { return d.Stats().Delivered }),
+		counter("devmsg_messages_expired_total", "Messages whose ttl ran out before delivery (record 5, 3005).", func() int64 { return d.Stats().Expired }),
+	)
 }
