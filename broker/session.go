@@ -4,11 +4,15 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"golang.org/x/time/rate"
 )
+
+// WriteTimeout bounds one write to a device.
+const WriteTimeout = 10 * time.Second
 
 // ErrNoPacketID means every packet id of a session is waiting for a PUBACK.
 var ErrNoPacketID = errors.New("no free packet id: 65535 publishes await PUBACK")
@@ -87,10 +91,19 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 		}
 		pk.PacketID = id
 	}
+	// A device that stops reading must not hold the caller (a REST
+	// request pushing properties, a delivery) for longer than this. mochi
+	// moves the deadline only when the device sends something.
+	if c := s.cl.Net.Conn; c != nil {
+		_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
+	}
 	if err := s.cl.WritePacket(pk); err != nil {
 		if qos > 0 {
 			s.releasePacketID(pk.PacketID)
 		}
+		// A failed or timed-out write leaves the stream unusable; end the
+		// connection so the device reconnects and is served afresh.
+		s.cl.Stop(err)
 		return 0, err
 	}
 	return pk.PacketID, nil
