@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -114,6 +116,25 @@ type Broker struct {
 
 	connected atomic.Int64
 	dropped   atomic.Int64
+
+	listeners []net.Listener // ours, closed first by Close
+}
+
+// ConnectTimeout is how long a new connection may take to send CONNECT.
+// mochi waits forever, so a silent connection would hold its goroutine
+// and, at shutdown, Close.
+const ConnectTimeout = 10 * time.Second
+
+// connectDeadline gives every accepted connection ConnectTimeout to
+// connect; mochi replaces the deadline with the keepalive's after CONNECT.
+type connectDeadline struct{ net.Listener }
+
+func (l connectDeadline) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		_ = c.SetDeadline(time.Now().Add(ConnectTimeout))
+	}
+	return c, err
 }
 
 // New builds a broker; Start opens its listeners.
@@ -142,7 +163,7 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 		Capabilities:             caps,
 		ClientNetWriteBufferSize: cfg.WriteBufferSize,
 		ClientNetReadBufferSize:  cfg.ReadBufferSize,
-		Logger:                   log.With("component", "mqtt"),
+		Logger:                   slog.New(demoteWarnings{log.Handler()}).With("component", "mqtt"),
 		SysTopicResendInterval:   1 << 30, // no $SYS topics: devices may not read them anyway
 	})
 	return b
@@ -159,10 +180,12 @@ func (b *Broker) Start() (map[string]string, error) {
 		if addr == "" {
 			return nil
 		}
-		ln, err := net.Listen("tcp", addr)
+		raw, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("listen mqtt %s %s: %w", id, addr, err)
 		}
+		b.listeners = append(b.listeners, raw)
+		ln := connectDeadline{raw}
 		l, err := wrap(ln)
 		if err != nil {
 			ln.Close()
@@ -202,8 +225,23 @@ func (b *Broker) Start() (map[string]string, error) {
 	return addrs, nil
 }
 
-// Close disconnects every device and stops the listeners.
-func (b *Broker) Close() error { return b.server.Close() }
+// Close stops the listeners and disconnects every device, waiting for
+// their Disconnected calls.
+func (b *Broker) Close() error {
+	// mochi's Close can deadlock while clients are disconnecting
+	// (mochi-mqtt/server#488: Clients.GetByListener read-locks twice, and
+	// a disconnecting client's write lock slips between). So stop new
+	// connections, end every client and wait for them first: then Close
+	// finds no clients left.
+	for _, ln := range b.listeners {
+		_ = ln.Close()
+	}
+	for _, cl := range b.server.Clients.GetAll() {
+		b.disconnect(cl, packets.ErrServerShuttingDown)
+	}
+	b.server.Listeners.ClientsWg.Wait()
+	return b.server.Close()
+}
 
 // Connected returns how many device sessions are live.
 func (b *Broker) Connected() int64 { return b.connected.Load() }
@@ -253,4 +291,31 @@ func parseUsername(u string) (appKey, device string, ok bool) {
 		return "", "", false
 	}
 	return u[:i], u[i+1:], true
+}
+
+// demoteWarnings logs mochi's warnings at debug level: it warns about
+// every connection that ends with an error (a device losing its network,
+// a takeover, a shutdown), which at fleet scale buries what matters.
+type demoteWarnings struct{ slog.Handler }
+
+func (h demoteWarnings) Enabled(ctx context.Context, l slog.Level) bool {
+	if l == slog.LevelWarn {
+		l = slog.LevelDebug
+	}
+	return h.Handler.Enabled(ctx, l)
+}
+
+func (h demoteWarnings) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h demoteWarnings) WithAttrs(as []slog.Attr) slog.Handler {
+	return demoteWarnings{h.Handler.WithAttrs(as)}
+}
+
+func (h demoteWarnings) WithGroup(name string) slog.Handler {
+	return demoteWarnings{h.Handler.WithGroup(name)}
 }

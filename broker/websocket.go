@@ -56,6 +56,7 @@ func (l *wsListener) Init(log *slog.Logger) error {
 			return // Upgrade has answered with an HTTP error
 		}
 		defer c.Close()
+		_ = c.UnderlyingConn().SetDeadline(time.Now().Add(ConnectTimeout))
 		if err := l.establish(l.id, &wsConn{Conn: c.UnderlyingConn(), ws: c}); err != nil {
 			l.log.Debug("websocket client ended", "err", err)
 		}
