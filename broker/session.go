@@ -165,6 +165,9 @@ func (s *Session) resync() {
 	filters := s.cl.State.Subscriptions.GetAll()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.subscribed == nil {
+		s.subscribed = make(map[string]bool)
+	}
 	for _, t := range s.b.cfg.ServiceTopics {
 		s.subscribed[t] = false
 		for f := range filters {
