@@ -160,11 +160,11 @@ type device struct {
 	name string
 	lost chan error
 
-	mu       sync.Mutex
-	msgs     []string // msgids in arrival order
-	desired  []string // property/desired payloads
-	replies  []string // property/report/reply payloads
-	prefix   string
+	mu      sync.Mutex
+	msgs    []string // msgids in arrival order
+	desired []string // property/desired payloads
+	replies []string // property/report/reply payloads
+	prefix  string
 }
 
 type devOpts struct {
@@ -173,7 +173,7 @@ type devOpts struct {
 	username  string // default {app}/{name}
 	manualAck bool   // never acknowledge messages
 	topics    []string
-	version   uint   // MQTT protocol version, default 4 (3.1.1)
+	version   uint // MQTT protocol version, default 4 (3.1.1)
 }
 
 // connect connects a device; it returns the connect error instead of
