@@ -54,10 +54,29 @@ type Options struct {
 	Workloads    []string
 	// Markdown adds a table to paste into BENCHMARKS.md.
 	Markdown bool
+	// Subscribers is the number of devices connected for deliver-latency,
+	// deliver and their Mosquitto counterparts; IdleDevices the number for
+	// idle-memory. MQTTAddr is the MQTT TCP address of Target (with
+	// --target; the bench knows it for a server it starts).
+	Subscribers int
+	IdleDevices int
+	MQTTAddr    string
 	// ServerPprof, when set, is a directory that receives a CPU profile
 	// of the server for each workload's measured window
 	// (<workload>.pprof), fetched from its admin-only /debug/pprof.
 	ServerPprof string
+}
+
+func (o Options) hasDeviceWorkloads() bool {
+	return slices.ContainsFunc(o.Workloads, func(w string) bool { return slices.Contains(DeviceWorkloads, w) })
+}
+
+// deviceCount is how many devices setup creates.
+func (o Options) deviceCount() int {
+	if slices.Contains(o.Workloads, "idle-memory") {
+		return max(o.Devices, o.IdleDevices)
+	}
+	return o.Devices
 }
 
 // DefaultRate is the open-loop rate when neither Options.Rate nor a
@@ -92,9 +111,15 @@ func (o Options) validate() error {
 		errs = append(errs, errors.New("no workloads"))
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(Workloads, w) {
-			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(Workloads, ", ")))
+		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) {
+			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads), ", ")))
 		}
+	}
+	if o.hasDeviceWorkloads() && (o.Subscribers < 1 || o.Subscribers > o.Devices) {
+		errs = append(errs, fmt.Errorf("subscribers %d: need 1 to --devices (%d)", o.Subscribers, o.Devices))
+	}
+	if slices.Contains(o.Workloads, "idle-memory") && o.Target != "" {
+		errs = append(errs, errors.New("idle-memory reads the server's RSS, so it needs a server the bench starts (no --target)"))
 	}
 	if o.Target != "" && o.AdminPassword == "" {
 		errs = append(errs, errors.New("--target needs --admin-password"))
@@ -133,15 +158,24 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 	}
 	o.Target = strings.TrimRight(o.Target, "/")
+	serverPID := 0
+	exe := o.Binary
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
+	}
 	if o.Target == "" {
 		srv, err := startServer(ctx, o.Binary)
 		if err != nil {
 			return err
 		}
 		defer srv.stop()
-		o.Target, o.AdminUser, o.AdminPassword = srv.base, "admin", srv.adminPassword
+		o.Target, o.AdminUser, o.AdminPassword, o.MQTTAddr = srv.base, "admin", srv.adminPassword, srv.mqtt
+		serverPID = srv.cmd.Process.Pid
 	}
-	b := &runner{o: o, target: o.Target, seqBase: rand.Int64N(1 << 40)}
+	b := &runner{o: o, target: o.Target, seqBase: rand.Int64N(1 << 40), mqttAddr: o.MQTTAddr, serverPID: serverPID, exe: exe}
 	if err := b.setup(ctx); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
@@ -149,6 +183,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	fmt.Fprintln(out, machine)
 	fmt.Fprintf(out, "target %s, %d devices, %s per workload\n", o.Target, o.Devices, o.Duration)
 	var results []Result
+	var devmsg brokerRun // device workloads' numbers, for the Mosquitto comparison
 	closed := map[string]float64{}
 	for i, w := range o.Workloads {
 		if i > 0 {
@@ -159,6 +194,29 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		var r Result
 		var err error
 		switch w {
+		case "deliver-latency":
+			r, err = b.deliverDevmsg(ctx, w, b.deliverRate())
+			devmsg.latency = &r
+		case "deliver":
+			r, err = b.deliverDevmsg(ctx, w, 0)
+			devmsg.deliver = &r
+		case "idle-memory":
+			creds := make([]string, o.IdleDevices)
+			for i := range creds {
+				user := b.key + "/" + deviceName(i)
+				creds[i] = user + "," + b.secrets[i] + ",d/" + user + "/msg"
+			}
+			if devmsg.perDevice, err = idleMemory(ctx, b.exe, b.serverPID, b.mqttAddr, creds, out, "devmsg"); err != nil {
+				return err
+			}
+			continue
+		case "mosquitto":
+			rs, err := b.compareMosquitto(ctx, out, devmsg)
+			if err != nil {
+				return fmt.Errorf("mosquitto: %w", err)
+			}
+			results = append(results, rs...)
+			continue
 		case "send", "property":
 			r, err = b.closedLoop(ctx, w)
 			closed[w] = r.PerSecond

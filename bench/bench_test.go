@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,4 +114,34 @@ func TestRun(t *testing.T) {
 		o.Workloads = []string{"property", "send"}
 		check(t, o)
 	})
+}
+
+// TestRunDevices runs the device workloads briefly against a server the
+// bench starts, and Mosquitto when it is installed; it checks the
+// report, never the speed.
+func TestRunDevices(t *testing.T) {
+	bin := buildDevmsg(t)
+	o := small()
+	o.Binary, o.Subscribers, o.IdleDevices = bin, 10, 60
+	o.Workloads = []string{"deliver-latency", "deliver", "idle-memory"}
+	_, err := exec.LookPath("mosquitto")
+	if _, statErr := os.Stat("/usr/sbin/mosquitto"); err == nil || statErr == nil {
+		o.Workloads = append(o.Workloads, "mosquitto")
+	} else {
+		t.Log("mosquitto not installed (Debian package mosquitto; CI installs it): comparison not run")
+	}
+	var out bytes.Buffer
+	if err := Run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	want := []string{"\ndeliver-latency ", "\ndeliver ", "idle-memory      devmsg    60 devices", "KiB per device"}
+	if slices.Contains(o.Workloads, "mosquitto") {
+		want = append(want, "\nmosquitto-latency ", "\nmosquitto-deliver ", "idle-memory      mosquitto", "devmsg / mosquitto:", "memory per device")
+	}
+	for _, w := range want {
+		if !strings.Contains(report, w) {
+			t.Errorf("report lacks %q:\n%s", w, report)
+		}
+	}
 }

@@ -23,6 +23,12 @@ type runner struct {
 	admin  *http.Client // setup, metrics and profiles
 	key    string       // the bench app's credentials
 	secret string
+	// secrets are the devices' secrets, by index; mqttAddr is the
+	// server's MQTT TCP address and serverPID its process, when known.
+	secrets   []string
+	mqttAddr  string
+	serverPID int
+	exe       string // a devmsg binary, for bench-client processes
 
 	// seq_no shares one space per app for 15 minutes; a random base keeps
 	// two runs against the same app apart.

@@ -84,10 +84,11 @@ func (b *runner) setup(ctx context.Context) error {
 	if err != nil || st != http.StatusOK {
 		return fmt.Errorf("set rate limits: %s", failure(st, body, err))
 	}
-	for from := 0; from < b.o.Devices; from += 1000 {
+	devices := b.o.deviceCount()
+	for from := 0; from < devices; from += 1000 {
 		var sb strings.Builder
 		sb.WriteString(`{"device":[`)
-		for i := from; i < min(from+1000, b.o.Devices); i++ {
+		for i := from; i < min(from+1000, devices); i++ {
 			if i > from {
 				sb.WriteByte(',')
 			}
@@ -100,9 +101,10 @@ func (b *runner) setup(ctx context.Context) error {
 		}
 		var created struct {
 			Resp []struct {
-				DeviceName string `json:"device_name"`
-				Code       int    `json:"code"`
-				Message    string `json:"message"`
+				DeviceName   string `json:"device_name"`
+				Code         int    `json:"code"`
+				Message      string `json:"message"`
+				DeviceSecret string `json:"device_secret"`
 			} `json:"resp"`
 		}
 		if err := json.Unmarshal(body, &created); err != nil {
@@ -112,6 +114,7 @@ func (b *runner) setup(ctx context.Context) error {
 			if d.Code != 0 {
 				return fmt.Errorf("create device %s: code %d %s", d.DeviceName, d.Code, d.Message)
 			}
+			b.secrets = append(b.secrets, d.DeviceSecret)
 		}
 	}
 	b.versions = make([]deviceVersion, b.o.Devices)
@@ -167,6 +170,7 @@ type server struct {
 	cmd           *exec.Cmd
 	dir           string
 	base          string
+	mqtt          string // MQTT TCP address
 	adminPassword string
 	exited        chan struct{}
 }
@@ -183,18 +187,27 @@ func startServer(ctx context.Context, binary string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+	// Both ports are held until both are picked, so they differ.
+	var addrs [2]string
+	var lns []net.Listener
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		lns = append(lns, ln)
+		addrs[i] = ln.Addr().String()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &server{dir: dir, base: "https://" + addr, adminPassword: rand.Text(), exited: make(chan struct{})}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	addr := addrs[0]
+	s := &server{dir: dir, base: "https://" + addr, mqtt: addrs[1], adminPassword: rand.Text(), exited: make(chan struct{})}
 	s.cmd = exec.Command(binary, "serve")
 	s.cmd.Env = append(os.Environ(),
 		"DEVMSG_DATA_DIR="+dir, "DEVMSG_HTTP_ADDR="+addr, "DEVMSG_ADMIN_PASSWORD="+s.adminPassword,
-		"DEVMSG_LOG_LEVEL=warn", "DEVMSG_MQTT_TCP_ADDR=", "DEVMSG_MQTT_TLS_ADDR=", "DEVMSG_MQTT_WS_ADDR=")
+		"DEVMSG_LOG_LEVEL=warn", "DEVMSG_MQTT_TCP_ADDR="+s.mqtt, "DEVMSG_MQTT_TLS_ADDR=", "DEVMSG_MQTT_WS_ADDR=")
 	// Stdout carries the first-start app credentials, of no use here;
 	// warnings and errors go to ours.
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr

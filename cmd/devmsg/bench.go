@@ -33,8 +33,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each closed-loop workload")
 	fs.IntVar(&o.Rate, "rate", 0, "open-loop requests/s (default: half the matching closed-loop rate of this run, else 5000)")
 	fs.IntVar(&o.LatencyConns, "latency-conns", 128, "connections of the open-loop workloads")
-	fs.StringVar(&workloads, "workloads", strings.Join(bench.Workloads, ","), "comma-separated workloads, run in this order")
+	fs.StringVar(&workloads, "workloads", strings.Join(bench.Workloads, ","),
+		"comma-separated workloads, run in this order; device workloads, run only when named: "+strings.Join(bench.DeviceWorkloads, ","))
 	fs.BoolVar(&o.Markdown, "markdown", false, "also print a Markdown table for BENCHMARKS.md")
+	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver and mosquitto")
+	fs.IntVar(&o.IdleDevices, "idle-devices", 18000, "devices connected for idle-memory (spread over client processes of 4500)")
+	fs.StringVar(&o.MQTTAddr, "mqtt", "", "MQTT TCP address of --target, for the device workloads")
 	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -51,4 +55,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return bench.Run(ctx, o, stdout)
+}
+
+// runBenchClient is `devmsg bench-client`, the idle-device client
+// processes that devmsg bench idle-memory starts.
+func runBenchClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench-client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:1883", "MQTT TCP address")
+	src := fs.String("src", "", "local address to connect from")
+	creds := fs.String("creds", "", `file of "user,password,topic" lines, one per device`)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return bench.RunIdleClient(ctx, *addr, *src, *creds, stdout)
 }

@@ -22,6 +22,8 @@ var version = "dev"
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"serve": runServe,
 	"bench": runBench,
+	// bench-client is internal: the client processes of devmsg bench.
+	"bench-client": runBenchClient,
 	"version": func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 		_, err := fmt.Fprintln(stdout, "devmsg", version)
 		return err

@@ -1,0 +1,368 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DeviceWorkloads measure devices over MQTT (issue 3's budgets). They run
+// only when named in Options.Workloads:
+//
+//   - deliver-latency: Subscribers devices connected; REST sends at Rate
+//     (default 2000/s) round-robin; latency from each send's scheduled
+//     instant to its arrival at the device.
+//   - deliver: the same devices; Concurrency REST workers send back to
+//     back; messages delivered (and acknowledged) per second.
+//   - idle-memory: IdleDevices devices connected from several client
+//     processes and source addresses; server RSS per device.
+//   - mosquitto: Debian's Mosquitto measured the same three ways, with a
+//     publisher client in place of the REST API, and the ratios of
+//     devmsg's numbers to its.
+var DeviceWorkloads = []string{"deliver-latency", "deliver", "idle-memory", "mosquitto"}
+
+// DefaultDeliverRate is the open-loop rate of deliver-latency.
+const DefaultDeliverRate = 2000
+
+// idleClientsPerProcess keeps each client process well under the 20,000
+// open files a process may hold here.
+const idleClientsPerProcess = 4500
+
+// brokerRun is one broker's numbers, for the comparison.
+type brokerRun struct {
+	latency, deliver *Result
+	perDevice        float64 // RSS bytes per idle device, 0 if not measured
+}
+
+// sub is a connected measuring device.
+type sub struct {
+	c *mqttConn
+}
+
+// connectSubscribers connects n devices (devmsg: its devices 0..n-1 with
+// their secrets; Mosquitto: anonymous) subscribed to their msg topics.
+// Each message's payload is parsed by when into the instant it was
+// scheduled; latencies go to hist.
+func connectSubscribers(n int, dial func(i int) (*mqttConn, string, error), when func([]byte) (time.Time, bool), t *tally, mu *sync.Mutex, got *atomic.Int64) ([]*mqttConn, error) {
+	conns := make([]*mqttConn, 0, n)
+	for i := range n {
+		c, topic, err := dial(i)
+		if err != nil {
+			closeAll(conns)
+			return nil, fmt.Errorf("device %d: %w", i, err)
+		}
+		if err := c.subscribe(topic); err != nil {
+			c.close()
+			closeAll(conns)
+			return nil, fmt.Errorf("device %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		go func() {
+			_ = c.serve(func(_ string, payload []byte) {
+				at, ok := when(payload)
+				if !ok {
+					return
+				}
+				d := time.Since(at)
+				got.Add(1)
+				mu.Lock()
+				t.add(true, "", d)
+				mu.Unlock()
+			}, nil)
+		}()
+	}
+	return conns, nil
+}
+
+func closeAll(cs []*mqttConn) {
+	for _, c := range cs {
+		c.close()
+	}
+}
+
+// devmsgWhen reads the scheduled instant from a devmsg message payload,
+// whose msg_body the bench set to Unix nanoseconds.
+func devmsgWhen(payload []byte) (time.Time, bool) {
+	var m struct {
+		Body string `json:"msg_body"`
+	}
+	if json.Unmarshal(payload, &m) != nil {
+		return time.Time{}, false
+	}
+	return parseNanos(m.Body)
+}
+
+func parseNanos(s string) (time.Time, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, n), true
+}
+
+func (b *runner) dialDevice(i int) (*mqttConn, string, error) {
+	user := b.key + "/" + deviceName(i)
+	c, err := dialMQTT(b.mqttAddr, "", user, user, b.secrets[i], 60)
+	return c, "d/" + b.key + "/" + deviceName(i) + "/msg", err
+}
+
+// sendAt posts a message to device i whose body is the instant at.
+func (b *runner) sendAt(ctx context.Context, c *http.Client, i int, at time.Time) (bool, string) {
+	seq := b.seqBase + b.seq.Add(1)
+	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"msg_body":"%d","ttl":3600}`, seq, deviceName(i), at.UnixNano())
+	st, resp, err := do(ctx, c, http.MethodPost, b.target+"/msg/v1/msg", b.key, b.secret, body)
+	if err != nil || st != http.StatusOK {
+		return false, failure(st, resp, err)
+	}
+	return true, ""
+}
+
+// deliverDevmsg runs deliver-latency (rate > 0) or deliver (rate 0)
+// against devmsg.
+func (b *runner) deliverDevmsg(ctx context.Context, workload string, rate int) (Result, error) {
+	if b.mqttAddr == "" {
+		return Result{}, errors.New(workload + " needs the server's MQTT address: run without --target, or give --mqtt")
+	}
+	t, mu, got := newTally(), &sync.Mutex{}, &atomic.Int64{}
+	conns, err := connectSubscribers(b.o.Subscribers, b.dialDevice, devmsgWhen, t, mu, got)
+	if err != nil {
+		return Result{}, err
+	}
+	defer closeAll(conns)
+	var sent, failed atomic.Int64
+	var firstErr atomic.Value
+	send := func(c *http.Client, dev int, at time.Time) {
+		ok, reason := b.sendAt(ctx, c, dev, at)
+		if ok {
+			sent.Add(1)
+		} else if failed.Add(1) == 1 {
+			firstErr.Store(reason)
+		}
+	}
+	win := b.begin(ctx, workload)
+	start := time.Now()
+	if rate > 0 {
+		b.openSchedule(ctx, rate, send)
+	} else {
+		b.backToBack(ctx, send)
+	}
+	sendEnd := time.Now()
+	// Let the last messages arrive.
+	for deadline := time.Now().Add(10 * time.Second); got.Load() < sent.Load() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	if rate == 0 {
+		elapsed = sendEnd.Sub(start) // throughput over the sending window
+	}
+	mu.Lock()
+	r := t.result(workload, loadLabel(rate, b.o.Concurrency, b.o.Subscribers), elapsed)
+	mu.Unlock()
+	r.Requests, r.Errors = sent.Load()+failed.Load(), failed.Load()+sent.Load()-got.Load()
+	r.PerSecond = float64(got.Load()) / elapsed.Seconds()
+	if v := firstErr.Load(); v != nil {
+		r.FirstErrors = []string{v.(string)}
+	}
+	if lost := sent.Load() - got.Load(); lost > 0 {
+		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d sent messages did not arrive within 10 s", lost))
+	}
+	return r, win.end(&r)
+}
+
+func loadLabel(rate, conns, devices int) string {
+	if rate > 0 {
+		return fmt.Sprintf("%d/s, %d dev", rate, devices)
+	}
+	return fmt.Sprintf("%d conns, %d dev", conns, devices)
+}
+
+// openSchedule calls send on LatencyConns workers at rate per second for
+// Duration, each timed from its scheduled instant.
+func (b *runner) openSchedule(ctx context.Context, rate int, send func(c *http.Client, dev int, at time.Time)) {
+	type job struct {
+		at  time.Time
+		dev int
+	}
+	jobs := make(chan job, min(rate, 100_000))
+	var wg, ready sync.WaitGroup
+	ready.Add(b.o.LatencyConns)
+	for range b.o.LatencyConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.workerClient(ctx)
+			defer c.CloseIdleConnections()
+			ready.Done()
+			for j := range jobs {
+				send(c, j.dev, j.at)
+			}
+		}()
+	}
+	ready.Wait()
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < int(b.o.Duration/interval) && ctx.Err() == nil; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		jobs <- job{at: at, dev: i % b.o.Subscribers}
+	}
+	close(jobs)
+	wg.Wait()
+}
+
+// backToBack calls send on Concurrency workers back to back for Duration.
+func (b *runner) backToBack(ctx context.Context, send func(c *http.Client, dev int, at time.Time)) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	end := time.Now().Add(b.o.Duration)
+	for range b.o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.workerClient(ctx)
+			defer c.CloseIdleConnections()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				send(c, int(next.Add(1)%int64(b.o.Subscribers)), time.Now())
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// rss reads a process's resident set size in bytes.
+func rss(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// idleMemory connects n idle devices (one line "user,password,topic" each
+// in creds) from client processes of this executable spread over
+// source addresses 127.0.0.2 upwards (exe is a devmsg binary, for its
+// bench-client subcommand), and reports the broker process's
+// RSS growth per device once they are all connected and it has settled.
+func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, creds []string, out io.Writer, name string) (float64, error) {
+	before, err := rss(brokerPID)
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "devmsg-idle-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	}()
+	ready := make(chan error, len(creds)/idleClientsPerProcess+1)
+	for k := 0; k*idleClientsPerProcess < len(creds); k++ {
+		part := creds[k*idleClientsPerProcess : min((k+1)*idleClientsPerProcess, len(creds))]
+		file := filepath.Join(dir, strconv.Itoa(k))
+		if err := os.WriteFile(file, []byte(strings.Join(part, "\n")), 0o600); err != nil {
+			return 0, err
+		}
+		cmd := exec.CommandContext(ctx, exe, "bench-client", "--addr", addr, "--src", fmt.Sprintf("127.0.0.%d", 2+k), "--creds", file)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		procs = append(procs, cmd)
+		go func() {
+			line, err := bufio.NewReader(stdout).ReadString('\n')
+			if err == nil && !strings.HasPrefix(line, "ready") {
+				err = errors.New(strings.TrimSpace(line))
+			}
+			ready <- err
+		}()
+	}
+	for range procs {
+		if err := <-ready; err != nil {
+			return 0, fmt.Errorf("idle clients: %w", err)
+		}
+	}
+	time.Sleep(10 * time.Second) // let the broker finish its connection work
+	after, err := rss(brokerPID)
+	if err != nil {
+		return 0, err
+	}
+	per := float64(after-before) / float64(len(creds))
+	fmt.Fprintf(out, "%-16s %-9s %d devices from %d processes: RSS %.1f MiB → %.1f MiB, %.1f KiB per device\n",
+		"idle-memory", name, len(creds), len(procs), float64(before)/(1<<20), float64(after)/(1<<20), per/1024)
+	return per, nil
+}
+
+// RunIdleClient is `devmsg bench-client`: connect every device of a
+// credentials file ("user,password,topic" per line; empty user for
+// anonymous), subscribe, print "ready N", then keep them alive until
+// killed.
+func RunIdleClient(ctx context.Context, addr, src, credsFile string, out io.Writer) error {
+	data, err := os.ReadFile(credsFile)
+	if err != nil {
+		return err
+	}
+	var conns []*mqttConn
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ",", 3)
+		if len(parts) != 3 {
+			return fmt.Errorf("%s line %d: want user,password,topic", credsFile, i+1)
+		}
+		id := parts[0]
+		if id == "" {
+			id = fmt.Sprintf("idle-%s-%d", src, i)
+		}
+		c, err := dialMQTT(addr, src, id, parts[0], parts[1], 300)
+		if err == nil {
+			err = c.subscribe(parts[2])
+		}
+		if err != nil {
+			fmt.Fprintf(out, "error: connection %d: %v\n", i, err)
+			return err
+		}
+		conns = append(conns, c)
+		go func() { _ = c.serve(nil, nil) }()
+	}
+	fmt.Fprintf(out, "ready %d\n", len(conns))
+	t := time.NewTicker(2 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			closeAll(conns)
+			return nil
+		case <-t.C:
+			for _, c := range conns {
+				_ = c.ping()
+			}
+		}
+	}
+}
