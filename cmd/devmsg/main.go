@@ -1,5 +1,6 @@
 // Command devmsg is the device messaging service: `devmsg serve` runs it,
-// `devmsg bench` measures it, `devmsg version` prints the build.
+// `devmsg sim` simulates devices, `devmsg bench` measures it, `devmsg
+// version` prints the build.
 package main
 
 import (
@@ -21,6 +22,7 @@ var version = "dev"
 // subcommands maps a subcommand to its entry point.
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"serve": runServe,
+	"sim":   runSim,
 	"bench": runBench,
 	// bench-client is internal: the client processes of devmsg bench.
 	"bench-client": runBenchClient,

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/devmsg/devmsg/sdk/device"
+)
+
+// runSim is `devmsg sim`: simulated devices of an app, for demos and load.
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: devmsg sim --app-key KEY (--secrets-file FILE | --create --master-secret S) [flags]")
+		fmt.Fprintln(stderr, "Connects simulated devices over MQTT: they acknowledge messages, print what they receive and report properties.")
+		fs.PrintDefaults()
+	}
+	broker := fs.String("broker", "tcp://127.0.0.1:1883", "MQTT address of the service (tcp://, ssl://, ws://host:port/mqtt)")
+	appKey := fs.String("app-key", "", "app key")
+	prefix := fs.String("prefix", "sim-", "device name prefix; devices are PREFIX0001, PREFIX0002, ...")
+	count := fs.Int("count", 10, "number of devices")
+	secretsFile := fs.String("secrets-file", "", "CSV of name,secret lines: simulate exactly these devices")
+	create := fs.Bool("create", false, "create the devices through the REST API first (needs --master-secret)")
+	api := fs.String("api", "https://127.0.0.1:8443", "REST API base URL, for --create")
+	masterSecret := fs.String("master-secret", os.Getenv("DEVMSG_MASTER_SECRET"), "the app's master secret, for --create (env DEVMSG_MASTER_SECRET)")
+	insecure := fs.Bool("insecure", false, "skip TLS certificate checks (the self-signed certificate of a test server)")
+	reportEvery := fs.Duration("report-every", 30*time.Second, "report uptime_s every interval; 0 never")
+	quiet := fs.Bool("quiet", false, "do not print received messages and properties")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errUsage
+		}
+		return err
+	}
+	if *appKey == "" {
+		return errors.New("sim: --app-key is required")
+	}
+	tlsConf := &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // only when asked for
+	var devs [][2]string
+	var err error
+	switch {
+	case *secretsFile != "":
+		devs, err = readSecrets(*secretsFile)
+	case *create:
+		devs, err = createSimDevices(ctx, *api, *appKey, *masterSecret, *prefix, *count, tlsConf)
+	default:
+		return errors.New("sim: give --secrets-file, or --create with --master-secret")
+	}
+	if err != nil {
+		return err
+	}
+	var outMu sync.Mutex
+	say := func(format string, a ...any) {
+		if !*quiet {
+			outMu.Lock()
+			fmt.Fprintf(stdout, format+"\n", a...)
+			outMu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	connected := make(chan error, len(devs))
+	for _, nd := range devs {
+		name := nd[0]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := sdk.Connect(ctx, sdk.Config{
+				Broker: *broker, AppKey: *appKey, DeviceName: name, DeviceSecret: nd[1], TLSConfig: tlsConf,
+				SDKVersion: "devmsg-sim", AppVersion: version,
+				OnMessage: func(m sdk.Message) { say("%s message %d: %s", name, m.ID, m.Body) },
+				OnDesired: func(doc sdk.Desired) {
+					b, _ := json.Marshal(doc.Properties)
+					say("%s desired version %d: %s", name, doc.Version, b)
+				},
+				OnConnectionLost: func(err error) { say("%s connection lost, reconnecting: %v", name, err) },
+			})
+			connected <- err
+			if err != nil {
+				return
+			}
+			defer d.Close()
+			simulate(ctx, d, name, *reportEvery, say)
+		}()
+	}
+	var failed int
+	for range devs {
+		if err := <-connected; err != nil {
+			failed++
+			fmt.Fprintln(stderr, "sim:", err)
+		}
+	}
+	fmt.Fprintf(stderr, "sim: %d devices connected, %d failed\n", len(devs)-failed, failed)
+	wg.Wait()
+	if failed == len(devs) {
+		return errors.New("sim: no device connected")
+	}
+	return nil
+}
+
+// simulate reports uptime_s every interval until ctx is done.
+func simulate(ctx context.Context, d *sdk.Device, name string, every time.Duration, say func(string, ...any)) {
+	if every <= 0 {
+		<-ctx.Done()
+		return
+	}
+	start := time.Now()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := d.Report(rctx, map[string]any{"uptime_s": int(time.Since(start).Seconds())}, 0)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				say("%s report: %v", name, err)
+			}
+		}
+	}
+}
+
+// readSecrets reads name,secret lines.
+func readSecrets(path string) ([][2]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = 2
+	r.TrimLeadingSpace = true
+	recs, err := r.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("sim: %s: %w", path, err)
+	}
+	out := make([][2]string, len(recs))
+	for i, rec := range recs {
+		out[i] = [2]string{rec[0], rec[1]}
+	}
+	return out, nil
+}
+
+// createSimDevices creates PREFIX0001.. through the REST API, up to 1000
+// per request, and returns their names and secrets.
+func createSimDevices(ctx context.Context, api, appKey, masterSecret, prefix string, count int, tlsConf *tls.Config) ([][2]string, error) {
+	if masterSecret == "" {
+		return nil, errors.New("sim: --create needs --master-secret")
+	}
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConf}}
+	var out [][2]string
+	for from := 1; from <= count; from += 1000 {
+		var names []map[string]string
+		for i := from; i < min(from+1000, count+1); i++ {
+			names = append(names, map[string]string{"name": fmt.Sprintf("%s%04d", prefix, i)})
+		}
+		body, _ := json.Marshal(map[string]any{"device": names})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(api, "/")+"/device/v1/devices", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.SetBasicAuth(appKey, masterSecret)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("sim: create devices: %w", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("sim: create devices: %d %s", resp.StatusCode, b)
+		}
+		var r struct {
+			Resp []struct {
+				DeviceName   string `json:"device_name"`
+				Code         int    `json:"code"`
+				Message      string `json:"message"`
+				DeviceSecret string `json:"device_secret"`
+			} `json:"resp"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("sim: create devices: %w", err)
+		}
+		for _, d := range r.Resp {
+			if d.Code != 0 {
+				return nil, fmt.Errorf("sim: create %s: %d %s (use --secrets-file for existing devices)", d.DeviceName, d.Code, d.Message)
+			}
+			out = append(out, [2]string{d.DeviceName, d.DeviceSecret})
+		}
+	}
+	return out, nil
+}
