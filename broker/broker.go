@@ -93,6 +93,9 @@ type Handler interface {
 	// Subscribed reports a SUBSCRIBE granted for a filter that matches
 	// the service topic (relative to the device's prefix).
 	Subscribed(s *Session, topic string)
+	// Unsubscribed reports that an UNSUBSCRIBE left no subscription
+	// matching the service topic.
+	Unsubscribed(s *Session, topic string)
 	// Published reports a PUBLISH from the device; topic is relative to
 	// the device's prefix. Nothing a device publishes reaches any other
 	// client.

@@ -134,7 +134,9 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 
 func (h *hook) OnUnsubscribed(cl *mqtt.Client, _ packets.Packet) {
 	if s := h.session(cl); s != nil {
-		s.resync()
+		for _, t := range s.resync() {
+			h.b.handler.Unsubscribed(s, t)
+		}
 	}
 }
 

@@ -160,23 +160,29 @@ func (s *Session) subscribe(filter string) []string {
 }
 
 // resync recomputes the subscribed service topics from the client's
-// remaining subscriptions (after UNSUBSCRIBE).
-func (s *Session) resync() {
+// remaining subscriptions (after UNSUBSCRIBE) and returns those that
+// lost their last matching subscription.
+func (s *Session) resync() (lost []string) {
 	filters := s.cl.State.Subscriptions.GetAll()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.subscribed == nil {
-		s.subscribed = make(map[string]bool)
-	}
 	for _, t := range s.b.cfg.ServiceTopics {
-		s.subscribed[t] = false
+		if !s.subscribed[t] {
+			continue
+		}
+		still := false
 		for f := range filters {
 			if matchFilter(f, s.prefix+t) {
-				s.subscribed[t] = true
+				still = true
 				break
 			}
 		}
+		if !still {
+			delete(s.subscribed, t)
+			lost = append(lost, t)
+		}
 	}
+	return lost
 }
 
 // matchFilter reports whether the MQTT topic filter matches topic.

@@ -121,6 +121,15 @@ func (g *Gateway) Subscribed(s *broker.Session, topic string) {
 	}
 }
 
+// Unsubscribed stops message delivery when the device drops its last
+// subscription to msg; what was sent and not acknowledged is sent again
+// when it subscribes anew.
+func (g *Gateway) Unsubscribed(s *broker.Session, topic string) {
+	if topic == message.TopicMsg {
+		g.dispatch.Detach(s, s.AppKey, s.DeviceName)
+	}
+}
+
 // Published routes what a device sends.
 func (g *Gateway) Published(s *broker.Session, topic string, payload []byte) {
 	ctx := context.Background()

@@ -203,6 +203,25 @@ func TestOfflineQueueDeliveredInOrder(t *testing.T) {
 	}
 }
 
+func TestUnsubscribeStopsDelivery(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("unsub-1")
+	d := f.mustConnect("unsub-1", secret, "msg")
+	first := f.send("unsub-1", "while subscribed", 60)
+	waitFor(t, 5*time.Second, "delivery", func() bool { return slices.Equal(d.received(), ids(first)) })
+	if tok := d.c.Unsubscribe(d.prefix + "msg"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	second := f.send("unsub-1", "after unsubscribe", 60)
+	time.Sleep(300 * time.Millisecond)
+	if got := d.received(); len(got) != 1 || f.message(second).State != "pending" {
+		t.Fatalf("after UNSUBSCRIBE the device received %v", got)
+	}
+	d.subscribe(t, "msg")
+	waitFor(t, 5*time.Second, "delivery after resubscribing", func() bool { return slices.Equal(d.received(), ids(first, second)) })
+}
+
 func TestNoPubackRedelivered(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
