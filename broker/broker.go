@@ -20,11 +20,14 @@ import (
 // TopicPrefix starts every device topic: d/{app_key}/{device_name}/...
 const TopicPrefix = "d/"
 
-// Defaults sized for large fleets of mostly idle devices (see Config).
+// Defaults sized for large fleets of mostly idle devices (see Config and
+// BENCHMARKS.md): device packets are small, and the outgoing queue only
+// carries mochi's own writes, since the service writes to devices
+// directly.
 const (
 	DefaultMaxPacketSize   = 256 << 10
-	DefaultWritesPending   = 64
-	DefaultReadBufferSize  = 1024
+	DefaultWritesPending   = 16
+	DefaultReadBufferSize  = 512
 	DefaultWriteBufferSize = 1024
 	DefaultMaxInflight     = 1024
 	DefaultPublishRate     = 50
