@@ -43,6 +43,13 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentPutSeq", testConcurrentPutSeq},
 		{"ConcurrentQueueLimit", testConcurrentQueueLimit},
 		{"ConcurrentCreateDevices", testConcurrentCreateDevices},
+		{"UpdateMessage", testUpdateMessage},
+		{"UpdateMessageFreesQueue", testUpdateMessageFreesQueue},
+		{"ConcurrentUpdateMessage", testConcurrentUpdateMessage},
+		{"ExpiredMessages", testExpiredMessages},
+		{"Outbox", testOutbox},
+		{"ReportProperties", testReportProperties},
+		{"ResetPresence", testResetPresence},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,6 +81,10 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 	}
 	must(t, s.PutSeq(ctx, "k1", -9, *seq))
 	must(t, s.PutMeta(ctx, "m", []byte("v")))
+	must(t, s.CreateMessage(ctx, msg(20, "k1", "dev-2", store.StatePending), 0, nil))
+	if _, err := s.UpdateMessage(ctx, "k1", 20, deliver); err != nil {
+		t.Fatal(err)
+	}
 	must(t, s.Close())
 
 	s = open(t, dir)
@@ -120,6 +131,35 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 		}},
 		{"pending", func() error {
 			return checkPending(s, "k1", "dev-1", 11, 12, 13)
+		}},
+		{"transition and outbox", func() error {
+			m, err := s.GetMessage(ctx, "k1", 20)
+			if err != nil || m.State != store.StateDelivered {
+				return fmt.Errorf("message 20: %+v %v", m, err)
+			}
+			out, err := s.ReadOutbox(ctx, 100)
+			if err != nil || len(out) == 0 || out[len(out)-1].ID != "20-1" || out[len(out)-1].Record.Type != store.RecordDeliverySuccess {
+				return fmt.Errorf("outbox %+v %v", out, err)
+			}
+			return nil
+		}},
+		{"expiry index", func() error {
+			exp, err := s.ExpiredMessages(ctx, 1<<40, 10)
+			var got []int64
+			for _, m := range exp {
+				got = append(got, m.ID)
+			}
+			if err != nil || !slices.Equal(got, []int64{11, 12, 13}) {
+				return fmt.Errorf("expired %v %v", got, err)
+			}
+			return nil
+		}},
+		{"presence", func() error {
+			n, err := s.ResetPresence(ctx, 5)
+			if err == nil && n != 1 {
+				err = fmt.Errorf("reset %d online devices, want 1 (dev-2)", n)
+			}
+			return err
 		}},
 		{"meta", func() error {
 			v, err := s.GetMeta(ctx, "m")

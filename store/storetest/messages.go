@@ -1,0 +1,275 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+var errRefuse = errors.New("refused by fn")
+
+// deliver moves a pending message to delivered with record 4.
+func deliver(m *store.Message) error {
+	if m.State != store.StatePending {
+		return errRefuse
+	}
+	m.State = store.StateDelivered
+	m.Records = append(m.Records, store.Record{Type: store.RecordDeliverySuccess, SentTime: 2})
+	return nil
+}
+
+func testUpdateMessage(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	for id := int64(1); id <= 3; id++ {
+		must(t, s.CreateMessage(ctx, msg(id, "app", "dev-1", store.StatePending), 0, nil))
+	}
+	m, err := s.UpdateMessage(ctx, "app", 2, deliver)
+	must(t, err)
+	if m.State != store.StateDelivered || len(m.Records) != 2 || m.DeviceName != "dev-1" {
+		t.Fatalf("returned %+v", m)
+	}
+	if err := checkPending(s, "app", "dev-1", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetMessage(ctx, "app", 2)
+	must(t, err)
+	if got.State != store.StateDelivered || len(got.Records) != 2 || got.Records[1].Type != store.RecordDeliverySuccess {
+		t.Fatalf("stored %+v", got)
+	}
+	// A non-pending message gains records and keeps its state.
+	_, err = s.UpdateMessage(ctx, "app", 2, func(m *store.Message) error {
+		m.Records = append(m.Records, store.Record{Type: store.RecordClick, SentTime: 3})
+		return nil
+	})
+	must(t, err)
+	if got, _ := s.GetMessage(ctx, "app", 2); got.State != store.StateDelivered || len(got.Records) != 3 {
+		t.Fatalf("after click %+v", got)
+	}
+	// fn's error is returned and nothing is written.
+	_, err = s.UpdateMessage(ctx, "app", 2, deliver)
+	wantErr(t, "fn error", err, errRefuse)
+	// Records are only appended, and nothing becomes pending again.
+	_, err = s.UpdateMessage(ctx, "app", 2, func(m *store.Message) error { m.Records = m.Records[:1]; return nil })
+	if err == nil {
+		t.Fatal("removing records was accepted")
+	}
+	_, err = s.UpdateMessage(ctx, "app", 2, func(m *store.Message) error { m.State = store.StatePending; return nil })
+	if err == nil {
+		t.Fatal("a delivered message became pending again")
+	}
+	if err := checkPending(s, "app", "dev-1", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	// Scoped to the app; unknown ids are not found.
+	_, err = s.UpdateMessage(ctx, "other", 1, deliver)
+	wantErr(t, "another app's message", err, store.ErrNotFound)
+	_, err = s.UpdateMessage(ctx, "app", 77, deliver)
+	wantErr(t, "missing message", err, store.ErrNotFound)
+	// Identity fields cannot be changed by fn.
+	m, err = s.UpdateMessage(ctx, "app", 1, func(m *store.Message) error {
+		m.AppKey, m.DeviceName, m.ID = "x", "y", 9
+		m.State = store.StateRetracted
+		m.Records = append(m.Records, store.Record{Type: store.RecordRetractSuccess})
+		return nil
+	})
+	must(t, err)
+	if got, err := s.GetMessage(ctx, "app", 1); err != nil || got.DeviceName != "dev-1" || got.State != store.StateRetracted || m.ID != 1 {
+		t.Fatalf("identity changed: %+v %v", got, err)
+	}
+	if err := checkPending(s, "app", "dev-1", 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testUpdateMessageFreesQueue checks that leaving the queue frees a slot.
+func testUpdateMessageFreesQueue(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	for id := int64(1); id <= store.MaxPending; id++ {
+		must(t, s.CreateMessage(ctx, msg(id, "app", "dev-1", store.StatePending), 0, nil))
+	}
+	wantErr(t, "full queue", s.CreateMessage(ctx, msg(5000, "app", "dev-1", store.StatePending), 0, nil), store.ErrQueueFull)
+	_, err := s.UpdateMessage(ctx, "app", 7, deliver)
+	must(t, err)
+	must(t, s.CreateMessage(ctx, msg(5000, "app", "dev-1", store.StatePending), 0, nil))
+	wantErr(t, "full again", s.CreateMessage(ctx, msg(5001, "app", "dev-1", store.StatePending), 0, nil), store.ErrQueueFull)
+}
+
+func testConcurrentUpdateMessage(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	must(t, s.CreateMessage(ctx, msg(1, "app", "dev-1", store.StatePending), 0, nil))
+	counts := race(t, 16, func(int) error {
+		_, err := s.UpdateMessage(ctx, "app", 1, deliver)
+		return err
+	}, errRefuse)
+	if counts["ok"] != 1 {
+		t.Fatalf("outcomes %v, want exactly one delivery", counts)
+	}
+	if got, _ := s.GetMessage(ctx, "app", 1); len(got.Records) != 2 {
+		t.Fatalf("records %+v", got.Records)
+	}
+}
+
+func testExpiredMessages(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	mk := func(id, expire int64, dev, state string) {
+		m := msg(id, "app", dev, state)
+		m.ExpireTime = expire
+		must(t, s.CreateMessage(ctx, m, 0, nil))
+	}
+	mk(1, 100, "dev-1", store.StatePending)
+	mk(2, 50, "dev-2", store.StatePending)
+	mk(3, 100, "dev-2", store.StatePending)
+	mk(4, 200, "dev-1", store.StatePending)
+	mk(5, 10, "dev-1", store.StateFailed) // not queued, never expires
+	idsOf := func(ms []store.Message) []int64 {
+		var out []int64
+		for _, m := range ms {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		before int64
+		limit  int
+		want   []int64
+	}{
+		{50, 10, nil},
+		{51, 10, []int64{2}},
+		{101, 10, []int64{2, 1, 3}},
+		{101, 2, []int64{2, 1}},
+		{1000, 10, []int64{2, 1, 3, 4}},
+	} {
+		got, err := s.ExpiredMessages(ctx, tc.before, tc.limit)
+		must(t, err)
+		if !slices.Equal(idsOf(got), tc.want) {
+			t.Errorf("before %d limit %d: %v, want %v", tc.before, tc.limit, idsOf(got), tc.want)
+		}
+	}
+	_, err := s.UpdateMessage(ctx, "app", 2, deliver)
+	must(t, err)
+	if got, _ := s.ExpiredMessages(ctx, 1000, 10); !slices.Equal(idsOf(got), []int64{1, 3, 4}) {
+		t.Errorf("after delivering 2: %v", idsOf(got))
+	}
+}
+
+func testOutbox(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	m := msg(1, "app", "dev-1", store.StatePending)
+	m.CallbackURL, m.Params = "https://example.com/cb", json.RawMessage(`{"k":1}`)
+	m.Records = []store.Record{{Type: store.RecordTargetValid, SentTime: 1}, {Type: store.RecordSubmitSuccess, SentTime: 1}}
+	must(t, s.CreateMessage(ctx, m, 0, nil))
+	must(t, s.CreateMessage(ctx, msg(2, "app", "dev-1", store.StateFailed), 0, nil))
+	_, err := s.UpdateMessage(ctx, "app", 1, deliver)
+	must(t, err)
+	_, _ = s.UpdateMessage(ctx, "app", 1, deliver) // refused: writes nothing
+	got, err := s.ReadOutbox(ctx, 100)
+	must(t, err)
+	var desc []string
+	for i, e := range got {
+		desc = append(desc, fmt.Sprintf("%s:%d", e.ID, e.Record.Type))
+		if i > 0 && e.Seq <= got[i-1].Seq {
+			t.Errorf("outbox not in Seq order: %+v", got)
+		}
+	}
+	if want := []string{"1-0:0", "1-1:2", "2-0:0", "1-2:4"}; !slices.Equal(desc, want) {
+		t.Fatalf("outbox %v, want %v", desc, want)
+	}
+	e := got[3]
+	if e.AppKey != "app" || e.CallbackURL != "https://example.com/cb" || e.Record.ChannelKey != "app" || e.Record.MsgID != "1" ||
+		e.Record.UserID != "dev-1" || e.Record.SenderID != "dev-1" || string(e.Record.Params) != `{"k":1}` {
+		t.Fatalf("entry not filled in: %+v", e)
+	}
+	if first, _ := s.ReadOutbox(ctx, 2); len(first) != 2 || first[0].ID != "1-0" {
+		t.Fatalf("limit 2: %+v", first)
+	}
+	must(t, s.DeleteOutbox(ctx, []int64{got[0].Seq, got[2].Seq, 1 << 40}))
+	rest, err := s.ReadOutbox(ctx, 100)
+	must(t, err)
+	if len(rest) != 2 || rest[0].ID != "1-1" || rest[1].ID != "1-2" {
+		t.Fatalf("after delete: %+v", rest)
+	}
+}
+
+func testReportProperties(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	_, err := s.SetDesired(ctx, update("app", "dev-1", 1, `{"a":1}`), 0, nil)
+	must(t, err)
+	rep := func(version int64, props, sdk, appVer string) (store.Shadow, error) {
+		var p map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(props), &p)
+		return s.ReportProperties(ctx, store.Report{AppKey: "app", DeviceName: "dev-1", Version: version, Properties: p, SDKVer: sdk, AppVer: appVer, Time: 1000 + version})
+	}
+	sh, err := rep(0, `{"a":2,"b":"x"}`, "s1", "a1")
+	must(t, err)
+	if sh.LastReportedVersion != 1 || sh.SDKVer != "s1" || sh.AppVer != "a1" || string(sh.Properties["a"].ReportedValue) != "2" ||
+		string(sh.Properties["a"].DesiredValue) != "1" || string(sh.Properties["b"].ReportedValue) != `"x"` || sh.Properties["b"].ReportedSTime != 1000 {
+		t.Fatalf("first report: %+v", sh)
+	}
+	sh, err = rep(5, `{"a":3}`, "", "")
+	must(t, err)
+	if sh.LastReportedVersion != 5 || sh.LastReportedSTime != 1005 || sh.SDKVer != "s1" || sh.AppVer != "a1" {
+		t.Fatalf("versioned report: %+v", sh)
+	}
+	for _, v := range []int64{5, 4} {
+		_, err = rep(v, `{"a":9}`, "s9", "")
+		wantErr(t, fmt.Sprint("stale version ", v), err, store.ErrVersionConflict)
+	}
+	got, err := s.GetShadow(ctx, "app", "dev-1")
+	must(t, err)
+	if got.LastReportedVersion != 5 || string(got.Properties["a"].ReportedValue) != "3" || got.SDKVer != "s1" || got.LastDesiredVersion != 2 {
+		t.Fatalf("stored after a refused report: %+v", got)
+	}
+	_, err = s.ReportProperties(ctx, store.Report{AppKey: "app", DeviceName: "ghost", Properties: map[string]json.RawMessage{"a": json.RawMessage("1")}})
+	wantErr(t, "unknown device", err, store.ErrNotFound)
+}
+
+func testResetPresence(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3")
+	mustDevices(t, s, "other", "dev-1")
+	online := func(app, name string) {
+		_, err := s.UpdateDevice(ctx, app, name, func(d *store.Device) error {
+			d.Status, d.ClientIP, d.LastLoginTime = 1, "10.0.0.1", 50
+			return nil
+		})
+		must(t, err)
+	}
+	online("app", "dev-1")
+	online("app", "dev-3")
+	online("other", "dev-1")
+	_, err := s.UpdateDevice(ctx, "app", "dev-3", func(d *store.Device) error { d.Status, d.LastLogoutTime = 0, 60; return nil })
+	must(t, err)
+	n, err := s.ResetPresence(ctx, 100)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("reset %d devices, want 2", n)
+	}
+	for _, c := range []struct {
+		app, name string
+		logout    int64
+	}{{"app", "dev-1", 100}, {"app", "dev-2", 0}, {"app", "dev-3", 60}, {"other", "dev-1", 100}} {
+		d, err := s.GetDevice(ctx, c.app, c.name)
+		must(t, err)
+		if d.Status != 0 || d.LastLogoutTime != c.logout {
+			t.Errorf("%s/%s: %+v", c.app, c.name, d)
+		}
+	}
+	if n, _ := s.ResetPresence(ctx, 200); n != 0 {
+		t.Fatalf("second reset changed %d", n)
+	}
+	online("app", "dev-2")
+	if n, _ := s.ResetPresence(ctx, 300); n != 1 {
+		t.Fatalf("reset after a new login changed %d", n)
+	}
+}
