@@ -129,21 +129,34 @@ func (m *mqttConn) read() (byte, []byte, error) {
 	return first, body, err
 }
 
-// subscribe subscribes at QoS 1 and waits for the SUBACK.
+// subscribe subscribes at QoS 1 and waits for the SUBACK. A broker may
+// send matching PUBLISHes before it; those are acknowledged and dropped.
 func (m *mqttConn) subscribe(topic string) error {
 	body := appendString([]byte{0, 1}, topic)
 	body = append(body, 1)
 	if err := m.write(0x82, body); err != nil {
 		return err
 	}
-	typ, ack, err := m.read()
-	if err != nil {
-		return err
+	for {
+		first, ack, err := m.read()
+		if err != nil {
+			return err
+		}
+		if first>>4 == 3 && (first>>1)&3 > 0 && len(ack) >= 2 {
+			tl := int(binary.BigEndian.Uint16(ack))
+			if len(ack) < 4+tl {
+				return errors.New("short publish")
+			}
+			if err := m.write(0x40, ack[2+tl:4+tl]); err != nil {
+				return err
+			}
+			continue
+		}
+		if first>>4 != 9 || len(ack) != 3 || ack[2] > 1 {
+			return fmt.Errorf("subscribe %s refused: %x", topic, ack)
+		}
+		return nil
 	}
-	if typ>>4 != 9 || len(ack) != 3 || ack[2] > 1 {
-		return fmt.Errorf("subscribe %s refused: %x", topic, ack)
-	}
-	return nil
 }
 
 // publish sends a QoS 1 PUBLISH without waiting for its PUBACK.

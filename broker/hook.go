@@ -24,6 +24,7 @@ func (h *hook) Provides(b byte) bool {
 		mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect,
 		mqtt.OnSubscribed,
+		mqtt.OnPacketProcessed,
 		mqtt.OnUnsubscribed,
 		mqtt.OnPublish,
 		mqtt.OnPacketRead,
@@ -117,11 +118,17 @@ func (h *hook) session(cl *mqtt.Client) *Session {
 	return h.b.sessions[cl]
 }
 
+// OnSubscribed reports the service topics a SUBSCRIBE matched. mochi
+// calls it before writing the SUBACK, so the handler's state (message
+// delivery started, for one) is in place when the device learns it is
+// subscribed; what the handler publishes in answer is held back until
+// the SUBACK is written (OnPacketProcessed), as clients expect.
 func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	s := h.session(cl)
 	if s == nil {
 		return
 	}
+	s.hold()
 	for i, f := range pk.Filters {
 		if i < len(codes) && codes[i] >= packets.ErrUnspecifiedError.Code {
 			continue
@@ -129,6 +136,15 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 		for _, t := range s.subscribe(f.Filter) {
 			h.b.handler.Subscribed(s, t)
 		}
+	}
+}
+
+func (h *hook) OnPacketProcessed(cl *mqtt.Client, pk packets.Packet, _ error) {
+	if pk.FixedHeader.Type != packets.Subscribe {
+		return
+	}
+	if s := h.session(cl); s != nil {
+		s.release()
 	}
 }
 

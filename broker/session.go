@@ -38,6 +38,12 @@ type Session struct {
 	awaiting map[uint16]struct{}
 	// subscribed holds the service topics the device subscribed to.
 	subscribed map[string]bool
+
+	// wmu orders writes to the device; while holding, publishes queue in
+	// held instead (see hook.OnSubscribed).
+	wmu     sync.Mutex
+	holding bool
+	held    []packets.Packet
 }
 
 func newSession(b *Broker, cl *mqtt.Client, appKey, device string) *Session {
@@ -91,6 +97,20 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 		}
 		pk.PacketID = id
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.holding {
+		s.held = append(s.held, pk)
+		return pk.PacketID, nil
+	}
+	if err := s.write(pk); err != nil {
+		return 0, err
+	}
+	return pk.PacketID, nil
+}
+
+// write sends pk; the caller holds wmu.
+func (s *Session) write(pk packets.Packet) error {
 	// A device that stops reading must not hold the caller (a REST
 	// request pushing properties, a delivery) for longer than this. mochi
 	// moves the deadline only when the device sends something.
@@ -98,15 +118,38 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 		_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
 	}
 	if err := s.cl.WritePacket(pk); err != nil {
-		if qos > 0 {
+		if pk.FixedHeader.Qos > 0 {
 			s.releasePacketID(pk.PacketID)
 		}
 		// A failed or timed-out write leaves the stream unusable; end the
 		// connection so the device reconnects and is served afresh.
 		s.cl.Stop(err)
-		return 0, err
+		return err
 	}
-	return pk.PacketID, nil
+	return nil
+}
+
+// hold makes publishes queue until release.
+func (s *Session) hold() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.holding = true
+}
+
+// release writes what was held, in order, and lets publishes through.
+func (s *Session) release() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.holding = false
+	for i, pk := range s.held {
+		if s.write(pk) != nil {
+			for _, rest := range s.held[i+1:] {
+				s.releasePacketID(rest.PacketID)
+			}
+			break
+		}
+	}
+	s.held = nil
 }
 
 // Close disconnects the session.
