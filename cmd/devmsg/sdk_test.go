@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -87,6 +88,51 @@ func TestDeviceSDK(t *testing.T) {
 		defer mu.Unlock()
 		return msgs[len(msgs)-1].ID == later
 	})
+}
+
+// TestDeviceSDKReportFromCallback is the usual firmware loop: apply the
+// desired document and report the new state from inside OnDesired, and
+// report first thing after Connect.
+func TestDeviceSDKReportFromCallback(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("echo-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reported := make(chan error, 4)
+	var d *sdk.Device
+	d, err := sdk.Connect(ctx, sdk.Config{
+		Broker: "tcp://" + f.s.mqtt["tcp"], AppKey: demoKey, DeviceName: "echo-1", DeviceSecret: secret,
+		OnDesired: func(doc sdk.Desired) {
+			if doc.Version == 0 {
+				return // the empty document sent on subscribe
+			}
+			var led string
+			_ = json.Unmarshal(doc.Properties["led"], &led)
+			_, err := d.Report(ctx, map[string]any{"led": led}, 0)
+			reported <- err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if v, err := d.Report(ctx, map[string]any{"led": "off"}, 0); err != nil || v != 1 {
+		t.Fatalf("report right after Connect: %d %v", v, err)
+	}
+	f.restOK("POST", "/device/v1/property", `{"seq_no":9101,"device_name":"echo-1","version":1,"properties":[{"name":"led","value":"on"}]}`, nil)
+	select {
+	case err := <-reported:
+		if err != nil {
+			t.Fatalf("report from OnDesired: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("report from OnDesired never returned")
+	}
+	_, b := f.rest("GET", "/device/v1/property?device_name=echo-1", "")
+	if !strings.Contains(string(b), `"last_reported_version":2`) {
+		t.Fatalf("property summary %s", b)
+	}
 }
 
 // TestSim runs `devmsg sim` with created devices and checks they come

@@ -32,7 +32,8 @@ type Config struct {
 	SDKVersion, AppVersion string
 	// OnMessage receives each message; it is acknowledged when the call
 	// returns. OnDesired receives each desired document. Both run on one
-	// goroutine, in arrival order.
+	// goroutine of the Device's own, in arrival order, and may call
+	// Report, GetDesired and Click.
 	OnMessage func(Message)
 	OnDesired func(Desired)
 	// OnConnectionLost is told when the connection drops; the device
@@ -80,6 +81,19 @@ type Device struct {
 	replies  chan reportReply // the reply of the report in flight
 	desired  chan Desired     // for GetDesired
 	waiting  sync.Mutex       // one GetDesired at a time
+
+	// subscribed is signalled when a (re)connect's SUBSCRIBE is
+	// acknowledged; Connect waits for the first.
+	subscribed chan error
+
+	// Callbacks run from this queue on one goroutine rather than on
+	// paho's: a callback that reports would otherwise wait for a reply
+	// that paho cannot deliver until the callback returns.
+	qmu       sync.Mutex
+	queue     []func()
+	wake      chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 type reportReply struct {
@@ -98,10 +112,13 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 		cfg.KeepAlive = time.Minute
 	}
 	d := &Device{
-		cfg:     cfg,
-		prefix:  "d/" + cfg.AppKey + "/" + cfg.DeviceName + "/",
-		replies: make(chan reportReply, 1),
-		desired: make(chan Desired, 1),
+		cfg:        cfg,
+		prefix:     "d/" + cfg.AppKey + "/" + cfg.DeviceName + "/",
+		replies:    make(chan reportReply, 1),
+		desired:    make(chan Desired, 1),
+		subscribed: make(chan error, 1),
+		wake:       make(chan struct{}, 1),
+		closed:     make(chan struct{}),
 	}
 	user := cfg.AppKey + "/" + cfg.DeviceName
 	opts := paho.NewClientOptions().AddBroker(cfg.Broker).
@@ -112,6 +129,9 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 		SetKeepAlive(cfg.KeepAlive).
 		SetAutoReconnect(true).SetMaxReconnectInterval(30 * time.Second).
 		SetOrderMatters(true).
+		// Messages are acknowledged after OnMessage returns, which runs
+		// on the Device's callback goroutine (see run).
+		SetAutoAckDisabled(true).
 		SetTLSConfig(cfg.TLSConfig).
 		SetOnConnectHandler(func(c paho.Client) { d.subscribe(c) }).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
@@ -120,26 +140,86 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 			}
 		})
 	d.client = paho.NewClient(opts)
+	go d.run()
 	tok := d.client.Connect()
 	if err := wait(ctx, tok); err != nil {
+		d.closeOnce.Do(func() { close(d.closed) })
 		if errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
 			return nil, ErrNotAuthorized
 		}
 		return nil, fmt.Errorf("device: connect: %w", err)
 	}
-	return d, nil
+	// Until the SUBSCRIBE is acknowledged a report's reply could be
+	// missed, so Connect returns only once the device is subscribed.
+	select {
+	case err := <-d.subscribed:
+		if err == nil {
+			return d, nil
+		}
+		d.Close()
+		return nil, fmt.Errorf("device: subscribe: %w", err)
+	case <-ctx.Done():
+		d.Close()
+		return nil, ctx.Err()
+	}
 }
 
-// subscribe runs on every (re)connect: a fresh session has no
-// subscriptions, and subscribing is what makes the service send.
+// subscribe runs on every (re)connect, on a goroutine of paho's own: a
+// fresh session has no subscriptions, and subscribing is what makes the
+// service send.
 func (d *Device) subscribe(c paho.Client) {
-	c.SubscribeMultiple(map[string]byte{
+	tok := c.SubscribeMultiple(map[string]byte{
 		d.prefix + "msg":                   1,
 		d.prefix + "property/desired":      1,
 		d.prefix + "property/report/reply": 1,
 	}, d.route)
+	tok.Wait()
+	err := tok.Error()
+	if st, ok := tok.(*paho.SubscribeToken); ok && err == nil {
+		for topic, code := range st.Result() {
+			if code > 2 {
+				err = fmt.Errorf("%s refused (0x%x)", topic, code)
+			}
+		}
+	}
+	select {
+	case d.subscribed <- err:
+	default: // a reconnect nobody waits for
+	}
 }
 
+// run calls the queued callbacks in order until Close.
+func (d *Device) run() {
+	for {
+		d.qmu.Lock()
+		q := d.queue
+		d.queue = nil
+		d.qmu.Unlock()
+		for _, f := range q {
+			f()
+		}
+		select {
+		case <-d.wake:
+		case <-d.closed:
+			return
+		}
+	}
+}
+
+// enqueue schedules f on the callback goroutine.
+func (d *Device) enqueue(f func()) {
+	d.qmu.Lock()
+	d.queue = append(d.queue, f)
+	d.qmu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// route runs on paho's goroutine and must not block: replies are handed
+// over here, callbacks are queued, and each message is acknowledged once
+// its callback returned.
 func (d *Device) route(_ paho.Client, m paho.Message) {
 	switch m.Topic()[len(d.prefix):] {
 	case "msg":
@@ -150,12 +230,17 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 			ExpireTime int64  `json:"expire_time"`
 		}
 		if json.Unmarshal(m.Payload(), &p) != nil {
+			m.Ack() // not ours to understand; redelivering will not help
 			return
 		}
 		id, _ := strconv.ParseInt(p.MsgID, 10, 64)
-		if d.cfg.OnMessage != nil {
-			d.cfg.OnMessage(Message{ID: id, Body: p.Body, SentTime: p.SentTime, ExpireTime: p.ExpireTime})
-		}
+		msg := Message{ID: id, Body: p.Body, SentTime: p.SentTime, ExpireTime: p.ExpireTime}
+		d.enqueue(func() {
+			if d.cfg.OnMessage != nil {
+				d.cfg.OnMessage(msg)
+			}
+			m.Ack()
+		})
 	case "property/desired":
 		var doc Desired
 		var p struct {
@@ -163,6 +248,7 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 			Properties map[string]json.RawMessage `json:"properties"`
 			Time       int64                      `json:"time"`
 		}
+		m.Ack()
 		if json.Unmarshal(m.Payload(), &p) != nil {
 			return
 		}
@@ -172,9 +258,10 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 		default: // nobody is waiting in GetDesired
 		}
 		if d.cfg.OnDesired != nil {
-			d.cfg.OnDesired(doc)
+			d.enqueue(func() { d.cfg.OnDesired(doc) })
 		}
 	case "property/report/reply":
+		m.Ack()
 		var r reportReply
 		if json.Unmarshal(m.Payload(), &r) != nil {
 			return
@@ -183,6 +270,8 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 		case d.replies <- r:
 		default: // a reply to a report whose caller gave up
 		}
+	default:
+		m.Ack()
 	}
 }
 
@@ -258,7 +347,12 @@ func (d *Device) publish(ctx context.Context, topic string, v any) error {
 }
 
 // Close disconnects, waiting up to a quarter second for work in flight.
-func (d *Device) Close() { d.client.Disconnect(250) }
+// Callbacks not yet run are dropped; their messages stay unacknowledged
+// and the service delivers them again on the next connection.
+func (d *Device) Close() {
+	d.client.Disconnect(250)
+	d.closeOnce.Do(func() { close(d.closed) })
+}
 
 func wait(ctx context.Context, tok paho.Token) error {
 	select {
