@@ -53,7 +53,67 @@ type App struct {
 	RateLimits map[string]int `json:"rate_limits,omitempty"`
 	// Properties is the app's property model; empty means no model.
 	Properties []PropertyDef `json:"properties,omitempty"`
-	CreatedAt  int64         `json:"created_at"` // Unix seconds
+	// Callback holds the app's message-status callback settings.
+	Callback  CallbackSettings `json:"callback"`
+	CreatedAt int64            `json:"created_at"` // Unix seconds
+}
+
+// MaxCallbackURLs is the most callback URLs an app may hold.
+const MaxCallbackURLs = 5
+
+// CallbackSettings are an app's callback settings (DESIGN.md section 4).
+type CallbackSettings struct {
+	// Enabled is the switch; records made while it is off are dropped.
+	Enabled bool `json:"enabled"`
+	// Types are the record types to send; nil means all of 0 to 8 (an
+	// empty, non-nil list sends none).
+	Types []int `json:"types"`
+	// URLs are the verified URLs; exactly one is the default when any
+	// are present.
+	URLs []CallbackURL `json:"urls,omitempty"`
+}
+
+// CallbackURL is one configured callback URL.
+type CallbackURL struct {
+	URL     string `json:"url"`
+	Default bool   `json:"default"`
+}
+
+// Sends reports whether records of type typ are sent.
+func (c CallbackSettings) Sends(typ int) bool {
+	if c.Types == nil {
+		return true
+	}
+	for _, t := range c.Types {
+		if t == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// Has reports whether u is one of the configured URLs.
+func (c CallbackSettings) Has(u string) bool {
+	for _, cu := range c.URLs {
+		if cu.URL == u {
+			return true
+		}
+	}
+	return false
+}
+
+// Target returns where a record goes: the message's temporary URL when
+// it is configured, else the default URL, else "" (nowhere).
+func (c CallbackSettings) Target(temp string) string {
+	if temp != "" && c.Has(temp) {
+		return temp
+	}
+	for _, cu := range c.URLs {
+		if cu.Default {
+			return cu.URL
+		}
+	}
+	return ""
 }
 
 // Property types of the property model.
@@ -208,7 +268,34 @@ type OutboxEntry struct {
 	ID          string `json:"id"`
 	AppKey      string `json:"app_key"`
 	CallbackURL string `json:"callback_url,omitempty"`
-	Record      Record `json:"record"`
+	// Time is when the record was written (Unix ms), for delivery lag.
+	Time   int64  `json:"time"`
+	Record Record `json:"record"`
+}
+
+// OutboxRoute says where the callback worker sends an outbox entry: to
+// URL, or nowhere when URL is "" (the switch is off, the type is not
+// selected, or the app has no URL).
+type OutboxRoute struct {
+	Entry OutboxEntry
+	URL   string
+}
+
+// CallbackQueue names one destination's delivery queue.
+type CallbackQueue struct {
+	AppKey string
+	URL    string
+}
+
+// DeadLetter is a batch of records whose delivery failed every retry.
+type DeadLetter struct {
+	ID        string        `json:"id"`
+	AppKey    string        `json:"app_key"`
+	URL       string        `json:"url"`
+	Entries   []OutboxEntry `json:"entries"`
+	Attempts  int           `json:"attempts"`
+	LastError string        `json:"last_error"`
+	Time      int64         `json:"time"` // Unix seconds it was dead-lettered
 }
 
 // RecordError is the error object of record types 1, 3, 5 and 8.
@@ -317,10 +404,32 @@ type Store interface {
 
 	// ReadOutbox returns up to limit of the oldest outbox entries in Seq
 	// order. CreateMessage adds a message's first records to the outbox.
+	// Seqs are unique across the outbox and every delivery queue.
 	ReadOutbox(ctx context.Context, limit int) ([]OutboxEntry, error)
-	// DeleteOutbox removes the entries with the given Seq values; absent
-	// ones are ignored.
-	DeleteOutbox(ctx context.Context, seqs []int64) error
+
+	// RouteOutbox moves entries out of the outbox atomically: each one is
+	// deleted from the outbox and, when its URL is not "", appended to
+	// the delivery queue of (its app, URL), keeping its Seq.
+	RouteOutbox(ctx context.Context, routes []OutboxRoute) error
+	// CallbackQueues lists the delivery queues that hold entries.
+	CallbackQueues(ctx context.Context) ([]CallbackQueue, error)
+	// ReadCallbacks returns up to limit of the oldest entries of a
+	// delivery queue, in Seq order.
+	ReadCallbacks(ctx context.Context, q CallbackQueue, limit int) ([]OutboxEntry, error)
+	// DeleteCallbacks removes delivered entries from a delivery queue;
+	// absent ones are ignored.
+	DeleteCallbacks(ctx context.Context, q CallbackQueue, seqs []int64) error
+	// PutDeadLetter stores d and removes its entries from the delivery
+	// queue of (d.AppKey, d.URL), atomically. d.ID must be unique in the
+	// app.
+	PutDeadLetter(ctx context.Context, d DeadLetter) error
+	// ListDeadLetters returns up to limit of the app's dead letters,
+	// oldest first, starting after the id cursor ("" for the start).
+	ListDeadLetters(ctx context.Context, appKey, cursor string, limit int) ([]DeadLetter, error)
+	// RedeliverDeadLetter deletes the app's dead letter and puts its
+	// entries back at the end of their delivery queue (with new Seqs,
+	// the same IDs), atomically, and returns it. ErrNotFound if absent.
+	RedeliverDeadLetter(ctx context.Context, appKey, id string) (DeadLetter, error)
 
 	// ReportProperties applies a device's report: reported values and
 	// times, SDK and app versions, LastReportedVersion. ErrNotFound if the

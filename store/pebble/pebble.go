@@ -55,6 +55,10 @@ const (
 	// p/<app>\0<name> → empty. Index of online devices, so a restart
 	// finds them without reading every device.
 	pOnline = "p/"
+	// k/<app>\0<url>\0<seq> → OutboxEntry: a callback delivery queue.
+	pCallback = "k/"
+	// l/<app>\0<id> → DeadLetter, id a fixed-width number.
+	pDead = "l/"
 )
 
 // stripes is the number of locks that serialise read-check-write
@@ -90,6 +94,7 @@ type Store struct {
 	// up to a thousand names.
 	createMu sync.Mutex
 	appMu    sync.Mutex // serialises app creation and update
+	deadMu   sync.Mutex // serialises dead-letter filing and redelivery
 	devices  deviceCache
 	// pending caches each device's pending-queue count; it is read and
 	// written only under the device's lock, like the counter key itself.
@@ -183,6 +188,10 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	if last != nil {
 		s.outboxSeq.Store(int64(binary.BigEndian.Uint64(last[len(pOutbox):])))
+	}
+	if err := s.restoreCallbackSeq(); err != nil {
+		db.Close()
+		return nil, err
 	}
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go s.sweep()
@@ -1112,6 +1121,7 @@ func (s *Store) addOutbox(b *pebble.Batch, m store.Message, from int) error {
 			ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(i),
 			AppKey:      m.AppKey,
 			CallbackURL: m.CallbackURL,
+			Time:        s.now().UnixMilli(),
 			Record:      m.Filled(m.Records[i]),
 		}
 		if err := setJSON(b, outboxKey(e.Seq), e); err != nil {
@@ -1215,50 +1225,6 @@ func (s *Store) ExpiredMessages(ctx context.Context, before int64, limit int) ([
 		return nil, fmt.Errorf("expired messages: %w", err)
 	}
 	return out, nil
-}
-
-// ReadOutbox returns the oldest outbox entries.
-func (s *Store) ReadOutbox(ctx context.Context, limit int) ([]store.OutboxEntry, error) {
-	if limit < 1 {
-		return nil, nil
-	}
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.exit()
-	var out []store.OutboxEntry
-	err := s.scan([]byte(pOutbox), prefixEnd([]byte(pOutbox)), func(k, v []byte) (bool, error) {
-		var e store.OutboxEntry
-		if err := json.Unmarshal(v, &e); err != nil {
-			return false, fmt.Errorf("decode %q: %w", k, err)
-		}
-		out = append(out, e)
-		return len(out) < limit, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read outbox: %w", err)
-	}
-	return out, nil
-}
-
-// DeleteOutbox removes outbox entries.
-func (s *Store) DeleteOutbox(ctx context.Context, seqs []int64) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.exit()
-	err := s.write(func(b *pebble.Batch) error {
-		for _, q := range seqs {
-			if err := b.Delete(outboxKey(q), nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("delete outbox entries: %w", err)
-	}
-	return nil
 }
 
 // ReportProperties applies a device's report under the device's lock.

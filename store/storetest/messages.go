@@ -192,11 +192,93 @@ func testOutbox(t *testing.T, s store.Store) {
 	if first, _ := s.ReadOutbox(ctx, 2); len(first) != 2 || first[0].ID != "1-0" {
 		t.Fatalf("limit 2: %+v", first)
 	}
-	must(t, s.DeleteOutbox(ctx, []int64{got[0].Seq, got[2].Seq, 1 << 40}))
+	if e.Time == 0 {
+		t.Fatalf("entry without a time: %+v", e)
+	}
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: got[0]}, {Entry: got[2]}}))
 	rest, err := s.ReadOutbox(ctx, 100)
 	must(t, err)
 	if len(rest) != 2 || rest[0].ID != "1-1" || rest[1].ID != "1-2" {
-		t.Fatalf("after delete: %+v", rest)
+		t.Fatalf("after routing two nowhere: %+v", rest)
+	}
+	if qs, err := s.CallbackQueues(ctx); err != nil || len(qs) != 0 {
+		t.Fatalf("routed nowhere, yet queues %v %v", qs, err)
+	}
+}
+
+// testCallbackQueues routes outbox entries into per-URL queues, reads and
+// deletes them, files a dead letter and redelivers it.
+func testCallbackQueues(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	mustDevices(t, s, "other", "dev-1")
+	for i := int64(1); i <= 3; i++ {
+		m := msg(i, "app", "dev-1", store.StateFailed)
+		if i == 3 {
+			m.AppKey = "other"
+		}
+		must(t, s.CreateMessage(ctx, m, 0, nil))
+	}
+	out, err := s.ReadOutbox(ctx, 10)
+	must(t, err)
+	if len(out) != 3 {
+		t.Fatalf("outbox %+v", out)
+	}
+	a := store.CallbackQueue{AppKey: "app", URL: "http://a.example/cb"}
+	b := store.CallbackQueue{AppKey: "app", URL: "http://b.example/cb?x=1"}
+	o := store.CallbackQueue{AppKey: "other", URL: "http://a.example/cb"}
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: out[0], URL: a.URL}, {Entry: out[1], URL: b.URL}, {Entry: out[2], URL: o.URL}}))
+	if rest, _ := s.ReadOutbox(ctx, 10); len(rest) != 0 {
+		t.Fatalf("outbox after routing: %+v", rest)
+	}
+	qs, err := s.CallbackQueues(ctx)
+	must(t, err)
+	if !slices.Equal(qs, []store.CallbackQueue{a, b, o}) {
+		t.Fatalf("queues %+v", qs)
+	}
+	got, err := s.ReadCallbacks(ctx, a, 10)
+	must(t, err)
+	if len(got) != 1 || got[0].ID != out[0].ID || got[0].Seq != out[0].Seq || got[0].Record.Type != out[0].Record.Type {
+		t.Fatalf("queue a: %+v, want %+v", got, out[0])
+	}
+	must(t, s.DeleteCallbacks(ctx, a, []int64{out[0].Seq, 1 << 40}))
+	if got, _ := s.ReadCallbacks(ctx, a, 10); len(got) != 0 {
+		t.Fatalf("queue a after delete: %+v", got)
+	}
+
+	// Dead letter: filed atomically with leaving the queue.
+	d := store.DeadLetter{ID: fmt.Sprint(out[1].Seq), AppKey: "app", URL: b.URL, Entries: []store.OutboxEntry{out[1]}, Attempts: 4, LastError: "HTTP 500", Time: 7}
+	must(t, s.PutDeadLetter(ctx, d))
+	if got, _ := s.ReadCallbacks(ctx, b, 10); len(got) != 0 {
+		t.Fatalf("queue b after dead letter: %+v", got)
+	}
+	list, err := s.ListDeadLetters(ctx, "app", "", 10)
+	must(t, err)
+	if len(list) != 1 || list[0].ID != d.ID || list[0].LastError != "HTTP 500" || len(list[0].Entries) != 1 {
+		t.Fatalf("dead letters %+v", list)
+	}
+	if other, _ := s.ListDeadLetters(ctx, "other", "", 10); len(other) != 0 {
+		t.Fatalf("another app sees dead letters: %+v", other)
+	}
+	if page, _ := s.ListDeadLetters(ctx, "app", d.ID, 10); len(page) != 0 {
+		t.Fatalf("after the cursor: %+v", page)
+	}
+	if _, err := s.RedeliverDeadLetter(ctx, "other", d.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("redeliver from another app: %v, want ErrNotFound", err)
+	}
+	if _, err := s.RedeliverDeadLetter(ctx, "app", d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RedeliverDeadLetter(ctx, "app", d.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second redeliver: %v, want ErrNotFound", err)
+	}
+	back, err := s.ReadCallbacks(ctx, b, 10)
+	must(t, err)
+	if len(back) != 1 || back[0].ID != out[1].ID || back[0].Seq <= out[2].Seq {
+		t.Fatalf("redelivered %+v: want id %s with a new Seq", back, out[1].ID)
+	}
+	if list, _ := s.ListDeadLetters(ctx, "app", "", 10); len(list) != 0 {
+		t.Fatalf("dead letters after redelivery: %+v", list)
 	}
 }
 

@@ -48,6 +48,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentUpdateMessage", testConcurrentUpdateMessage},
 		{"ExpiredMessages", testExpiredMessages},
 		{"Outbox", testOutbox},
+		{"CallbackQueues", testCallbackQueues},
 		{"ReportProperties", testReportProperties},
 		{"ResetPresence", testResetPresence},
 	}
@@ -85,6 +86,16 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 	if _, err := s.UpdateMessage(ctx, "k1", 20, deliver); err != nil {
 		t.Fatal(err)
 	}
+	// Drain the outbox into a queue: Seqs must not be handed out again
+	// after reopening even though the outbox is empty.
+	cbq := store.CallbackQueue{AppKey: "k1", URL: "http://cb.example/"}
+	all, err := s.ReadOutbox(ctx, 100)
+	must(t, err)
+	var routes []store.OutboxRoute
+	for _, e := range all {
+		routes = append(routes, store.OutboxRoute{Entry: e, URL: cbq.URL})
+	}
+	must(t, s.RouteOutbox(ctx, routes))
 	must(t, s.Close())
 
 	s = open(t, dir)
@@ -137,9 +148,14 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 			if err != nil || m.State != store.StateDelivered {
 				return fmt.Errorf("message 20: %+v %v", m, err)
 			}
-			out, err := s.ReadOutbox(ctx, 100)
+			out, err := s.ReadCallbacks(ctx, cbq, 100)
 			if err != nil || len(out) == 0 || out[len(out)-1].ID != "20-1" || out[len(out)-1].Record.Type != store.RecordDeliverySuccess {
-				return fmt.Errorf("outbox %+v %v", out, err)
+				return fmt.Errorf("callback queue %+v %v", out, err)
+			}
+			must(t, s.CreateMessage(ctx, msg(30, "k1", "dev-2", store.StateFailed), 0, nil))
+			fresh, err := s.ReadOutbox(ctx, 1)
+			if err != nil || len(fresh) != 1 || fresh[0].Seq <= out[len(out)-1].Seq {
+				return fmt.Errorf("new outbox entry %+v %v reuses a queued Seq (last %d)", fresh, err, out[len(out)-1].Seq)
 			}
 			return nil
 		}},
