@@ -30,6 +30,15 @@ func (a *API) adminRoutes(g *gin.RouterGroup) {
 	g.PUT("/apps/:key/ratelimits", a.wrap(a.putRateLimits))
 	g.GET("/apps/:key/devices", a.wrap(a.listDevices))
 	g.PATCH("/apps/:key/devices/:name", a.wrap(a.patchDevice))
+	g.GET("/apps/:key/callback", a.wrap(a.getCallback))
+	g.PUT("/apps/:key/callback", a.wrap(a.putCallback))
+	g.GET("/apps/:key/callback/urls", a.wrap(a.listCallbackURLs))
+	g.POST("/apps/:key/callback/urls", a.wrap(a.addCallbackURL))
+	g.DELETE("/apps/:key/callback/urls", a.wrap(a.deleteCallbackURL))
+	g.POST("/apps/:key/callback/urls/default", a.wrap(a.setDefaultCallbackURL))
+	g.POST("/apps/:key/callback/urls/test", a.wrap(a.testCallbackURL))
+	g.GET("/apps/:key/callback/deadletters", a.wrap(a.listDeadLetters))
+	g.POST("/apps/:key/callback/deadletters/:id/redeliver", a.wrap(a.redeliverDeadLetter))
 }
 
 // appParam loads the app named in the path, refusing an app's credentials
@@ -79,7 +88,7 @@ func (a *API) createApp(c *gin.Context) error {
 	if err := a.store.CreateApp(c.Request.Context(), app); err != nil {
 		return fmt.Errorf("create app: %w", err)
 	}
-	a.apps.forget(app.Key)
+	a.apps.Forget(app.Key)
 	return writeJSON(c, gin.H{"name": app.Name, "key": app.Key, "master_secret": app.MasterSecret})
 }
 
@@ -138,7 +147,7 @@ func (a *API) putModel(c *gin.Context) error {
 	if err := shadow.ValidateModel(model); err != nil {
 		return errInvalid("%v", err)
 	}
-	_, err = a.apps.update(c.Request.Context(), app.Key, func(app *store.App) error {
+	_, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
 		app.Properties = model
 		return nil
 	})
@@ -208,7 +217,7 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	}
 	// Applied to the stored app under its lock, so concurrent changes to
 	// different categories both land.
-	app, err = a.apps.update(c.Request.Context(), app.Key, func(app *store.App) error {
+	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
 		limits := a.effectiveLimits(*app)
 		maps.Copy(limits, changes)
 		app.RateLimits = limits

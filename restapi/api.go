@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
@@ -35,6 +36,25 @@ type Config struct {
 	// Devices hears of REST changes that connected devices must see; nil
 	// ignores them.
 	Devices DeviceEvents
+
+	// CallbackAllowCustomPorts lets callback URLs name any port
+	// (callback.allow_custom_ports); otherwise only 80 for http and 443
+	// for https.
+	CallbackAllowCustomPorts bool
+	// CallbackTimeout bounds the echostr verification of a callback URL
+	// (callback.request_timeout); 0 means 10 s.
+	CallbackTimeout time.Duration
+	// Callbacks hears of dead letters put back for delivery; nil ignores
+	// them.
+	Callbacks CallbackEvents
+}
+
+// CallbackEvents is told of admin actions the callback worker must act
+// on at once. Calls happen after the change is stored.
+type CallbackEvents interface {
+	// Redelivered follows putting a dead letter back on the delivery
+	// queue of (appKey, url).
+	Redelivered(appKey, url string)
 }
 
 // DeviceEvents is told of changes made through the API that a connected
@@ -60,7 +80,8 @@ type API struct {
 	ids      *idgen.Generator
 	messages *message.Service
 	limits   *rateLimits
-	apps     *appCache
+	apps     *appcache.Cache
+	verifier *http.Client // for callback URL verification
 	handler  http.Handler
 	now      func() time.Time
 }
@@ -93,7 +114,8 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	if a.cfg.Devices == nil {
 		a.cfg.Devices = noDeviceEvents{}
 	}
-	a.apps = newAppCache(st, a.now)
+	a.verifier = newVerifyClient(cfg.CallbackTimeout)
+	a.apps = appcache.New(st, a.now)
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true

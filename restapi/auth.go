@@ -33,7 +33,7 @@ func (a *API) appFromBasic(c *gin.Context) (store.App, error) {
 	if !ok {
 		return store.App{}, errAuth("authentication failed: HTTP Basic credentials (app key and master secret) are required")
 	}
-	app, err := a.apps.get(c.Request.Context(), key)
+	app, err := a.apps.Get(c.Request.Context(), key)
 	if errors.Is(err, store.ErrNotFound) {
 		// Compare anyway so an unknown key takes as long as a wrong secret.
 		secret.Equal(pass, key)

@@ -108,6 +108,20 @@ func (o object) stringField(field string, required bool) (string, bool, error) {
 	return s, true, nil
 }
 
+func (o object) boolField(field string, required bool) (bool, bool, error) {
+	if !o.has(field) {
+		if required {
+			return false, false, errMissing(field)
+		}
+		return false, false, nil
+	}
+	var b bool
+	if err := json.Unmarshal(o[field], &b); err != nil {
+		return false, false, errInvalid("%s must be true or false", field)
+	}
+	return b, true, nil
+}
+
 // canonicalValue re-encodes one JSON value so two values that mean the
 // same compare equal: objects get sorted keys, strings one escaping, and
 // insignificant whitespace goes. Numbers and literals keep their bytes.

@@ -33,16 +33,20 @@ type env struct {
 	client *http.Client
 	app    store.App // an app created for the test
 	oapi   *openapitest.Validator
+	opts   []envOption
 }
+
+// envOption changes the API's configuration from the test default.
+type envOption func(*restapi.Config)
 
 var (
 	oapiOnce sync.Once
 	oapi     *openapitest.Validator
 )
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir()}
+	e := &env{t: t, dir: t.TempDir(), opts: opts}
 	e.start()
 	e.app = e.createApp("test-app")
 	return e
@@ -55,11 +59,15 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	api, err := restapi.New(restapi.Config{
+	cfg := restapi.Config{
 		DefaultRateLimit:    1000,
 		AdminUsername:       "admin",
 		AdminPasswordSHA256: sha256.Sum256([]byte(adminPassword)),
-	}, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	}
+	for _, o := range e.opts {
+		o(&cfg)
+	}
+	api, err := restapi.New(cfg, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}

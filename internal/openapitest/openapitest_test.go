@@ -56,6 +56,11 @@ func TestEveryRouteDocumented(t *testing.T) {
 		"GET /admin/v1/apps/{key}/properties", "PUT /admin/v1/apps/{key}/properties",
 		"GET /admin/v1/apps/{key}/ratelimits", "PUT /admin/v1/apps/{key}/ratelimits",
 		"GET /admin/v1/apps/{key}/devices", "PATCH /admin/v1/apps/{key}/devices/{name}",
+		"GET /admin/v1/apps/{key}/callback", "PUT /admin/v1/apps/{key}/callback",
+		"GET /admin/v1/apps/{key}/callback/urls", "POST /admin/v1/apps/{key}/callback/urls",
+		"DELETE /admin/v1/apps/{key}/callback/urls", "POST /admin/v1/apps/{key}/callback/urls/default",
+		"POST /admin/v1/apps/{key}/callback/urls/test", "GET /admin/v1/apps/{key}/callback/deadletters",
+		"POST /admin/v1/apps/{key}/callback/deadletters/{id}/redeliver",
 	}
 	ops := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
 	want := slices.Concat(api, admin, ops)

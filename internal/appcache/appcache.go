@@ -1,4 +1,5 @@
-package restapi
+// Package appcache keeps recently used apps in memory for a short time.
+package appcache
 
 import (
 	"context"
@@ -9,13 +10,13 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// appCacheTTL bounds how long a changed app (a rotated secret, a new
+// TTL bounds how long a changed app (a rotated secret, a new
 // property model) can go unseen by a node that did not make the change.
-const appCacheTTL = time.Second
+const TTL = time.Second
 
-// appCache keeps recently used apps so authenticating a request does not
-// read and decode the app from the store every time.
-type appCache struct {
+// Cache keeps recently used apps so authenticating a request or routing
+// a callback does not read and decode the app from the store every time.
+type Cache struct {
 	store store.Store
 	now   func() time.Time
 	mu    sync.RWMutex
@@ -28,19 +29,20 @@ type cachedApp struct {
 	missing bool // no such app: a stream of bad keys costs no store reads
 }
 
-func newAppCache(st store.Store, now func() time.Time) *appCache {
-	return &appCache{store: st, now: now, apps: map[string]cachedApp{}}
+// New returns an empty cache over st; now is the clock (time.Now).
+func New(st store.Store, now func() time.Time) *Cache {
+	return &Cache{store: st, now: now, apps: map[string]cachedApp{}}
 }
 
-// get returns the app from the cache or the store, store.ErrNotFound if
+// Get returns the app from the cache or the store, store.ErrNotFound if
 // there is none. Misses are cached too; an app created on another node is
-// seen within appCacheTTL.
-func (c *appCache) get(ctx context.Context, key string) (store.App, error) {
+// seen within TTL.
+func (c *Cache) Get(ctx context.Context, key string) (store.App, error) {
 	now := c.now()
 	c.mu.RLock()
 	e, ok := c.apps[key]
 	c.mu.RUnlock()
-	if ok && now.Sub(e.fetched) < appCacheTTL {
+	if ok && now.Sub(e.fetched) < TTL {
 		if e.missing {
 			return store.App{}, store.ErrNotFound
 		}
@@ -60,15 +62,15 @@ func (c *appCache) get(ctx context.Context, key string) (store.App, error) {
 	return app, err
 }
 
-// forget drops a key, so an app created on this node is seen at once.
-func (c *appCache) forget(key string) {
+// Forget drops a key, so an app created on this node is seen at once.
+func (c *Cache) Forget(key string) {
 	c.mu.Lock()
 	delete(c.apps, key)
 	c.mu.Unlock()
 }
 
-// update applies fn to the stored app atomically and refreshes the cache.
-func (c *appCache) update(ctx context.Context, key string, fn func(*store.App) error) (store.App, error) {
+// Update applies fn to the stored app atomically and refreshes the cache.
+func (c *Cache) Update(ctx context.Context, key string, fn func(*store.App) error) (store.App, error) {
 	app, err := c.store.UpdateApp(ctx, key, fn)
 	if err != nil {
 		return app, err

@@ -1,0 +1,380 @@
+package restapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Dead-letter listing limits.
+const (
+	DefaultDeadLetterListLimit = 100
+	MaxDeadLetterListLimit     = 1000
+)
+
+// The callback record types run from 0 to 8 (spec section 6.3).
+const (
+	minRecordType = store.RecordTargetValid
+	maxRecordType = store.RecordRetractionFailed
+)
+
+// newVerifyClient returns the client of echostr verifications: bounded by
+// timeout (0: callback.DefaultVerifyTimeout), following no redirect, and
+// keeping no idle connection to URLs it may never see again.
+func newVerifyClient(timeout time.Duration) *http.Client {
+	if timeout <= 0 {
+		timeout = callback.DefaultVerifyTimeout
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.DisableKeepAlives = true
+	return &http.Client{
+		Timeout:       timeout,
+		Transport:     transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+type callbackView struct {
+	Enabled       bool   `json:"enabled"`
+	Types         []int  `json:"types"`
+	SigningSecret string `json:"signing_secret"`
+}
+
+func viewCallback(app store.App) callbackView {
+	types := app.Callback.Types
+	if types == nil { // nil means every type
+		for t := minRecordType; t <= maxRecordType; t++ {
+			types = append(types, t)
+		}
+	}
+	return callbackView{app.Callback.Enabled, types, callback.SigningSecret(app)}
+}
+
+// getCallback serves GET /admin/v1/apps/{key}/callback: the switch, the
+// record types sent, and the signing secret receivers verify with.
+func (a *API) getCallback(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, viewCallback(app))
+}
+
+// putCallback sets the switch, the record types, or both; a field left
+// out is unchanged.
+func (a *API) putCallback(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	obj, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	enabled, setEnabled, err := obj.boolField("enabled", false)
+	if err != nil {
+		return err
+	}
+	var types []int
+	setTypes := obj.has("types")
+	if setTypes {
+		if types, err = parseRecordTypes(obj["types"]); err != nil {
+			return err
+		}
+	}
+	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
+		if setEnabled {
+			app.Callback.Enabled = enabled
+		}
+		if setTypes {
+			app.Callback.Types = types
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	return writeJSON(c, viewCallback(app))
+}
+
+// parseRecordTypes reads the types field: distinct integers 0 to 8, in
+// any order. The result is sorted and never nil ([] sends no record).
+func parseRecordTypes(raw json.RawMessage) ([]int, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, errInvalid("types must be an array of record types %d to %d", minRecordType, maxRecordType)
+	}
+	types := make([]int, 0, len(elems))
+	for i, el := range elems {
+		n, err := parseInt(el)
+		if err != nil {
+			return nil, errInvalid("types[%d] must be an integer record type %d to %d, got %s", i, minRecordType, maxRecordType, el)
+		}
+		if n < minRecordType || n > maxRecordType {
+			return nil, errInvalid("types[%d]: %d is not a record type (%d to %d)", i, n, minRecordType, maxRecordType)
+		}
+		if slices.Contains(types, int(n)) {
+			return nil, errInvalid("types[%d]: record type %d appears twice", i, n)
+		}
+		types = append(types, int(n))
+	}
+	slices.Sort(types)
+	return types, nil
+}
+
+func urlsView(app store.App) gin.H {
+	urls := app.Callback.URLs
+	if urls == nil {
+		urls = []store.CallbackURL{}
+	}
+	return gin.H{"urls": urls}
+}
+
+// listCallbackURLs serves GET /admin/v1/apps/{key}/callback/urls.
+func (a *API) listCallbackURLs(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, urlsView(app))
+}
+
+// urlField reads the url field of a body; "" counts as missing.
+func urlField(obj object) (string, error) {
+	u, _, err := obj.stringField("url", true)
+	if err == nil && u == "" {
+		err = errMissing("url")
+	}
+	return u, err
+}
+
+// checkAddable refuses a URL that is already configured or would be one
+// too many.
+func checkAddable(cb store.CallbackSettings, u string) error {
+	if cb.Has(u) {
+		return errInvalid("callback URL %q is already configured", u)
+	}
+	if len(cb.URLs) >= store.MaxCallbackURLs {
+		return errInvalid("at most %d callback URLs can be configured; delete one first", store.MaxCallbackURLs)
+	}
+	return nil
+}
+
+// checkURL applies the URL rules of spec section 6.1.
+func (a *API) checkURL(u string) error {
+	if err := callback.CheckURL(u, a.cfg.CallbackAllowCustomPorts); err != nil {
+		return errInvalid("%v", err)
+	}
+	return nil
+}
+
+// verifyURL performs the echostr verification.
+func (a *API) verifyURL(c *gin.Context, u string) error {
+	if err := callback.Verify(c.Request.Context(), a.verifier, u); err != nil {
+		return errInvalid("callback URL %q: %v", u, err)
+	}
+	return nil
+}
+
+// addCallbackURL serves POST /admin/v1/apps/{key}/callback/urls: checks
+// and verifies the URL, then adds it; the first URL becomes the default.
+func (a *API) addCallbackURL(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	obj, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	u, err := urlField(obj)
+	if err != nil {
+		return err
+	}
+	if err := a.checkURL(u); err != nil {
+		return err
+	}
+	// Checked before the verification, which can take seconds, and again
+	// in the update, which a concurrent change may have made stale.
+	if err := checkAddable(app.Callback, u); err != nil {
+		return err
+	}
+	if err := a.verifyURL(c, u); err != nil {
+		return err
+	}
+	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
+		if err := checkAddable(app.Callback, u); err != nil {
+			return err
+		}
+		app.Callback.URLs = append(app.Callback.URLs, store.CallbackURL{URL: u, Default: len(app.Callback.URLs) == 0})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	return writeJSON(c, urlsView(app))
+}
+
+// setDefaultCallbackURL serves POST .../callback/urls/default: the URL,
+// which must be configured, becomes the only default.
+func (a *API) setDefaultCallbackURL(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	obj, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	u, err := urlField(obj)
+	if err != nil {
+		return err
+	}
+	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
+		if !app.Callback.Has(u) {
+			return errInvalid("callback URL %q is not configured", u)
+		}
+		for i := range app.Callback.URLs {
+			app.Callback.URLs[i].Default = app.Callback.URLs[i].URL == u
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	return writeJSON(c, urlsView(app))
+}
+
+// testCallbackURL serves POST .../callback/urls/test: the rules and the
+// echostr verification, for a URL configured or not; nothing is stored.
+func (a *API) testCallbackURL(c *gin.Context) error {
+	if _, err := a.appParam(c); err != nil {
+		return err
+	}
+	obj, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	u, err := urlField(obj)
+	if err != nil {
+		return err
+	}
+	if err := a.checkURL(u); err != nil {
+		return err
+	}
+	if err := a.verifyURL(c, u); err != nil {
+		return err
+	}
+	return writeJSON(c, gin.H{"url": u, "ok": true})
+}
+
+// deleteCallbackURL serves DELETE .../callback/urls?url=...: any URL but
+// the default.
+func (a *API) deleteCallbackURL(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	u := c.Query("url")
+	if u == "" {
+		return errMissing("url")
+	}
+	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
+		i := slices.IndexFunc(app.Callback.URLs, func(cu store.CallbackURL) bool { return cu.URL == u })
+		if i < 0 {
+			return errInvalid("callback URL %q is not configured", u)
+		}
+		if app.Callback.URLs[i].Default {
+			return errInvalid("the default URL cannot be deleted; make another URL the default first")
+		}
+		app.Callback.URLs = slices.Delete(app.Callback.URLs, i, i+1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	return writeJSON(c, urlsView(app))
+}
+
+type deadLetterView struct {
+	ID        string            `json:"id"`
+	URL       string            `json:"url"`
+	Attempts  int               `json:"attempts"`
+	LastError string            `json:"last_error"`
+	Time      int64             `json:"time"`
+	Records   []callback.Record `json:"records"`
+}
+
+// listDeadLetters serves GET .../callback/deadletters?cursor=&limit=:
+// batches whose delivery failed every retry, oldest first, each with its
+// records as they were sent.
+func (a *API) listDeadLetters(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	limit := DefaultDeadLetterListLimit
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxDeadLetterListLimit {
+			return errInvalid("limit must be 1 to %d", MaxDeadLetterListLimit)
+		}
+		limit = n
+	}
+	// Dead-letter ids are decimal numbers (the Seq of the batch's first
+	// record), so a cursor is one too; anything else is the caller's
+	// mistake, not the store's.
+	cursor := c.Query("cursor")
+	if n, err := strconv.ParseInt(cursor, 10, 64); cursor != "" && (err != nil || n < 0) {
+		return errInvalid("cursor must be the next value of a previous page, got %q", cursor)
+	}
+	// One more than asked tells whether another page follows.
+	dls, err := a.store.ListDeadLetters(c.Request.Context(), app.Key, cursor, limit+1)
+	if err != nil {
+		return fmt.Errorf("list dead letters: %w", err)
+	}
+	next := ""
+	if len(dls) > limit {
+		dls = dls[:limit]
+		next = dls[limit-1].ID
+	}
+	out := make([]deadLetterView, len(dls))
+	for i, d := range dls {
+		recs := make([]callback.Record, len(d.Entries))
+		for j, e := range d.Entries {
+			recs[j] = callback.Record{ID: e.ID, Record: e.Record}
+		}
+		out[i] = deadLetterView{d.ID, d.URL, d.Attempts, d.LastError, d.Time, recs}
+	}
+	return writeJSON(c, gin.H{"dead_letters": out, "next": next})
+}
+
+// redeliverDeadLetter serves POST .../callback/deadletters/{id}/redeliver:
+// the batch goes back to the end of its URL's delivery queue.
+func (a *API) redeliverDeadLetter(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	d, err := a.store.RedeliverDeadLetter(c.Request.Context(), app.Key, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return errInvalid("dead letter %q not found", id)
+	}
+	if err != nil {
+		return fmt.Errorf("redeliver dead letter: %w", err)
+	}
+	if a.cfg.Callbacks != nil {
+		a.cfg.Callbacks.Redelivered(app.Key, d.URL)
+	}
+	return writeJSON(c, gin.H{"id": d.ID, "records": len(d.Entries)})
+}

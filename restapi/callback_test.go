@@ -1,0 +1,637 @@
+package restapi_test
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/devmsg/devmsg/restapi"
+	"github.com/devmsg/devmsg/store"
+)
+
+// verifyTimeout is the echostr verification timeout of the callback tests.
+const verifyTimeout = 500 * time.Millisecond
+
+// Options for newEnv.
+func allowCustomPorts(cfg *restapi.Config) { cfg.CallbackAllowCustomPorts = true }
+
+func shortVerifyTimeout(cfg *restapi.Config) { cfg.CallbackTimeout = verifyTimeout }
+
+func callbackEvents(ev restapi.CallbackEvents) envOption {
+	return func(cfg *restapi.Config) { cfg.Callbacks = ev }
+}
+
+// callbackEnv is an env whose callback URLs may be loopback receivers on
+// any port, with a short verification timeout.
+func callbackEnv(t *testing.T, opts ...envOption) *env {
+	return newEnv(t, append([]envOption{allowCustomPorts, shortVerifyTimeout}, opts...)...)
+}
+
+// receiver is a developer's server on loopback answering the echostr
+// check: by echoing the value, or as answer says.
+type receiver struct {
+	srv     *httptest.Server
+	answer  atomic.Value // func(http.ResponseWriter, *http.Request, string)
+	checks  atomic.Int64 // GETs received
+	release chan struct{}
+}
+
+func echo(w http.ResponseWriter, _ *http.Request, echostr string) { io.WriteString(w, echostr) }
+
+func newReceiver(t *testing.T) *receiver {
+	t.Helper()
+	r := &receiver{release: make(chan struct{})}
+	r.answer.Store(echo)
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.checks.Add(1)
+		r.answer.Load().(func(http.ResponseWriter, *http.Request, string))(w, req, req.URL.Query().Get("echostr"))
+	}))
+	t.Cleanup(r.srv.Close)
+	t.Cleanup(func() { close(r.release) }) // runs first: lets a slow answer end
+	return r
+}
+
+func (r *receiver) url(path string) string { return r.srv.URL + path }
+
+func (r *receiver) set(answer func(http.ResponseWriter, *http.Request, string)) {
+	r.answer.Store(answer)
+}
+
+// slow answers after the verification timeout.
+func (r *receiver) slow(w http.ResponseWriter, _ *http.Request, echostr string) {
+	select {
+	case <-r.release:
+	case <-time.After(4 * verifyTimeout):
+	}
+	io.WriteString(w, echostr)
+}
+
+type callbackSettings struct {
+	Enabled       bool   `json:"enabled"`
+	Types         []int  `json:"types"`
+	SigningSecret string `json:"signing_secret"`
+}
+
+type urlList struct {
+	URLs []store.CallbackURL `json:"urls"`
+}
+
+func (e *env) urls(t *testing.T, c creds) []store.CallbackURL {
+	t.Helper()
+	r := e.do("GET", "/admin/v1/apps/"+e.app.Key+"/callback/urls", nil, &c)
+	r.wantOK(t)
+	if !strings.Contains(string(r.body), `"urls":[`) {
+		t.Fatalf("urls is not an array: %s", r.body)
+	}
+	var out urlList
+	r.decode(t, &out)
+	return out.URLs
+}
+
+func wantURLs(t *testing.T, got []store.CallbackURL, want ...store.CallbackURL) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("urls %+v, want %+v", got, want)
+	}
+}
+
+func urlBody(u string) map[string]string { return map[string]string{"url": u} }
+
+func TestCallbackSettings(t *testing.T) {
+	e := newEnv(t)
+	adm, own := adminCreds(), e.appCreds()
+	path := "/admin/v1/apps/" + e.app.Key + "/callback"
+	get := func(t *testing.T) callbackSettings {
+		t.Helper()
+		r := e.do("GET", path, nil, &own)
+		r.wantOK(t)
+		var s callbackSettings
+		r.decode(t, &s)
+		return s
+	}
+	put := func(t *testing.T, c creds, body string) callbackSettings {
+		t.Helper()
+		r := e.do("PUT", path, body, &c)
+		r.wantOK(t)
+		var s callbackSettings
+		r.decode(t, &s)
+		if again := get(t); !slices.Equal(again.Types, s.Types) || again.Enabled != s.Enabled {
+			t.Fatalf("PUT answered %+v, GET %+v", s, again)
+		}
+		return s
+	}
+	all := []int{0, 1, 2, 3, 4, 5, 6, 7, 8}
+
+	t.Run("defaults: off, every type", func(t *testing.T) {
+		s := get(t)
+		if s.Enabled || !slices.Equal(s.Types, all) {
+			t.Fatalf("new app's settings %+v, want off and types 0..8", s)
+		}
+	})
+	t.Run("signing secret in Standard Webhooks form", func(t *testing.T) {
+		app, err := e.st.GetApp(t.Context(), e.app.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "whsec_" + base64.StdEncoding.EncodeToString([]byte(app.SigningSecret))
+		if s := get(t); s.SigningSecret != want || app.SigningSecret == "" {
+			t.Fatalf("signing_secret %q, want %q", s.SigningSecret, want)
+		}
+	})
+	t.Run("switch", func(t *testing.T) {
+		if s := put(t, adm, `{"enabled":true}`); !s.Enabled || !slices.Equal(s.Types, all) {
+			t.Fatalf("after enabling: %+v", s)
+		}
+		// The admin's change is seen at once through the app's credentials,
+		// which authenticate through the app cache.
+		if !get(t).Enabled {
+			t.Fatal("the app does not see the admin's change")
+		}
+		if s := put(t, own, `{"enabled":false}`); s.Enabled {
+			t.Fatalf("after disabling: %+v", s)
+		}
+		put(t, own, `{"enabled":true}`)
+	})
+	t.Run("types", func(t *testing.T) {
+		if s := put(t, own, `{"types":[6,4,5]}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+			t.Fatalf("after types [6,4,5]: %+v, want enabled and [4,5,6]", s)
+		}
+		if s := put(t, own, `{}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+			t.Fatalf("after {}: %+v, want unchanged", s)
+		}
+		if s := put(t, own, `{"types":null,"enabled":null}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+			t.Fatalf("after nulls: %+v, want unchanged", s)
+		}
+		if s := put(t, own, `{"types":[]}`); s.Types == nil || len(s.Types) != 0 {
+			t.Fatalf("after types []: %+v, want []", s)
+		}
+		if s := put(t, adm, `{"types":[8,7,6,5,4,3,2,1,0],"enabled":false}`); s.Enabled || !slices.Equal(s.Types, all) {
+			t.Fatalf("after all types: %+v", s)
+		}
+		put(t, own, `{"types":[4,5,6],"enabled":true}`)
+	})
+	t.Run("invalid", func(t *testing.T) {
+		bad := []struct{ name, body, fragment string }{
+			{"enabled not a bool", `{"enabled":"yes"}`, "enabled"},
+			{"enabled a number", `{"enabled":1}`, "enabled"},
+			{"types not an array", `{"types":"all"}`, "types"},
+			{"types an object", `{"types":{"0":true}}`, "types"},
+			{"type too big", `{"types":[4,9]}`, "types[1]: 9"},
+			{"type negative", `{"types":[-1]}`, "types[0]: -1"},
+			{"type a fraction", `{"types":[1.5]}`, "types[0]"},
+			{"type a string", `{"types":["1"]}`, "types[0]"},
+			{"type null", `{"types":[null]}`, "types[0]"},
+			{"duplicate type", `{"types":[4,5,4]}`, "types[2]: record type 4 appears twice"},
+			{"body an array", `[]`, "request body"},
+			{"malformed", `{"enabled":`, "request body"},
+			{"valid enabled with bad types", `{"enabled":false,"types":[10]}`, "types[0]"},
+		}
+		for _, tc := range bad {
+			t.Run(tc.name, func(t *testing.T) {
+				e.do("PUT", path, tc.body, &own).wantError(t, 400, 1003, tc.fragment)
+			})
+		}
+		if s := get(t); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+			t.Fatalf("after refused changes: %+v, want unchanged", s)
+		}
+	})
+	t.Run("survives a restart", func(t *testing.T) {
+		e.restart()
+		if s := get(t); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+			t.Fatalf("after restart: %+v", s)
+		}
+	})
+}
+
+func TestCallbackURLs(t *testing.T) {
+	e := callbackEnv(t)
+	rcv := newReceiver(t)
+	adm, own := adminCreds(), e.appCreds()
+	base := "/admin/v1/apps/" + e.app.Key + "/callback/urls"
+	u := func(name string) string { return rcv.url("/" + name) }
+	add := func(t *testing.T, c creds, name string) []store.CallbackURL {
+		t.Helper()
+		r := e.do("POST", base, urlBody(u(name)), &c)
+		r.wantOK(t)
+		var out urlList
+		r.decode(t, &out)
+		return out.URLs
+	}
+	cu := func(name string, def bool) store.CallbackURL { return store.CallbackURL{URL: u(name), Default: def} }
+
+	t.Run("none at first", func(t *testing.T) {
+		wantURLs(t, e.urls(t, own))
+	})
+	t.Run("first becomes the default", func(t *testing.T) {
+		before := rcv.checks.Load()
+		wantURLs(t, add(t, own, "a"), cu("a", true))
+		if rcv.checks.Load() != before+1 {
+			t.Fatal("adding a URL did not verify it")
+		}
+		wantURLs(t, add(t, adm, "b"), cu("a", true), cu("b", false))
+		wantURLs(t, e.urls(t, own), cu("a", true), cu("b", false))
+	})
+	t.Run("duplicate", func(t *testing.T) {
+		before := rcv.checks.Load()
+		e.do("POST", base, urlBody(u("a")), &own).wantError(t, 400, 1003, "already configured")
+		if rcv.checks.Load() != before {
+			t.Error("a duplicate was verified before being refused")
+		}
+	})
+	t.Run("at most 5", func(t *testing.T) {
+		add(t, own, "c")
+		add(t, own, "d")
+		wantURLs(t, add(t, own, "e"), cu("a", true), cu("b", false), cu("c", false), cu("d", false), cu("e", false))
+		before := rcv.checks.Load()
+		e.do("POST", base, urlBody(u("f")), &own).wantError(t, 400, 1003, "at most 5 callback URLs")
+		if rcv.checks.Load() != before {
+			t.Error("a 6th URL was verified before being refused")
+		}
+		if n := len(e.urls(t, own)); n != 5 {
+			t.Fatalf("%d URLs after a refused 6th", n)
+		}
+	})
+	t.Run("the default cannot be deleted", func(t *testing.T) {
+		e.do("DELETE", base+"?url="+url.QueryEscape(u("a")), nil, &own).
+			wantError(t, 400, 1003, "the default URL cannot be deleted; make another URL the default first")
+	})
+	t.Run("delete errors", func(t *testing.T) {
+		e.do("DELETE", base+"?url="+url.QueryEscape(u("zzz")), nil, &own).wantError(t, 400, 1003, "not configured")
+		e.do("DELETE", base, nil, &own).wantError(t, 400, 1002, "url")
+		e.do("DELETE", base+"?url=", nil, &own).wantError(t, 400, 1002, "url")
+	})
+	t.Run("make default", func(t *testing.T) {
+		r := e.do("POST", base+"/default", urlBody(u("c")), &own)
+		r.wantOK(t)
+		var out urlList
+		r.decode(t, &out)
+		wantURLs(t, out.URLs, cu("a", false), cu("b", false), cu("c", true), cu("d", false), cu("e", false))
+		wantURLs(t, e.urls(t, adm), out.URLs...)
+		e.do("POST", base+"/default", urlBody(u("zzz")), &own).wantError(t, 400, 1003, "not configured")
+		e.do("POST", base+"/default", `{}`, &own).wantError(t, 400, 1002, "url")
+		e.do("POST", base+"/default", `{"url":""}`, &own).wantError(t, 400, 1002, "url")
+		e.do("POST", base+"/default", `{"url":5}`, &own).wantError(t, 400, 1003, "url")
+		// Making the default the default again changes nothing.
+		e.do("POST", base+"/default", urlBody(u("c")), &adm).wantOK(t)
+	})
+	t.Run("delete a non-default URL", func(t *testing.T) {
+		r := e.do("DELETE", base+"?url="+url.QueryEscape(u("a")), nil, &own)
+		r.wantOK(t)
+		var out urlList
+		r.decode(t, &out)
+		wantURLs(t, out.URLs, cu("b", false), cu("c", true), cu("d", false), cu("e", false))
+		// The old default is gone and there is room for another URL.
+		wantURLs(t, add(t, adm, "f"), cu("b", false), cu("c", true), cu("d", false), cu("e", false), cu("f", false))
+		e.do("DELETE", base+"?url="+url.QueryEscape(u("c")), nil, &adm).wantError(t, 400, 1003, "default")
+	})
+	t.Run("test endpoint", func(t *testing.T) {
+		// A URL not configured, with a query of its own.
+		r := e.do("POST", base+"/test", urlBody(u("new?x=1")), &own)
+		r.wantOK(t)
+		if want := fmt.Sprintf(`{"ok":true,"url":%q}`, u("new?x=1")); string(r.body) != want {
+			t.Fatalf("test answered %s, want %s", r.body, want)
+		}
+		// A configured one.
+		e.do("POST", base+"/test", urlBody(u("b")), &adm).wantOK(t)
+		if n := len(e.urls(t, own)); n != 5 {
+			t.Fatalf("testing a URL changed the list (%d URLs)", n)
+		}
+		e.do("POST", base+"/test", `{}`, &own).wantError(t, 400, 1002, "url")
+	})
+	t.Run("survives a restart", func(t *testing.T) {
+		before := e.urls(t, own)
+		e.restart()
+		wantURLs(t, e.urls(t, own), before...)
+	})
+}
+
+func TestCallbackURLVerification(t *testing.T) {
+	e := callbackEnv(t)
+	rcv := newReceiver(t)
+	own := e.appCreds()
+	base := "/admin/v1/apps/" + e.app.Key + "/callback/urls"
+	target := newReceiver(t) // where the redirect points; it would pass
+
+	fails := []struct {
+		name     string
+		answer   func(http.ResponseWriter, *http.Request, string)
+		fragment string
+	}{
+		{"wrong body", func(w http.ResponseWriter, _ *http.Request, _ string) { io.WriteString(w, "success") },
+			"verification failed: body did not equal echostr"},
+		{"trailing newline", func(w http.ResponseWriter, _ *http.Request, s string) { io.WriteString(w, s+"\n") },
+			"verification failed: body did not equal echostr"},
+		{"extra whitespace", func(w http.ResponseWriter, _ *http.Request, s string) { io.WriteString(w, " "+s+" ") },
+			"verification failed: body did not equal echostr"},
+		{"JSON-quoted", func(w http.ResponseWriter, _ *http.Request, s string) { fmt.Fprintf(w, "%q", s) },
+			"verification failed: body did not equal echostr"},
+		{"non-200 with the right body", func(w http.ResponseWriter, _ *http.Request, s string) {
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, s)
+		}, "verification failed: HTTP 202"},
+		{"404", func(w http.ResponseWriter, _ *http.Request, _ string) { w.WriteHeader(http.StatusNotFound) },
+			"verification failed: HTTP 404"},
+		{"redirect", func(w http.ResponseWriter, req *http.Request, _ string) {
+			http.Redirect(w, req, target.url("/?"+req.URL.RawQuery), http.StatusFound)
+		}, "verification failed: HTTP 302"},
+		{"timeout", rcv.slow, "verification failed: no response within 500ms"},
+	}
+	for _, tc := range fails {
+		t.Run(tc.name, func(t *testing.T) {
+			rcv.set(tc.answer)
+			defer rcv.set(echo)
+			e.do("POST", base, urlBody(rcv.url("/cb")), &own).wantError(t, 400, 1003, tc.fragment, rcv.url("/cb"))
+			wantURLs(t, e.urls(t, own))
+			e.do("POST", base+"/test", urlBody(rcv.url("/cb")), &own).wantError(t, 400, 1003, tc.fragment)
+		})
+	}
+	if n := target.checks.Load(); n != 0 {
+		t.Errorf("a redirect was followed (%d requests to its target)", n)
+	}
+	t.Run("unreachable", func(t *testing.T) {
+		gone := httptest.NewServer(http.NotFoundHandler())
+		u := gone.URL + "/cb"
+		gone.Close()
+		e.do("POST", base, urlBody(u), &own).wantError(t, 400, 1003, "verification failed")
+	})
+	t.Run("pass after fixing the receiver", func(t *testing.T) {
+		e.do("POST", base, urlBody(rcv.url("/cb")), &own).wantOK(t)
+		wantURLs(t, e.urls(t, own), store.CallbackURL{URL: rcv.url("/cb"), Default: true})
+	})
+}
+
+func TestCallbackURLRules(t *testing.T) {
+	e := callbackEnv(t)
+	rcv := newReceiver(t)
+	own := e.appCreds()
+	base := "/admin/v1/apps/" + e.app.Key + "/callback/urls"
+	host := strings.TrimPrefix(rcv.srv.URL, "http://")
+	bad := []struct{ name, url, fragment string }{
+		{"too long", rcv.url("/" + strings.Repeat("a", 2048)), "at most 2048 bytes"},
+		{"ftp", "ftp://" + host + "/cb", "must begin with http:// or https://"},
+		{"no scheme", host + "/cb", "must begin with http:// or https://"},
+		{"upper-case scheme", "HTTP://" + host + "/cb", "must begin with http:// or https://"},
+		{"no host", "http:///cb", "must have a host"},
+		{"user info", "http://user:pw@" + host + "/cb", "user info"},
+		{"fragment", rcv.url("/cb#top"), "fragment"},
+		{"NUL", rcv.url("/c\x00b"), "control characters"},
+		{"newline", rcv.url("/cb\r\n"), "control characters"},
+		{"space", rcv.url("/c b"), "spaces"},
+		{"port out of range", "http://127.0.0.1:99999/cb", "port must be 1 to 65535"},
+		{"port not a number", "http://127.0.0.1:x/cb", "not a valid absolute URL"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			e.do("POST", base, urlBody(tc.url), &own).wantError(t, 400, 1003, tc.fragment)
+			e.do("POST", base+"/test", urlBody(tc.url), &own).wantError(t, 400, 1003, tc.fragment)
+		})
+	}
+	if n := rcv.checks.Load(); n != 0 {
+		t.Errorf("URLs breaking a rule were verified (%d requests)", n)
+	}
+	wantURLs(t, e.urls(t, own))
+	t.Run("missing or wrong type", func(t *testing.T) {
+		for _, p := range []string{base, base + "/test"} {
+			e.do("POST", p, `{}`, &own).wantError(t, 400, 1002, "url")
+			e.do("POST", p, `{"url":null}`, &own).wantError(t, 400, 1002, "url")
+			e.do("POST", p, `{"url":""}`, &own).wantError(t, 400, 1002, "url")
+			e.do("POST", p, `{"url":["http://a/"]}`, &own).wantError(t, 400, 1003, "url must be a string")
+			e.do("POST", p, `"http://a/"`, &own).wantError(t, 400, 1003, "request body")
+		}
+	})
+}
+
+func TestCallbackCustomPortRefused(t *testing.T) {
+	e := newEnv(t, shortVerifyTimeout) // callback.allow_custom_ports off
+	rcv := newReceiver(t)
+	own := e.appCreds()
+	base := "/admin/v1/apps/" + e.app.Key + "/callback/urls"
+	port := rcv.srv.URL[strings.LastIndex(rcv.srv.URL, ":")+1:]
+	for _, p := range []string{base, base + "/test"} {
+		e.do("POST", p, urlBody(rcv.url("/cb")), &own).wantError(t, 400, 1003,
+			"custom ports are not allowed (callback.allow_custom_ports is off): port "+port)
+	}
+	e.do("POST", base, urlBody("https://127.0.0.1:80/cb"), &own).wantError(t, 400, 1003, "custom ports are not allowed", "port 80")
+	if n := rcv.checks.Load(); n != 0 {
+		t.Errorf("a URL with a custom port was verified (%d requests)", n)
+	}
+	wantURLs(t, e.urls(t, own))
+}
+
+// redeliveries records the CallbackEvents the API sends.
+type redeliveries struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *redeliveries) Redelivered(appKey, url string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, appKey+" "+url)
+}
+
+func (r *redeliveries) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// putDeadLetter files a dead letter of n delivery-success records.
+func (e *env) putDeadLetter(t *testing.T, appKey, url string, id int64, n int) store.DeadLetter {
+	t.Helper()
+	d := store.DeadLetter{ID: fmt.Sprint(id), AppKey: appKey, URL: url, Attempts: 4, LastError: "HTTP 503", Time: 1767225900}
+	for i := range n {
+		msgid := fmt.Sprint(1188240153776619520 + id)
+		d.Entries = append(d.Entries, store.OutboxEntry{
+			Seq: id + int64(i), ID: fmt.Sprintf("%s-%d", msgid, i), AppKey: appKey, CallbackURL: url, Time: 1767225600000,
+			Record: store.Record{Type: store.RecordDeliveryFailure, ChannelKey: appKey, MsgID: msgid, UserID: "dev-0001",
+				SenderID: "dev-0001", SentTime: 1767225601, Error: &store.RecordError{Code: 3005, Message: "ttl expired"}},
+		})
+	}
+	if err := e.st.PutDeadLetter(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+type deadLetterPage struct {
+	DeadLetters []struct {
+		ID        string `json:"id"`
+		URL       string `json:"url"`
+		Attempts  int    `json:"attempts"`
+		LastError string `json:"last_error"`
+		Time      int64  `json:"time"`
+		Records   []struct {
+			ID    string             `json:"id"`
+			Type  int                `json:"type"`
+			MsgID string             `json:"msgid"`
+			Error *store.RecordError `json:"error"`
+		} `json:"records"`
+	} `json:"dead_letters"`
+	Next string `json:"next"`
+}
+
+func TestCallbackDeadLetters(t *testing.T) {
+	events := &redeliveries{}
+	e := callbackEnv(t, callbackEvents(events))
+	other := e.createApp("other")
+	adm, own := adminCreds(), e.appCreds()
+	base := "/admin/v1/apps/" + e.app.Key + "/callback/deadletters"
+	const hook = "http://127.0.0.1:9/cb"
+	list := func(t *testing.T, query string) deadLetterPage {
+		t.Helper()
+		r := e.do("GET", base+query, nil, &own)
+		r.wantOK(t)
+		var p deadLetterPage
+		r.decode(t, &p)
+		return p
+	}
+
+	t.Run("empty", func(t *testing.T) {
+		r := e.do("GET", base, nil, &own)
+		r.wantOK(t)
+		if string(r.body) != `{"dead_letters":[],"next":""}` {
+			t.Fatalf("empty list %s", r.body)
+		}
+	})
+
+	e.putDeadLetter(t, e.app.Key, hook, 1000, 3)
+	e.putDeadLetter(t, e.app.Key, hook, 2000, 1)
+	e.putDeadLetter(t, e.app.Key, hook, 3000, 2)
+	e.putDeadLetter(t, other.Key, hook, 4000, 1)
+
+	t.Run("list", func(t *testing.T) {
+		p := list(t, "")
+		if len(p.DeadLetters) != 3 || p.Next != "" {
+			t.Fatalf("list %+v, want 3 dead letters of this app and no next page", p)
+		}
+		d := p.DeadLetters[0]
+		if d.ID != "1000" || d.URL != hook || d.Attempts != 4 || d.LastError != "HTTP 503" || d.Time != 1767225900 || len(d.Records) != 3 {
+			t.Fatalf("first dead letter %+v", d)
+		}
+		r := d.Records[1]
+		if r.ID != "1188240153776620520-1" || r.Type != 5 || r.MsgID != "1188240153776620520" || r.Error == nil || r.Error.Code != 3005 {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("pages", func(t *testing.T) {
+		p := list(t, "?limit=2")
+		if len(p.DeadLetters) != 2 || p.DeadLetters[1].ID != "2000" || p.Next != "2000" {
+			t.Fatalf("first page %+v", p)
+		}
+		p = list(t, "?limit=2&cursor="+p.Next)
+		if len(p.DeadLetters) != 1 || p.DeadLetters[0].ID != "3000" || p.Next != "" {
+			t.Fatalf("second page %+v", p)
+		}
+		if p := list(t, "?limit=3"); len(p.DeadLetters) != 3 || p.Next != "" {
+			t.Fatalf("a full last page has a next page: %+v", p)
+		}
+	})
+	t.Run("bad parameters", func(t *testing.T) {
+		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=abc", "?limit=-1"} {
+			e.do("GET", base+q, nil, &own).wantError(t, 400, 1003, "limit")
+		}
+		for _, q := range []string{"?cursor=abc", "?cursor=-5"} {
+			e.do("GET", base+q, nil, &own).wantError(t, 400, 1003, "cursor")
+		}
+	})
+	t.Run("redeliver", func(t *testing.T) {
+		r := e.do("POST", base+"/2000/redeliver", nil, &own)
+		r.wantOK(t)
+		if string(r.body) != `{"id":"2000","records":1}` {
+			t.Fatalf("redeliver answered %s", r.body)
+		}
+		if got := events.list(); !slices.Equal(got, []string{e.app.Key + " " + hook}) {
+			t.Fatalf("Redelivered calls %q", got)
+		}
+		queued, err := e.st.ReadCallbacks(t.Context(), store.CallbackQueue{AppKey: e.app.Key, URL: hook}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(queued) != 1 || queued[0].ID != "1188240153776621520-0" {
+			t.Fatalf("queue after redelivery %+v", queued)
+		}
+		p := list(t, "")
+		if len(p.DeadLetters) != 2 || p.DeadLetters[0].ID != "1000" || p.DeadLetters[1].ID != "3000" {
+			t.Fatalf("list after redelivery %+v", p)
+		}
+		e.do("POST", base+"/3000/redeliver", nil, &adm).wantOK(t)
+	})
+	t.Run("redeliver unknown", func(t *testing.T) {
+		n := len(events.list())
+		e.do("POST", base+"/2000/redeliver", nil, &own).wantError(t, 400, 1003, `dead letter "2000" not found`)
+		e.do("POST", base+"/nope/redeliver", nil, &own).wantError(t, 400, 1003, "not found")
+		// Another app's dead letter is not this app's.
+		e.do("POST", base+"/4000/redeliver", nil, &adm).wantError(t, 400, 1003, "not found")
+		if len(events.list()) != n {
+			t.Fatal("a refused redelivery was reported to the worker")
+		}
+		o := credsOf(other)
+		e.do("POST", "/admin/v1/apps/"+other.Key+"/callback/deadletters/4000/redeliver", nil, &o).wantOK(t)
+	})
+}
+
+// TestCallbackCrossApp checks every callback endpoint: another app's
+// credentials are refused, the admin and the app itself succeed.
+func TestCallbackCrossApp(t *testing.T) {
+	e := callbackEnv(t)
+	rcv := newReceiver(t)
+	other := e.createApp("other")
+	adm, own, foreign := adminCreds(), e.appCreds(), credsOf(other)
+	base := "/admin/v1/apps/" + e.app.Key + "/callback"
+	e.do("POST", base+"/urls", urlBody(rcv.url("/default")), &own).wantOK(t)
+	for i, id := range []int64{100, 200} {
+		e.putDeadLetter(t, e.app.Key, rcv.url("/default"), id, i+1)
+	}
+
+	type call struct {
+		method, path string
+		body         any
+	}
+	calls := func(who string, i int) []call {
+		extra := rcv.url("/" + who)
+		return []call{
+			{"GET", base, nil},
+			{"PUT", base, `{"enabled":true}`},
+			{"GET", base + "/urls", nil},
+			{"POST", base + "/urls", urlBody(extra)},
+			{"POST", base + "/urls/test", urlBody(extra)},
+			{"POST", base + "/urls/default", urlBody(rcv.url("/default"))},
+			{"DELETE", base + "/urls?url=" + url.QueryEscape(extra), nil},
+			{"GET", base + "/deadletters", nil},
+			{"POST", base + "/deadletters/" + fmt.Sprint(100*(i+1)) + "/redeliver", nil},
+		}
+	}
+	for _, c := range calls("foreign", 0) {
+		t.Run("foreign "+c.method+" "+c.path, func(t *testing.T) {
+			e.do(c.method, c.path, c.body, &foreign).wantError(t, 401, 1004, e.app.Key)
+		})
+	}
+	for i, who := range []creds{adm, own} {
+		for _, c := range calls(who.user, i) {
+			t.Run(who.user+" "+c.method+" "+c.path, func(t *testing.T) {
+				e.do(c.method, c.path, c.body, &who).wantOK(t)
+			})
+		}
+	}
+	t.Run("unknown app", func(t *testing.T) {
+		for _, c := range calls("admin", 0) {
+			p := strings.Replace(c.path, e.app.Key, "nope", 1)
+			e.do(c.method, p, c.body, &adm).wantError(t, 400, 1003, `app "nope" not found`)
+		}
+	})
+	t.Run("no credentials", func(t *testing.T) {
+		for _, c := range calls("anon", 0) {
+			e.do(c.method, c.path, c.body, nil).wantError(t, 401, 1004)
+		}
+	})
+}
