@@ -68,7 +68,7 @@ type Options struct {
 }
 
 func (o Options) hasDeviceWorkloads() bool {
-	return slices.ContainsFunc(o.Workloads, func(w string) bool { return slices.Contains(DeviceWorkloads, w) })
+	return slices.ContainsFunc(o.Workloads, func(w string) bool { return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" })
 }
 
 // deviceCount is how many devices setup creates.
@@ -111,8 +111,8 @@ func (o Options) validate() error {
 		errs = append(errs, errors.New("no workloads"))
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) {
-			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads), ", ")))
+		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) {
+			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads), ", ")))
 		}
 	}
 	if o.hasDeviceWorkloads() && (o.Subscribers < 1 || o.Subscribers > o.Devices) {
@@ -179,6 +179,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err := b.setup(ctx); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	defer func() {
+		if b.cb != nil {
+			b.cb.close()
+		}
+	}()
 	machine := header()
 	fmt.Fprintln(out, machine)
 	fmt.Fprintf(out, "target %s, %d devices, %s per workload\n", o.Target, o.Devices, o.Duration)
@@ -200,6 +205,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		case "deliver":
 			r, err = b.deliverDevmsg(ctx, w, 0)
 			devmsg.deliver = &r
+		case "callback-lag":
+			r, err = b.callbackLag(ctx, w, b.deliverRate())
+		case "callback":
+			r, err = b.callbackDrain(ctx, w, out)
 		case "idle-memory":
 			creds := make([]string, o.IdleDevices)
 			for i := range creds {

@@ -41,6 +41,8 @@ type runner struct {
 	// versions tracks each device's last_desired_version so every
 	// property set is a real write (op_code 0), not a 6003 rejection.
 	versions []deviceVersion
+
+	cb *cbReceiver // the callback workloads' receiver, once configured
 }
 
 type deviceVersion struct {

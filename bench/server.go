@@ -207,7 +207,10 @@ func startServer(ctx context.Context, binary string) (*server, error) {
 	s.cmd = exec.Command(binary, "serve")
 	s.cmd.Env = append(os.Environ(),
 		"DEVMSG_DATA_DIR="+dir, "DEVMSG_HTTP_ADDR="+addr, "DEVMSG_ADMIN_PASSWORD="+s.adminPassword,
-		"DEVMSG_LOG_LEVEL=warn", "DEVMSG_MQTT_TCP_ADDR="+s.mqtt, "DEVMSG_MQTT_TLS_ADDR=", "DEVMSG_MQTT_WS_ADDR=")
+		"DEVMSG_LOG_LEVEL=warn", "DEVMSG_MQTT_TCP_ADDR="+s.mqtt, "DEVMSG_MQTT_TLS_ADDR=", "DEVMSG_MQTT_WS_ADDR=",
+		// The callback workloads' receiver listens on a loopback port, and
+		// holds its first request while a backlog builds.
+		"DEVMSG_CALLBACK_ALLOW_CUSTOM_PORTS=true", "DEVMSG_CALLBACK_REQUEST_TIMEOUT=5m")
 	// Stdout carries the first-start app credentials, of no use here;
 	// warnings and errors go to ours.
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr

@@ -34,9 +34,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Rate, "rate", 0, "open-loop requests/s (default: half the matching closed-loop rate of this run, else 5000)")
 	fs.IntVar(&o.LatencyConns, "latency-conns", 128, "connections of the open-loop workloads")
 	fs.StringVar(&workloads, "workloads", strings.Join(bench.Workloads, ","),
-		"comma-separated workloads, run in this order; device workloads, run only when named: "+strings.Join(bench.DeviceWorkloads, ","))
+		"comma-separated workloads, run in this order; run only when named: device workloads "+strings.Join(bench.DeviceWorkloads, ",")+
+			", callback workloads "+strings.Join(bench.CallbackWorkloads, ","))
 	fs.BoolVar(&o.Markdown, "markdown", false, "also print a Markdown table for BENCHMARKS.md")
-	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver and mosquitto")
+	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto and callback-lag")
 	fs.IntVar(&o.IdleDevices, "idle-devices", 18000, "devices connected for idle-memory (spread over client processes of 4500)")
 	fs.StringVar(&o.MQTTAddr, "mqtt", "", "MQTT TCP address of --target, for the device workloads")
 	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof)")

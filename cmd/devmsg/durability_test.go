@@ -121,19 +121,28 @@ var insecureClient = &http.Client{
 
 func (p *proc) call(t *testing.T, user, pass, method, path, body string) (int, []byte) {
 	t.Helper()
+	st, b, err := p.tryCall(user, pass, method, path, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return st, b
+}
+
+// tryCall is call for a server that may be gone.
+func (p *proc) tryCall(user, pass, method, path, body string) (int, []byte, error) {
 	req, err := http.NewRequest(method, p.base+path, strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	req.SetBasicAuth(user, pass)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := insecureClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 // TestKill9LosesNothing acknowledges writes of every kind, kills the

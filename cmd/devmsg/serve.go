@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/devmsg/devmsg/broker"
+	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
@@ -84,6 +85,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cb := cfg.Callback
+	callbacks, err := callback.New(callback.Config{
+		BatchSize:      cb.BatchSize,
+		FlushInterval:  time.Duration(cb.FlushInterval),
+		RetryInterval:  time.Duration(cb.RetryInterval),
+		MaxRetries:     cb.MaxRetries,
+		RequestTimeout: time.Duration(cb.RequestTimeout),
+	}, st, log, reg)
+	if err != nil {
+		return err
+	}
+	if err := callbacks.Start(ctx); err != nil {
+		return err
+	}
+	// Stopped before the store closes; what is not delivered stays queued.
+	defer callbacks.Stop()
 	api, err := restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,
@@ -91,6 +108,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		AdminPasswordSHA256: adminHash,
 		Router:              dispatcher,
 		Devices:             gw,
+
+		CallbackAllowCustomPorts: cb.AllowCustomPorts,
+		CallbackTimeout:          time.Duration(cb.RequestTimeout),
+		Callbacks:                callbacks,
 	}, st, log, reg)
 	if err != nil {
 		return err

@@ -1,0 +1,42 @@
+package callback
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the worker's Prometheus series, labelled by app key.
+type metrics struct {
+	queued, delivered, retried, dead *prometheus.CounterVec
+	dropped                          *prometheus.CounterVec // app, reason
+	requests                         *prometheus.CounterVec // app, outcome
+	lag                              *prometheus.HistogramVec
+	requestSeconds                   *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	m := &metrics{
+		queued:    counter("devmsg_callback_records_queued_total", "Status records routed to a callback URL's delivery queue.", "app"),
+		delivered: counter("devmsg_callback_records_delivered_total", "Status records delivered (the URL answered HTTP 200).", "app"),
+		retried:   counter("devmsg_callback_records_retried_total", "Status records whose batch failed and was scheduled again.", "app"),
+		dead:      counter("devmsg_callback_records_dead_lettered_total", "Status records moved to the dead-letter list after every retry failed.", "app"),
+		dropped:   counter("devmsg_callback_records_dropped_total", "Status records not sent: the switch was off, the type not selected, or the app had no URL.", "app", "reason"),
+		requests:  counter("devmsg_callback_requests_total", "Callback POSTs by outcome (ok: HTTP 200; failed: anything else).", "app", "outcome"),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "devmsg_callback_delivery_lag_seconds",
+			Help:    "Time from a status record being written to its delivery, batching and retries included.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 180, 600},
+		}, []string{"app"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "devmsg_callback_request_seconds",
+			Help:    "Duration of successful callback POSTs.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"app"}),
+	}
+	for _, c := range []prometheus.Collector{m.queued, m.delivered, m.retried, m.dead, m.dropped, m.requests, m.lag, m.requestSeconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

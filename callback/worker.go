@@ -1,0 +1,426 @@
+package callback
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Config tunes delivery (the callback keys of DESIGN.md section 5).
+type Config struct {
+	BatchSize      int           // records per POST, at most
+	FlushInterval  time.Duration // a record waits at most this long for its batch to fill
+	RetryInterval  time.Duration // between attempts of a failed batch
+	MaxRetries     int           // retries after the first attempt, then the dead-letter list
+	RequestTimeout time.Duration // per POST
+	// PollInterval is how often an empty outbox is read again (default
+	// 50 ms); a full read is followed by the next at once.
+	PollInterval time.Duration
+}
+
+// routeChunk is how many outbox entries one routing step moves.
+const routeChunk = 1000
+
+// idleExit is how long a destination's sender waits on an empty queue
+// before its goroutine ends (the next record starts a new one).
+const idleExit = 5 * time.Minute
+
+// Worker delivers status records from the store's outbox to the apps'
+// callback URLs. The router moves each outbox entry, by its app's
+// settings at that moment, into the durable queue of its destination (or
+// drops it: switch off, type not selected, no URL). Each destination has
+// its own sender, so a slow or dead URL delays only its own records.
+type Worker struct {
+	cfg     Config
+	st      store.Store
+	apps    *appcache.Cache
+	log     *slog.Logger
+	client  *http.Client
+	metrics *metrics
+	now     func() time.Time
+
+	mu      sync.Mutex
+	senders map[store.CallbackQueue]*sender
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a worker; Start runs it. Its metrics are registered with reg.
+func New(cfg Config, st store.Store, log *slog.Logger, reg prometheus.Registerer) (*Worker, error) {
+	if cfg.BatchSize < 1 || cfg.FlushInterval <= 0 || cfg.RetryInterval <= 0 || cfg.MaxRetries < 0 || cfg.RequestTimeout <= 0 {
+		return nil, fmt.Errorf("callback: invalid config %+v", cfg)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 8
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Worker{
+		cfg:  cfg,
+		st:   st,
+		apps: appcache.New(st, time.Now),
+		log:  log,
+		client: &http.Client{
+			Timeout:   cfg.RequestTimeout,
+			Transport: transport,
+			// A redirect is not a 200: the receiver must answer itself.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		metrics: m,
+		now:     time.Now,
+		senders: map[store.CallbackQueue]*sender{},
+		ctx:     ctx,
+		cancel:  cancel,
+	}, nil
+}
+
+// Start resumes the queues left from the last run and starts routing.
+func (w *Worker) Start(ctx context.Context) error {
+	qs, err := w.st.CallbackQueues(ctx)
+	if err != nil {
+		return fmt.Errorf("callback: list queues: %w", err)
+	}
+	for _, q := range qs {
+		w.notify(q)
+	}
+	w.wg.Add(1)
+	go w.route()
+	return nil
+}
+
+// Stop ends routing and delivery; a POST in flight is abandoned and its
+// records, still queued, are sent again after the next start.
+func (w *Worker) Stop() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+// Redelivered is told that a dead letter went back to its queue.
+func (w *Worker) Redelivered(appKey, url string) {
+	w.notify(store.CallbackQueue{AppKey: appKey, URL: url})
+}
+
+// route moves outbox entries into destination queues until Stop.
+func (w *Worker) route() {
+	defer w.wg.Done()
+	for {
+		n, err := w.routeOnce(w.ctx)
+		if err != nil && w.ctx.Err() == nil {
+			w.log.Error("callback: route outbox", "err", err)
+		}
+		if n == routeChunk && err == nil {
+			continue
+		}
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(w.cfg.PollInterval):
+		}
+	}
+}
+
+// routeOnce routes one chunk of the outbox and returns its size.
+func (w *Worker) routeOnce(ctx context.Context) (int, error) {
+	entries, err := w.st.ReadOutbox(ctx, routeChunk)
+	if err != nil || len(entries) == 0 {
+		return 0, err
+	}
+	routes := make([]store.OutboxRoute, len(entries))
+	queued := map[store.CallbackQueue]int{}
+	for i, e := range entries {
+		routes[i].Entry = e
+		app, err := w.apps.Get(ctx, e.AppKey)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return 0, err
+		}
+		cb := app.Callback
+		switch {
+		case err != nil:
+			w.metrics.dropped.WithLabelValues(e.AppKey, "no app").Inc()
+		case !cb.Enabled:
+			w.metrics.dropped.WithLabelValues(e.AppKey, "switch off").Inc()
+		case !cb.Sends(e.Record.Type):
+			w.metrics.dropped.WithLabelValues(e.AppKey, "type not selected").Inc()
+		default:
+			if routes[i].URL = cb.Target(e.CallbackURL); routes[i].URL == "" {
+				w.metrics.dropped.WithLabelValues(e.AppKey, "no url").Inc()
+			} else {
+				queued[store.CallbackQueue{AppKey: e.AppKey, URL: routes[i].URL}]++
+			}
+		}
+	}
+	if err := w.st.RouteOutbox(ctx, routes); err != nil {
+		return 0, err
+	}
+	for q, n := range queued {
+		w.metrics.queued.WithLabelValues(q.AppKey).Add(float64(n))
+		w.notify(q)
+	}
+	return len(entries), nil
+}
+
+// notify wakes q's sender, starting one if there is none.
+func (w *Worker) notify(q store.CallbackQueue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		return
+	}
+	s, ok := w.senders[q]
+	if !ok {
+		s = &sender{w: w, q: q, wake: make(chan struct{}, 1)}
+		w.senders[q] = s
+		w.wg.Add(1)
+		go s.run()
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sender delivers one destination's queue, a batch at a time.
+type sender struct {
+	w    *Worker
+	q    store.CallbackQueue
+	wake chan struct{}
+}
+
+func (s *sender) run() {
+	defer s.w.wg.Done()
+	w := s.w
+	for {
+		entries, err := w.st.ReadCallbacks(w.ctx, s.q, w.cfg.BatchSize)
+		if err != nil {
+			if w.ctx.Err() != nil {
+				return
+			}
+			w.log.Error("callback: read queue", "app", s.q.AppKey, "url", s.q.URL, "err", err)
+			if !s.sleep(time.Second) {
+				return
+			}
+			continue
+		}
+		if len(entries) == 0 {
+			if !s.idle() {
+				return
+			}
+			continue
+		}
+		// A batch goes when it is full or its oldest record has waited
+		// FlushInterval; until then new records may join it.
+		if len(entries) < w.cfg.BatchSize {
+			due := time.UnixMilli(entries[0].Time).Add(w.cfg.FlushInterval)
+			if wait := due.Sub(w.now()); wait > 0 {
+				if !s.waitWake(wait) {
+					return
+				}
+				continue
+			}
+		}
+		if !s.deliver(entries) {
+			return
+		}
+	}
+}
+
+// idle waits for a wake on an empty queue; after idleExit without one the
+// sender retires. It returns false when the goroutine should end.
+func (s *sender) idle() bool {
+	t := time.NewTimer(idleExit)
+	defer t.Stop()
+	select {
+	case <-s.wake:
+		return true
+	case <-s.w.ctx.Done():
+		return false
+	case <-t.C:
+	}
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-s.wake: // woken meanwhile: the queue has work again
+		return true
+	default:
+	}
+	// notify holds mu too, so a record routed from now on starts a new
+	// sender.
+	delete(w.senders, s.q)
+	return false
+}
+
+// waitWake waits up to d or for a wake; false on Stop.
+func (s *sender) waitWake(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.wake:
+	case <-t.C:
+	case <-s.w.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// sleep waits d; false on Stop.
+func (s *sender) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.w.ctx.Done():
+		return false
+	}
+}
+
+// deliver posts a batch until it succeeds or has failed MaxRetries
+// retries, then takes it off the queue (delivered or dead-lettered). It
+// returns false on Stop.
+func (s *sender) deliver(entries []store.OutboxEntry) bool {
+	w := s.w
+	app := s.q.AppKey
+	body, err := encodeBatch(entries)
+	if err != nil {
+		w.log.Error("callback: encode batch", "app", app, "err", err)
+		return s.sleep(w.cfg.RetryInterval)
+	}
+	id := "batch_" + entries[0].ID + "_" + entries[len(entries)-1].ID
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		start := w.now()
+		lastErr = w.post(app, s.q.URL, id, body)
+		w.metrics.requests.WithLabelValues(app, outcome(lastErr)).Inc()
+		if lastErr == nil {
+			seqs := make([]int64, len(entries))
+			now := w.now()
+			for i, e := range entries {
+				seqs[i] = e.Seq
+				w.metrics.lag.WithLabelValues(app).Observe(now.Sub(time.UnixMilli(e.Time)).Seconds())
+			}
+			w.metrics.delivered.WithLabelValues(app).Add(float64(len(entries)))
+			w.metrics.requestSeconds.WithLabelValues(app).Observe(now.Sub(start).Seconds())
+			if err := w.st.DeleteCallbacks(w.ctx, s.q, seqs); err != nil && w.ctx.Err() == nil {
+				// Delivered but still queued: it goes again, which
+				// at-least-once allows; the store error is what matters.
+				w.log.Error("callback: delete delivered records", "app", app, "err", err)
+				return s.sleep(time.Second)
+			}
+			return w.ctx.Err() == nil
+		}
+		if w.ctx.Err() != nil {
+			return false
+		}
+		if attempt > w.cfg.MaxRetries {
+			break
+		}
+		w.log.Warn("callback: delivery failed; will retry", "app", app, "url", s.q.URL,
+			"records", len(entries), "attempt", attempt, "err", lastErr, "retry_in", w.cfg.RetryInterval)
+		w.metrics.retried.WithLabelValues(app).Add(float64(len(entries)))
+		if !s.sleep(w.cfg.RetryInterval) {
+			return false
+		}
+	}
+	d := store.DeadLetter{
+		ID: strconv.FormatInt(entries[0].Seq, 10), AppKey: app, URL: s.q.URL, Entries: entries,
+		Attempts: w.cfg.MaxRetries + 1, LastError: lastErr.Error(), Time: w.now().Unix(),
+	}
+	if err := w.st.PutDeadLetter(w.ctx, d); err != nil {
+		if w.ctx.Err() == nil {
+			w.log.Error("callback: file dead letter", "app", app, "err", err)
+		}
+		return s.sleep(time.Second)
+	}
+	w.metrics.dead.WithLabelValues(app).Add(float64(len(entries)))
+	w.log.Warn("callback: batch dead-lettered after every retry failed", "app", app, "url", s.q.URL,
+		"records", len(entries), "dead_letter", d.ID, "err", lastErr)
+	return true
+}
+
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return "failed"
+}
+
+// Record is a status record as it is delivered: the spec's fields and
+// the entry's stable id, so receivers can drop duplicates.
+type Record struct {
+	ID string `json:"id"`
+	store.Record
+}
+
+func encodeBatch(entries []store.OutboxEntry) ([]byte, error) {
+	recs := make([]Record, len(entries))
+	for i, e := range entries {
+		recs[i] = Record{ID: e.ID, Record: e.Record}
+	}
+	return json.Marshal(recs)
+}
+
+// post sends one batch; nil only on HTTP 200.
+func (w *Worker) post(appKey, url, id string, body []byte) error {
+	app, err := w.apps.Get(w.ctx, appKey)
+	if err != nil {
+		return fmt.Errorf("load app: %w", err)
+	}
+	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	ts := strconv.FormatInt(w.now().Unix(), 10)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "devmsg-callback")
+	req.SetBasicAuth(app.Key, app.MasterSecret)
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", ts)
+	req.Header.Set("webhook-signature", Sign(SigningKey(app), id, ts, body))
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	// Read a little so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// Sign returns the Standard Webhooks signature header value of a
+// delivery: "v1," and the base64 HMAC-SHA256 of "id.timestamp.body".
+func Sign(key []byte, id, timestamp string, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id))
+	mac.Write([]byte{'.'})
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
