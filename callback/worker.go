@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,12 +31,17 @@ type Config struct {
 	MaxRetries     int           // retries after the first attempt, then the dead-letter list
 	RequestTimeout time.Duration // per POST
 	// PollInterval is how often an empty outbox is read again (default
-	// 50 ms); a full read is followed by the next at once.
+	// 10 ms); a full read is followed by the next at once.
 	PollInterval time.Duration
 }
 
 // routeChunk is how many outbox entries one routing step moves.
 const routeChunk = 1000
+
+// rescanEvery is how often the router and the senders, which read from a
+// cursor, read from the start of their queue again: an entry committed
+// out of Seq order, or a redelivered one, may sit behind the cursor.
+const rescanEvery = time.Second
 
 // idleExit is how long a destination's sender waits on an empty queue
 // before its goroutine ends (the next record starts a new one).
@@ -69,7 +75,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg prometheus.Registerer
 		return nil, fmt.Errorf("callback: invalid config %+v", cfg)
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 50 * time.Millisecond
+		cfg.PollInterval = 10 * time.Millisecond
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
@@ -104,7 +110,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("callback: list queues: %w", err)
 	}
 	for _, q := range qs {
-		w.notify(q)
+		w.notify(q, false)
 	}
 	w.wg.Add(1)
 	go w.route()
@@ -120,18 +126,29 @@ func (w *Worker) Stop() {
 
 // Redelivered is told that a dead letter went back to its queue.
 func (w *Worker) Redelivered(appKey, url string) {
-	w.notify(store.CallbackQueue{AppKey: appKey, URL: url})
+	// Its entries have new Seqs, but they may become visible behind the
+	// sender's cursor.
+	w.notify(store.CallbackQueue{AppKey: appKey, URL: url}, true)
 }
 
 // route moves outbox entries into destination queues until Stop.
 func (w *Worker) route() {
 	defer w.wg.Done()
+	var after int64 // the last Seq routed
+	rescanned := time.Now()
 	for {
-		n, err := w.routeOnce(w.ctx)
+		n, last, err := w.routeOnce(w.ctx, after)
 		if err != nil && w.ctx.Err() == nil {
 			w.log.Error("callback: route outbox", "err", err)
 		}
+		if n > 0 {
+			after = last
+		}
 		if n == routeChunk && err == nil {
+			continue
+		}
+		if time.Since(rescanned) >= rescanEvery && after != 0 {
+			after, rescanned = 0, time.Now()
 			continue
 		}
 		select {
@@ -142,11 +159,12 @@ func (w *Worker) route() {
 	}
 }
 
-// routeOnce routes one chunk of the outbox and returns its size.
-func (w *Worker) routeOnce(ctx context.Context) (int, error) {
-	entries, err := w.st.ReadOutbox(ctx, routeChunk)
+// routeOnce routes one chunk of the outbox after Seq after and returns
+// its size and last Seq.
+func (w *Worker) routeOnce(ctx context.Context, after int64) (int, int64, error) {
+	entries, err := w.st.ReadOutbox(ctx, after, routeChunk)
 	if err != nil || len(entries) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
 	routes := make([]store.OutboxRoute, len(entries))
 	queued := map[store.CallbackQueue]int{}
@@ -154,7 +172,7 @@ func (w *Worker) routeOnce(ctx context.Context) (int, error) {
 		routes[i].Entry = e
 		app, err := w.apps.Get(ctx, e.AppKey)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return 0, err
+			return 0, 0, err
 		}
 		cb := app.Callback
 		switch {
@@ -173,17 +191,18 @@ func (w *Worker) routeOnce(ctx context.Context) (int, error) {
 		}
 	}
 	if err := w.st.RouteOutbox(ctx, routes); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for q, n := range queued {
 		w.metrics.queued.WithLabelValues(q.AppKey).Add(float64(n))
-		w.notify(q)
+		w.notify(q, false)
 	}
-	return len(entries), nil
+	return len(entries), entries[len(entries)-1].Seq, nil
 }
 
-// notify wakes q's sender, starting one if there is none.
-func (w *Worker) notify(q store.CallbackQueue) {
+// notify wakes q's sender, starting one if there is none; with rescan,
+// the sender reads its queue from the start.
+func (w *Worker) notify(q store.CallbackQueue, rescan bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ctx.Err() != nil {
@@ -196,6 +215,9 @@ func (w *Worker) notify(q store.CallbackQueue) {
 		w.wg.Add(1)
 		go s.run()
 	}
+	if rescan {
+		s.rescan.Store(true)
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -204,16 +226,22 @@ func (w *Worker) notify(q store.CallbackQueue) {
 
 // sender delivers one destination's queue, a batch at a time.
 type sender struct {
-	w    *Worker
-	q    store.CallbackQueue
-	wake chan struct{}
+	w      *Worker
+	q      store.CallbackQueue
+	wake   chan struct{}
+	rescan atomic.Bool
 }
 
 func (s *sender) run() {
 	defer s.w.wg.Done()
 	w := s.w
+	var after int64 // the last Seq taken off the queue
+	rescanned := time.Now()
 	for {
-		entries, err := w.st.ReadCallbacks(w.ctx, s.q, w.cfg.BatchSize)
+		if after != 0 && (s.rescan.Swap(false) || time.Since(rescanned) >= rescanEvery) {
+			after, rescanned = 0, time.Now()
+		}
+		entries, err := w.st.ReadCallbacks(w.ctx, s.q, after, w.cfg.BatchSize)
 		if err != nil {
 			if w.ctx.Err() != nil {
 				return
@@ -225,6 +253,10 @@ func (s *sender) run() {
 			continue
 		}
 		if len(entries) == 0 {
+			if after != 0 {
+				after, rescanned = 0, time.Now() // empty behind the cursor too?
+				continue
+			}
 			if !s.idle() {
 				return
 			}
@@ -244,6 +276,7 @@ func (s *sender) run() {
 		if !s.deliver(entries) {
 			return
 		}
+		after = entries[len(entries)-1].Seq
 	}
 }
 

@@ -553,7 +553,7 @@ func TestCallbackDeadLetters(t *testing.T) {
 		if got := events.list(); !slices.Equal(got, []string{e.app.Key + " " + hook}) {
 			t.Fatalf("Redelivered calls %q", got)
 		}
-		queued, err := e.st.ReadCallbacks(t.Context(), store.CallbackQueue{AppKey: e.app.Key, URL: hook}, 10)
+		queued, err := e.st.ReadCallbacks(t.Context(), store.CallbackQueue{AppKey: e.app.Key, URL: hook}, 0, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

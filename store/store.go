@@ -402,10 +402,13 @@ type Store interface {
 	// ExpireTime is before the Unix second before, earliest first.
 	ExpiredMessages(ctx context.Context, before int64, limit int) ([]Message, error)
 
-	// ReadOutbox returns up to limit of the oldest outbox entries in Seq
-	// order. CreateMessage adds a message's first records to the outbox.
-	// Seqs are unique across the outbox and every delivery queue.
-	ReadOutbox(ctx context.Context, limit int) ([]OutboxEntry, error)
+	// ReadOutbox returns up to limit of the oldest outbox entries with Seq
+	// above after, in Seq order. CreateMessage adds a message's first
+	// records to the outbox. Seqs are unique across the outbox and every
+	// delivery queue, but concurrent writes may become visible out of Seq
+	// order: a reader that moves after forward must read from 0 now and
+	// then to pick up a straggler.
+	ReadOutbox(ctx context.Context, after int64, limit int) ([]OutboxEntry, error)
 
 	// RouteOutbox moves entries out of the outbox atomically: each one is
 	// deleted from the outbox and, when its URL is not "", appended to
@@ -414,8 +417,9 @@ type Store interface {
 	// CallbackQueues lists the delivery queues that hold entries.
 	CallbackQueues(ctx context.Context) ([]CallbackQueue, error)
 	// ReadCallbacks returns up to limit of the oldest entries of a
-	// delivery queue, in Seq order.
-	ReadCallbacks(ctx context.Context, q CallbackQueue, limit int) ([]OutboxEntry, error)
+	// delivery queue with Seq above after, in Seq order. A redelivered
+	// dead letter may become visible behind a reader's after.
+	ReadCallbacks(ctx context.Context, q CallbackQueue, after int64, limit int) ([]OutboxEntry, error)
 	// DeleteCallbacks removes delivered entries from a delivery queue;
 	// absent ones are ignored.
 	DeleteCallbacks(ctx context.Context, q CallbackQueue, seqs []int64) error

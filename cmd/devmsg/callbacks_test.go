@@ -164,7 +164,7 @@ func TestCallbackSwitchAndTypes(t *testing.T) {
 
 	off := f.send("types-1", "switch off", 60) // switch is off by default
 	f.waitState(off, "delivered")
-	time.Sleep(300 * time.Millisecond) // settings apply when a record is routed, within 50 ms of it being made
+	time.Sleep(300 * time.Millisecond) // settings apply when a record is routed, within 10 ms of it being made
 	f.setCallback(`{"enabled":true,"types":[4]}`)
 	time.Sleep(1500 * time.Millisecond) // the worker's app cache holds settings up to a second
 	on := f.send("types-1", "only type 4", 60)

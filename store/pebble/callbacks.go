@@ -55,10 +55,17 @@ func (s *Store) restoreCallbackSeq() error {
 	return nil
 }
 
-// readEntries decodes up to limit entries from keys starting with prefix.
-func (s *Store) readEntries(prefix []byte, limit int) ([]store.OutboxEntry, error) {
+// readEntries decodes up to limit entries from keys made of prefix and a
+// Seq above after. Starting past after matters: the keys before it are
+// mostly deleted, and iterating over their tombstones is what reading
+// from the prefix would cost.
+func (s *Store) readEntries(prefix []byte, after int64, limit int) ([]store.OutboxEntry, error) {
 	var out []store.OutboxEntry
-	err := s.scan(prefix, prefixEnd(prefix), func(k, v []byte) (bool, error) {
+	lower := prefix
+	if after > 0 {
+		lower = binary.BigEndian.AppendUint64(bytes.Clone(prefix), uint64(after)+1)
+	}
+	err := s.scan(lower, prefixEnd(prefix), func(k, v []byte) (bool, error) {
 		var e store.OutboxEntry
 		if err := json.Unmarshal(v, &e); err != nil {
 			return false, fmt.Errorf("decode %q: %w", k, err)
@@ -70,7 +77,7 @@ func (s *Store) readEntries(prefix []byte, limit int) ([]store.OutboxEntry, erro
 }
 
 // ReadOutbox returns the oldest outbox entries.
-func (s *Store) ReadOutbox(ctx context.Context, limit int) ([]store.OutboxEntry, error) {
+func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxEntry, error) {
 	if limit < 1 {
 		return nil, nil
 	}
@@ -78,7 +85,7 @@ func (s *Store) ReadOutbox(ctx context.Context, limit int) ([]store.OutboxEntry,
 		return nil, err
 	}
 	defer s.exit()
-	out, err := s.readEntries([]byte(pOutbox), limit)
+	out, err := s.readEntries([]byte(pOutbox), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
@@ -147,7 +154,7 @@ func (s *Store) callbackQueues() ([]store.CallbackQueue, error) {
 }
 
 // ReadCallbacks returns the oldest entries of a delivery queue.
-func (s *Store) ReadCallbacks(ctx context.Context, q store.CallbackQueue, limit int) ([]store.OutboxEntry, error) {
+func (s *Store) ReadCallbacks(ctx context.Context, q store.CallbackQueue, after int64, limit int) ([]store.OutboxEntry, error) {
 	if limit < 1 {
 		return nil, nil
 	}
@@ -155,7 +162,7 @@ func (s *Store) ReadCallbacks(ctx context.Context, q store.CallbackQueue, limit 
 		return nil, err
 	}
 	defer s.exit()
-	out, err := s.readEntries(queuePrefix(q), limit)
+	out, err := s.readEntries(queuePrefix(q), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read callback queue: %w", err)
 	}

@@ -172,7 +172,7 @@ func testOutbox(t *testing.T, s store.Store) {
 	_, err := s.UpdateMessage(ctx, "app", 1, deliver)
 	must(t, err)
 	_, _ = s.UpdateMessage(ctx, "app", 1, deliver) // refused: writes nothing
-	got, err := s.ReadOutbox(ctx, 100)
+	got, err := s.ReadOutbox(ctx, 0, 100)
 	must(t, err)
 	var desc []string
 	for i, e := range got {
@@ -189,14 +189,17 @@ func testOutbox(t *testing.T, s store.Store) {
 		e.Record.UserID != "dev-1" || e.Record.SenderID != "dev-1" || string(e.Record.Params) != `{"k":1}` {
 		t.Fatalf("entry not filled in: %+v", e)
 	}
-	if first, _ := s.ReadOutbox(ctx, 2); len(first) != 2 || first[0].ID != "1-0" {
+	if first, _ := s.ReadOutbox(ctx, 0, 2); len(first) != 2 || first[0].ID != "1-0" {
 		t.Fatalf("limit 2: %+v", first)
+	}
+	if after, _ := s.ReadOutbox(ctx, got[1].Seq, 100); len(after) != 2 || after[0].ID != "2-0" || after[1].ID != "1-2" {
+		t.Fatalf("after Seq %d: %+v", got[1].Seq, after)
 	}
 	if e.Time == 0 {
 		t.Fatalf("entry without a time: %+v", e)
 	}
 	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: got[0]}, {Entry: got[2]}}))
-	rest, err := s.ReadOutbox(ctx, 100)
+	rest, err := s.ReadOutbox(ctx, 0, 100)
 	must(t, err)
 	if len(rest) != 2 || rest[0].ID != "1-1" || rest[1].ID != "1-2" {
 		t.Fatalf("after routing two nowhere: %+v", rest)
@@ -219,7 +222,7 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 		}
 		must(t, s.CreateMessage(ctx, m, 0, nil))
 	}
-	out, err := s.ReadOutbox(ctx, 10)
+	out, err := s.ReadOutbox(ctx, 0, 10)
 	must(t, err)
 	if len(out) != 3 {
 		t.Fatalf("outbox %+v", out)
@@ -228,7 +231,7 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 	b := store.CallbackQueue{AppKey: "app", URL: "http://b.example/cb?x=1"}
 	o := store.CallbackQueue{AppKey: "other", URL: "http://a.example/cb"}
 	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: out[0], URL: a.URL}, {Entry: out[1], URL: b.URL}, {Entry: out[2], URL: o.URL}}))
-	if rest, _ := s.ReadOutbox(ctx, 10); len(rest) != 0 {
+	if rest, _ := s.ReadOutbox(ctx, 0, 10); len(rest) != 0 {
 		t.Fatalf("outbox after routing: %+v", rest)
 	}
 	qs, err := s.CallbackQueues(ctx)
@@ -236,20 +239,23 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 	if !slices.Equal(qs, []store.CallbackQueue{a, b, o}) {
 		t.Fatalf("queues %+v", qs)
 	}
-	got, err := s.ReadCallbacks(ctx, a, 10)
+	got, err := s.ReadCallbacks(ctx, a, 0, 10)
 	must(t, err)
 	if len(got) != 1 || got[0].ID != out[0].ID || got[0].Seq != out[0].Seq || got[0].Record.Type != out[0].Record.Type {
 		t.Fatalf("queue a: %+v, want %+v", got, out[0])
 	}
+	if after, _ := s.ReadCallbacks(ctx, a, out[0].Seq, 10); len(after) != 0 {
+		t.Fatalf("queue a after its only entry: %+v", after)
+	}
 	must(t, s.DeleteCallbacks(ctx, a, []int64{out[0].Seq, 1 << 40}))
-	if got, _ := s.ReadCallbacks(ctx, a, 10); len(got) != 0 {
+	if got, _ := s.ReadCallbacks(ctx, a, 0, 10); len(got) != 0 {
 		t.Fatalf("queue a after delete: %+v", got)
 	}
 
 	// Dead letter: filed atomically with leaving the queue.
 	d := store.DeadLetter{ID: fmt.Sprint(out[1].Seq), AppKey: "app", URL: b.URL, Entries: []store.OutboxEntry{out[1]}, Attempts: 4, LastError: "HTTP 500", Time: 7}
 	must(t, s.PutDeadLetter(ctx, d))
-	if got, _ := s.ReadCallbacks(ctx, b, 10); len(got) != 0 {
+	if got, _ := s.ReadCallbacks(ctx, b, 0, 10); len(got) != 0 {
 		t.Fatalf("queue b after dead letter: %+v", got)
 	}
 	list, err := s.ListDeadLetters(ctx, "app", "", 10)
@@ -272,7 +278,7 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 	if _, err := s.RedeliverDeadLetter(ctx, "app", d.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("second redeliver: %v, want ErrNotFound", err)
 	}
-	back, err := s.ReadCallbacks(ctx, b, 10)
+	back, err := s.ReadCallbacks(ctx, b, 0, 10)
 	must(t, err)
 	if len(back) != 1 || back[0].ID != out[1].ID || back[0].Seq <= out[2].Seq {
 		t.Fatalf("redelivered %+v: want id %s with a new Seq", back, out[1].ID)

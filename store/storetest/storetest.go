@@ -89,7 +89,7 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 	// Drain the outbox into a queue: Seqs must not be handed out again
 	// after reopening even though the outbox is empty.
 	cbq := store.CallbackQueue{AppKey: "k1", URL: "http://cb.example/"}
-	all, err := s.ReadOutbox(ctx, 100)
+	all, err := s.ReadOutbox(ctx, 0, 100)
 	must(t, err)
 	var routes []store.OutboxRoute
 	for _, e := range all {
@@ -148,12 +148,12 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 			if err != nil || m.State != store.StateDelivered {
 				return fmt.Errorf("message 20: %+v %v", m, err)
 			}
-			out, err := s.ReadCallbacks(ctx, cbq, 100)
+			out, err := s.ReadCallbacks(ctx, cbq, 0, 100)
 			if err != nil || len(out) == 0 || out[len(out)-1].ID != "20-1" || out[len(out)-1].Record.Type != store.RecordDeliverySuccess {
 				return fmt.Errorf("callback queue %+v %v", out, err)
 			}
 			must(t, s.CreateMessage(ctx, msg(30, "k1", "dev-2", store.StateFailed), 0, nil))
-			fresh, err := s.ReadOutbox(ctx, 1)
+			fresh, err := s.ReadOutbox(ctx, 0, 1)
 			if err != nil || len(fresh) != 1 || fresh[0].Seq <= out[len(out)-1].Seq {
 				return fmt.Errorf("new outbox entry %+v %v reuses a queued Seq (last %d)", fresh, err, out[len(out)-1].Seq)
 			}
