@@ -63,14 +63,17 @@ type Worker struct {
 
 	mu      sync.Mutex
 	senders map[store.CallbackQueue]*sender
+	stopped bool // under mu: no sender starts once Stop began
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// New returns a worker; Start runs it. Its metrics are registered with reg.
-func New(cfg Config, st store.Store, log *slog.Logger, reg prometheus.Registerer) (*Worker, error) {
+// New returns a worker; Start runs it. apps should be the cache the admin
+// API updates, so a settings change applies to the next record at once;
+// nil gives the worker its own. Its metrics are registered with reg.
+func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg prometheus.Registerer) (*Worker, error) {
 	if cfg.BatchSize < 1 || cfg.FlushInterval <= 0 || cfg.RetryInterval <= 0 || cfg.MaxRetries < 0 || cfg.RequestTimeout <= 0 {
 		return nil, fmt.Errorf("callback: invalid config %+v", cfg)
 	}
@@ -81,13 +84,16 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg prometheus.Registerer
 	if err != nil {
 		return nil, err
 	}
+	if apps == nil {
+		apps = appcache.New(st, time.Now)
+	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 8
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
 		cfg:  cfg,
 		st:   st,
-		apps: appcache.New(st, time.Now),
+		apps: apps,
 		log:  log,
 		client: &http.Client{
 			Timeout:   cfg.RequestTimeout,
@@ -120,6 +126,9 @@ func (w *Worker) Start(ctx context.Context) error {
 // Stop ends routing and delivery; a POST in flight is abandoned and its
 // records, still queued, are sent again after the next start.
 func (w *Worker) Stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
 	w.cancel()
 	w.wg.Wait()
 }
@@ -144,11 +153,13 @@ func (w *Worker) route() {
 		if n > 0 {
 			after = last
 		}
-		if n == routeChunk && err == nil {
-			continue
-		}
+		// Checked before reading on: a backlog that keeps every read full
+		// must not keep a straggler behind the cursor.
 		if time.Since(rescanned) >= rescanEvery && after != 0 {
 			after, rescanned = 0, time.Now()
+			continue
+		}
+		if n == routeChunk && err == nil {
 			continue
 		}
 		select {
@@ -205,7 +216,7 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, int64, error)
 func (w *Worker) notify(q store.CallbackQueue, rescan bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.ctx.Err() != nil {
+	if w.stopped {
 		return
 	}
 	s, ok := w.senders[q]
@@ -332,21 +343,31 @@ func (s *sender) sleep(d time.Duration) bool {
 }
 
 // deliver posts a batch until it succeeds or has failed MaxRetries
-// retries, then takes it off the queue (delivered or dead-lettered). It
-// returns false on Stop.
+// retries, then takes it off the queue (delivered or dead-lettered).
+// Before each attempt the app's settings are read again: records are
+// dropped when the switch went off or their type was deselected, and
+// moved when their URL is no longer configured. It returns false on Stop.
 func (s *sender) deliver(entries []store.OutboxEntry) bool {
 	w := s.w
 	app := s.q.AppKey
-	body, err := encodeBatch(entries)
-	if err != nil {
-		w.log.Error("callback: encode batch", "app", app, "err", err)
-		return s.sleep(w.cfg.RetryInterval)
-	}
-	id := "batch_" + entries[0].ID + "_" + entries[len(entries)-1].ID
 	var lastErr error
 	for attempt := 1; ; attempt++ {
+		var ok bool
+		if entries, ok = s.current(entries); !ok {
+			return s.sleep(time.Second)
+		}
+		if len(entries) == 0 {
+			return true
+		}
+		body, err := encodeBatch(entries)
+		if err != nil {
+			// Retrying cannot help; keep the records where they can be
+			// seen rather than block the queue.
+			lastErr = fmt.Errorf("encode batch: %w", err)
+			break
+		}
 		start := w.now()
-		lastErr = w.post(app, s.q.URL, id, body)
+		lastErr = w.post(app, s.q.URL, batchID(entries), body)
 		w.metrics.requests.WithLabelValues(app, outcome(lastErr)).Inc()
 		if lastErr == nil {
 			seqs := make([]int64, len(entries))
@@ -392,6 +413,68 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 	w.log.Warn("callback: batch dead-lettered after every retry failed", "app", app, "url", s.q.URL,
 		"records", len(entries), "dead_letter", d.ID, "err", lastErr)
 	return true
+}
+
+// batchID is the webhook-id of a batch: the same for every attempt.
+func batchID(entries []store.OutboxEntry) string {
+	return "batch_" + entries[0].ID + "_" + entries[len(entries)-1].ID
+}
+
+// current applies the app's settings as they are now to a batch about to
+// be sent and returns what is still to go to this URL; the rest is
+// dropped or moved. ok is false when the settings or the store could not
+// be read.
+func (s *sender) current(entries []store.OutboxEntry) (_ []store.OutboxEntry, ok bool) {
+	w := s.w
+	app, err := w.apps.Get(w.ctx, s.q.AppKey)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, false
+	}
+	cb := app.Callback
+	var reason string
+	switch target := cb.Target(s.q.URL); {
+	case err != nil:
+		reason = "no app"
+	case !cb.Enabled:
+		reason = "switch off"
+	case target == "":
+		reason = "no url"
+	case target != s.q.URL:
+		// The URL was deleted: what was routed to it goes where a
+		// record without a configured URL goes, the default.
+		if err := w.st.MoveCallbacks(w.ctx, s.q, entries, target); err != nil {
+			w.log.Error("callback: move records of a deleted URL", "app", s.q.AppKey, "err", err)
+			return nil, false
+		}
+		w.notify(store.CallbackQueue{AppKey: s.q.AppKey, URL: target}, false)
+		return nil, true
+	}
+	keep, drop := entries, []int64(nil)
+	if reason == "" {
+		keep = entries[:0:0]
+		for _, e := range entries {
+			if cb.Sends(e.Record.Type) {
+				keep = append(keep, e)
+			} else {
+				drop = append(drop, e.Seq)
+			}
+		}
+		reason = "type not selected"
+	} else {
+		keep = nil
+		for _, e := range entries {
+			drop = append(drop, e.Seq)
+		}
+	}
+	if len(drop) == 0 {
+		return keep, true
+	}
+	if err := w.st.DeleteCallbacks(w.ctx, s.q, drop); err != nil {
+		w.log.Error("callback: drop records", "app", s.q.AppKey, "err", err)
+		return nil, false
+	}
+	w.metrics.dropped.WithLabelValues(s.q.AppKey, reason).Add(float64(len(drop)))
+	return keep, true
 }
 
 func outcome(err error) string {

@@ -36,6 +36,9 @@ type Config struct {
 	// Devices hears of REST changes that connected devices must see; nil
 	// ignores them.
 	Devices DeviceEvents
+	// Apps caches apps; sharing it with the callback worker makes a
+	// settings change apply there at once. nil: the API makes its own.
+	Apps *appcache.Cache
 
 	// CallbackAllowCustomPorts lets callback URLs name any port
 	// (callback.allow_custom_ports); otherwise only 80 for http and 443
@@ -115,7 +118,10 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		a.cfg.Devices = noDeviceEvents{}
 	}
 	a.verifier = newVerifyClient(cfg.CallbackTimeout)
-	a.apps = appcache.New(st, a.now)
+	a.apps = cfg.Apps
+	if a.apps == nil {
+		a.apps = appcache.New(st, a.now)
+	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true

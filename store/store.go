@@ -423,9 +423,13 @@ type Store interface {
 	// DeleteCallbacks removes delivered entries from a delivery queue;
 	// absent ones are ignored.
 	DeleteCallbacks(ctx context.Context, q CallbackQueue, seqs []int64) error
+	// MoveCallbacks moves entries from the queue from to the end of the
+	// app's queue for toURL (with new Seqs, the same IDs), atomically.
+	MoveCallbacks(ctx context.Context, from CallbackQueue, entries []OutboxEntry, toURL string) error
 	// PutDeadLetter stores d and removes its entries from the delivery
-	// queue of (d.AppKey, d.URL), atomically. d.ID must be unique in the
-	// app.
+	// queue of (d.AppKey, d.URL), atomically. d.ID is the decimal Seq of
+	// its first entry; ErrAlreadyExists if the app has a dead letter
+	// with that id.
 	PutDeadLetter(ctx context.Context, d DeadLetter) error
 	// ListDeadLetters returns up to limit of the app's dead letters,
 	// oldest first, starting after the id cursor ("" for the start).

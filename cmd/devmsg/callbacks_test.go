@@ -164,9 +164,8 @@ func TestCallbackSwitchAndTypes(t *testing.T) {
 
 	off := f.send("types-1", "switch off", 60) // switch is off by default
 	f.waitState(off, "delivered")
-	time.Sleep(300 * time.Millisecond) // settings apply when a record is routed, within 10 ms of it being made
-	f.setCallback(`{"enabled":true,"types":[4]}`)
-	time.Sleep(1500 * time.Millisecond) // the worker's app cache holds settings up to a second
+	time.Sleep(300 * time.Millisecond)            // settings apply when a record is routed, within 10 ms of it being made
+	f.setCallback(`{"enabled":true,"types":[4]}`) // applies to the next record at once
 	on := f.send("types-1", "only type 4", 60)
 	f.waitState(on, "delivered")
 	waitFor(t, 5*time.Second, "type 4 record", func() bool { return len(rcv.records()) >= 1 })
@@ -177,7 +176,6 @@ func TestCallbackSwitchAndTypes(t *testing.T) {
 		}
 	}
 	f.setCallback(`{"enabled":false}`)
-	time.Sleep(1500 * time.Millisecond)
 	n := len(rcv.records())
 	f.waitState(f.send("types-1", "off again", 60), "delivered")
 	time.Sleep(900 * time.Millisecond)
@@ -313,5 +311,41 @@ func TestCallbackIsolation(t *testing.T) {
 	// Its flush interval is 300 ms; a hanging URL's attempt lasts 1 s.
 	if d := time.Since(start); d > 900*time.Millisecond {
 		t.Errorf("the healthy app's record took %v while another app's URL hung", d)
+	}
+}
+
+// TestCallbackSettingsApplyToQueued: records already queued for a URL
+// follow later changes: they move to the default when their URL is
+// deleted, and stop when the switch goes off.
+func TestCallbackSettingsApplyToQueued(t *testing.T) {
+	t.Parallel()
+	f := callbackFleet(t, "--callback.max_retries", "1000")
+	def, gone := newReceiver(t), newReceiver(t)
+	f.addURL(def.url("/default"))
+	f.addURL(gone.url("/gone"))
+	f.setCallback(`{"enabled":true,"types":[1]}`)
+	f.createDevice("queued-off")
+	f.restOK("PATCH", "/admin/v1/apps/"+demoKey+"/devices/queued-off", `{"flag":1}`, nil)
+	gone.status.Store(500)
+	var r struct{ Msgid int64 }
+	f.restOK("POST", "/msg/v1/msg", fmt.Sprintf(`{"seq_no":%d,"device_name":"queued-off","msg_body":"x","callback":{"url":%q}}`, f.seq.Add(1), gone.url("/gone")), &r)
+	waitFor(t, 5*time.Second, "failed attempts at the temporary URL", func() bool { return gone.attempts.Load() >= 2 })
+	f.restOK("DELETE", "/admin/v1/apps/"+demoKey+"/callback/urls?url="+gone.url("/gone"), "", nil)
+	waitFor(t, 5*time.Second, "the record at the default URL", func() bool { return slices.Equal(def.ofMessage(r.Msgid), []int{1}) })
+	after := gone.attempts.Load()
+
+	// The switch goes off while the default URL fails: the retries stop.
+	def.status.Store(500)
+	f.send("queued-off", "y", 60)
+	waitFor(t, 5*time.Second, "a failed attempt", func() bool { return def.attempts.Load() >= 3 })
+	f.setCallback(`{"enabled":false}`)
+	time.Sleep(400 * time.Millisecond) // an attempt may be in flight
+	n := def.attempts.Load()
+	time.Sleep(1200 * time.Millisecond) // four retry intervals
+	if m := def.attempts.Load(); m != n {
+		t.Errorf("switch off, yet %d more attempts", m-n)
+	}
+	if g := gone.attempts.Load(); g != after {
+		t.Errorf("the deleted URL got %d more attempts", g-after)
 	}
 }

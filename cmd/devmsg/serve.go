@@ -20,6 +20,7 @@ import (
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/gateway"
+	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
@@ -86,13 +87,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cb := cfg.Callback
+	// One app cache for the API and the callback worker: a settings
+	// change made through the API applies to the next record.
+	apps := appcache.New(st, time.Now)
 	callbacks, err := callback.New(callback.Config{
 		BatchSize:      cb.BatchSize,
 		FlushInterval:  time.Duration(cb.FlushInterval),
 		RetryInterval:  time.Duration(cb.RetryInterval),
 		MaxRetries:     cb.MaxRetries,
 		RequestTimeout: time.Duration(cb.RequestTimeout),
-	}, st, log, reg)
+	}, st, apps, log, reg)
 	if err != nil {
 		return err
 	}
@@ -112,6 +116,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
+		Apps:                     apps,
 	}, st, log, reg)
 	if err != nil {
 		return err

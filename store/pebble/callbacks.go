@@ -33,9 +33,16 @@ func deadKey(app string, id int64) []byte {
 	return binary.BigEndian.AppendUint64(key(pDead, app, ""), uint64(id))
 }
 
-// restoreCallbackSeq raises the Seq counter above every queued entry:
-// the outbox may be empty while the queues still hold entries.
+// restoreCallbackSeq raises the Seq counter above every queued entry
+// and every dead letter's id (the Seq of its first entry): the outbox may
+// be empty while queues and dead letters hold Seqs that must not be
+// handed out again.
 func (s *Store) restoreCallbackSeq() error {
+	raise := func(last []byte) {
+		if seq := int64(binary.BigEndian.Uint64(last[len(last)-8:])); seq > s.outboxSeq.Load() {
+			s.outboxSeq.Store(seq)
+		}
+	}
 	qs, err := s.callbackQueues()
 	if err != nil {
 		return err
@@ -46,13 +53,28 @@ func (s *Store) restoreCallbackSeq() error {
 			return err
 		}
 		if last != nil {
-			seq := int64(binary.BigEndian.Uint64(last[len(last)-8:]))
-			if seq > s.outboxSeq.Load() {
-				s.outboxSeq.Store(seq)
-			}
+			raise(last)
 		}
 	}
-	return nil
+	// The last dead letter of each app, seeking from one app to the next.
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pDead), UpperBound: prefixEnd([]byte(pDead))})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; {
+		k := it.Key()
+		app, _, found := bytes.Cut(k[len(pDead):], []byte{0})
+		if !found {
+			return fmt.Errorf("restore callback seq: malformed key %q", k)
+		}
+		end := prefixEnd(key(pDead, string(app), ""))
+		if it.SeekLT(end) {
+			raise(it.Key())
+		}
+		ok = it.SeekGE(end)
+	}
+	return it.Error()
 }
 
 // readEntries decodes up to limit entries from keys made of prefix and a
@@ -189,6 +211,32 @@ func (s *Store) DeleteCallbacks(ctx context.Context, q store.CallbackQueue, seqs
 	return nil
 }
 
+// MoveCallbacks moves entries from one delivery queue to the end of
+// another, with new Seqs.
+func (s *Store) MoveCallbacks(ctx context.Context, from store.CallbackQueue, entries []store.OutboxEntry, toURL string) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	to := store.CallbackQueue{AppKey: from.AppKey, URL: toURL}
+	err := s.write(func(b *pebble.Batch) error {
+		for _, e := range entries {
+			if err := b.Delete(cbQueueKey(from, e.Seq), nil); err != nil {
+				return err
+			}
+			e.Seq = s.outboxSeq.Add(1)
+			if err := setJSON(b, cbQueueKey(to, e.Seq), e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("move callbacks: %w", err)
+	}
+	return nil
+}
+
 // PutDeadLetter files d and takes its entries off their queue.
 func (s *Store) PutDeadLetter(ctx context.Context, d store.DeadLetter) error {
 	id, err := strconv.ParseInt(d.ID, 10, 64)
@@ -202,6 +250,12 @@ func (s *Store) PutDeadLetter(ctx context.Context, d store.DeadLetter) error {
 	s.deadMu.Lock()
 	defer s.deadMu.Unlock()
 	q := store.CallbackQueue{AppKey: d.AppKey, URL: d.URL}
+	if taken, err := s.exists(deadKey(d.AppKey, id)); err != nil || taken {
+		if err == nil {
+			err = fmt.Errorf("id %s %w", d.ID, store.ErrAlreadyExists)
+		}
+		return fmt.Errorf("put dead letter: %w", err)
+	}
 	err = s.write(func(b *pebble.Batch) error {
 		for _, e := range d.Entries {
 			if err := b.Delete(cbQueueKey(q, e.Seq), nil); err != nil {

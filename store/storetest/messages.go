@@ -252,9 +252,22 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 		t.Fatalf("queue a after delete: %+v", got)
 	}
 
+	// Move: o's entry goes to another URL of its app, with a new Seq.
+	moved := store.CallbackQueue{AppKey: "other", URL: "http://c.example/cb"}
+	must(t, s.MoveCallbacks(ctx, o, out[2:3], moved.URL))
+	if got, _ := s.ReadCallbacks(ctx, o, 0, 10); len(got) != 0 {
+		t.Fatalf("queue o after the move: %+v", got)
+	}
+	if got, _ := s.ReadCallbacks(ctx, moved, 0, 10); len(got) != 1 || got[0].ID != out[2].ID || got[0].Seq <= out[2].Seq {
+		t.Fatalf("moved queue: %+v, want %s with a new Seq", got, out[2].ID)
+	}
+
 	// Dead letter: filed atomically with leaving the queue.
 	d := store.DeadLetter{ID: fmt.Sprint(out[1].Seq), AppKey: "app", URL: b.URL, Entries: []store.OutboxEntry{out[1]}, Attempts: 4, LastError: "HTTP 500", Time: 7}
 	must(t, s.PutDeadLetter(ctx, d))
+	if err := s.PutDeadLetter(ctx, d); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("a second dead letter with id %s: %v, want ErrAlreadyExists", d.ID, err)
+	}
 	if got, _ := s.ReadCallbacks(ctx, b, 0, 10); len(got) != 0 {
 		t.Fatalf("queue b after dead letter: %+v", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -96,6 +97,15 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 		routes = append(routes, store.OutboxRoute{Entry: e, URL: cbq.URL})
 	}
 	must(t, s.RouteOutbox(ctx, routes))
+	// A dead letter, the newest Seq of all: its id must not be handed out
+	// again either.
+	must(t, s.CreateMessage(ctx, msg(21, "k1", "dev-2", store.StateFailed), 0, nil))
+	deadEntries, err := s.ReadOutbox(ctx, 0, 100)
+	must(t, err)
+	deadQ := store.CallbackQueue{AppKey: "k1", URL: "http://dead.example/"}
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: deadEntries[0], URL: deadQ.URL}}))
+	dead := store.DeadLetter{ID: fmt.Sprint(deadEntries[0].Seq), AppKey: "k1", URL: deadQ.URL, Entries: deadEntries[:1], Attempts: 4, LastError: "HTTP 500"}
+	must(t, s.PutDeadLetter(ctx, dead))
 	must(t, s.Close())
 
 	s = open(t, dir)
@@ -156,6 +166,13 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 			fresh, err := s.ReadOutbox(ctx, 0, 1)
 			if err != nil || len(fresh) != 1 || fresh[0].Seq <= out[len(out)-1].Seq {
 				return fmt.Errorf("new outbox entry %+v %v reuses a queued Seq (last %d)", fresh, err, out[len(out)-1].Seq)
+			}
+			if id, _ := strconv.ParseInt(dead.ID, 10, 64); fresh[0].Seq <= id {
+				return fmt.Errorf("new outbox entry Seq %d does not exceed dead letter %s", fresh[0].Seq, dead.ID)
+			}
+			list, err := s.ListDeadLetters(ctx, "k1", "", 10)
+			if err != nil || len(list) != 1 || list[0].ID != dead.ID || list[0].Entries[0].ID != "21-0" {
+				return fmt.Errorf("dead letters %+v %v", list, err)
 			}
 			return nil
 		}},
