@@ -145,3 +145,22 @@ func TestRunDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestRunCallbacks runs the callback workloads briefly against a server
+// the bench starts; it checks the report, never the speed.
+func TestRunCallbacks(t *testing.T) {
+	bin := buildDevmsg(t)
+	o := small()
+	o.Binary, o.Subscribers = bin, 10
+	o.Workloads = CallbackWorkloads
+	var out bytes.Buffer
+	if err := Run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	for _, w := range []string{"\ncallback-lag ", "receiver released", "\ncallback         backlog ", "errors 0"} {
+		if !strings.Contains(report, w) {
+			t.Errorf("report lacks %q:\n%s", w, report)
+		}
+	}
+}
