@@ -65,6 +65,9 @@ type Worker struct {
 	senders map[store.CallbackQueue]*sender
 	stopped bool // under mu: no sender starts once Stop began
 
+	recentMu sync.Mutex
+	recent   map[string][]Delivery // per app, newest last, at most recentPerApp
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -104,9 +107,47 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 		metrics: m,
 		now:     time.Now,
 		senders: map[store.CallbackQueue]*sender{},
+		recent:  map[string][]Delivery{},
 		ctx:     ctx,
 		cancel:  cancel,
 	}, nil
+}
+
+// recentPerApp is how many deliveries Recent remembers per app.
+const recentPerApp = 100
+
+// Delivery is one POST attempt, for the console's recent deliveries.
+type Delivery struct {
+	Time      time.Time `json:"time"`
+	URL       string    `json:"url"`
+	Records   int       `json:"records"`
+	Attempt   int       `json:"attempt"`
+	Status    int       `json:"status"` // HTTP status, 0 when there was no response
+	LatencyMS float64   `json:"latency_ms"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// Recent returns the app's latest delivery attempts, newest first. They
+// are kept in memory only, per node.
+func (w *Worker) Recent(appKey string) []Delivery {
+	w.recentMu.Lock()
+	defer w.recentMu.Unlock()
+	r := w.recent[appKey]
+	out := make([]Delivery, len(r))
+	for i, d := range r {
+		out[len(r)-1-i] = d
+	}
+	return out
+}
+
+func (w *Worker) remember(appKey string, d Delivery) {
+	w.recentMu.Lock()
+	defer w.recentMu.Unlock()
+	r := append(w.recent[appKey], d)
+	if len(r) > recentPerApp {
+		r = append(r[:0:0], r[len(r)-recentPerApp:]...)
+	}
+	w.recent[appKey] = r
 }
 
 // Start resumes the queues left from the last run and starts routing.
@@ -367,8 +408,15 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 			break
 		}
 		start := w.now()
-		lastErr = w.post(app, s.q.URL, batchID(entries), body)
+		var status int
+		status, lastErr = w.post(app, s.q.URL, batchID(entries), body)
 		w.metrics.requests.WithLabelValues(app, outcome(lastErr)).Inc()
+		d := Delivery{Time: start, URL: s.q.URL, Records: len(entries), Attempt: attempt, Status: status,
+			LatencyMS: float64(w.now().Sub(start).Microseconds()) / 1000}
+		if lastErr != nil {
+			d.Error = lastErr.Error()
+		}
+		w.remember(app, d)
 		if lastErr == nil {
 			seqs := make([]int64, len(entries))
 			now := w.now()
@@ -499,15 +547,16 @@ func encodeBatch(entries []store.OutboxEntry) ([]byte, error) {
 	return json.Marshal(recs)
 }
 
-// post sends one batch; nil only on HTTP 200.
-func (w *Worker) post(appKey, url, id string, body []byte) error {
+// post sends one batch and returns the HTTP status (0 without a
+// response); the error is nil only on HTTP 200.
+func (w *Worker) post(appKey, url, id string, body []byte) (int, error) {
 	app, err := w.apps.Get(w.ctx, appKey)
 	if err != nil {
-		return fmt.Errorf("load app: %w", err)
+		return 0, fmt.Errorf("load app: %w", err)
 	}
 	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ts := strconv.FormatInt(w.now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
@@ -518,15 +567,15 @@ func (w *Worker) post(appKey, url, id string, body []byte) error {
 	req.Header.Set("webhook-signature", Sign(SigningKey(app), id, ts, body))
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// Read a little so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %d", resp.StatusCode)
+		return resp.StatusCode, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // Sign returns the Standard Webhooks signature header value of a

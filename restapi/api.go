@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/message"
@@ -58,6 +59,8 @@ type CallbackEvents interface {
 	// Redelivered follows putting a dead letter back on the delivery
 	// queue of (appKey, url).
 	Redelivered(appKey, url string)
+	// Recent returns the app's latest delivery attempts, newest first.
+	Recent(appKey string) []callback.Delivery
 }
 
 // DeviceEvents is told of changes made through the API that a connected

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 )
@@ -438,6 +439,8 @@ func (r *redeliveries) Redelivered(appKey, url string) {
 	defer r.mu.Unlock()
 	r.got = append(r.got, appKey+" "+url)
 }
+
+func (r *redeliveries) Recent(string) []callback.Delivery { return nil }
 
 func (r *redeliveries) list() []string {
 	r.mu.Lock()
