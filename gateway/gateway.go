@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -193,4 +194,16 @@ func (g *Gateway) Disabled(ctx context.Context, appKey, device string) {
 	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDisabled, "device disabled"); err != nil {
 		g.log.Error("fail pending messages of a disabled device", "app", appKey, "device", device, "err", err)
 	}
+}
+
+// Deleted disconnects a device that is about to be deleted and fails its
+// pending messages (5/3007). The device is already disabled, so it cannot
+// connect again meanwhile. An error leaves messages pending, and the
+// caller does not delete the device then: its queue would be lost.
+func (g *Gateway) Deleted(ctx context.Context, appKey, device string) error {
+	g.broker.Kick(appKey, device)
+	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDeleted, "device deleted"); err != nil {
+		return fmt.Errorf("fail pending messages of %s/%s: %w", appKey, device, err)
+	}
+	return nil
 }

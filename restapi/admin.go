@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
@@ -19,17 +21,22 @@ const (
 	DefaultDeviceListLimit = 100
 	MaxDeviceListLimit     = 1000
 	MaxAppNameLen          = 64
+	MasterSecretLen        = 32
 )
 
 func (a *API) adminRoutes(g *gin.RouterGroup) {
 	g.POST("/apps", a.wrap(a.createApp))
 	g.GET("/apps", a.wrap(a.listApps))
+	g.GET("/apps/:key", a.wrap(a.getApp))
+	g.POST("/apps/:key/master_secret", a.wrap(a.rotateMasterSecret))
 	g.GET("/apps/:key/properties", a.wrap(a.getModel))
 	g.PUT("/apps/:key/properties", a.wrap(a.putModel))
 	g.GET("/apps/:key/ratelimits", a.wrap(a.getRateLimits))
 	g.PUT("/apps/:key/ratelimits", a.wrap(a.putRateLimits))
 	g.GET("/apps/:key/devices", a.wrap(a.listDevices))
+	g.GET("/apps/:key/devices/:name", a.wrap(a.getDevice))
 	g.PATCH("/apps/:key/devices/:name", a.wrap(a.patchDevice))
+	g.DELETE("/apps/:key/devices/:name", a.wrap(a.deleteDevice))
 	g.GET("/apps/:key/callback", a.wrap(a.getCallback))
 	g.PUT("/apps/:key/callback", a.wrap(a.putCallback))
 	g.GET("/apps/:key/callback/urls", a.wrap(a.listCallbackURLs))
@@ -37,6 +44,7 @@ func (a *API) adminRoutes(g *gin.RouterGroup) {
 	g.DELETE("/apps/:key/callback/urls", a.wrap(a.deleteCallbackURL))
 	g.POST("/apps/:key/callback/urls/default", a.wrap(a.setDefaultCallbackURL))
 	g.POST("/apps/:key/callback/urls/test", a.wrap(a.testCallbackURL))
+	g.GET("/apps/:key/callback/deliveries", a.wrap(a.listDeliveries))
 	g.GET("/apps/:key/callback/deadletters", a.wrap(a.listDeadLetters))
 	g.POST("/apps/:key/callback/deadletters/:id/redeliver", a.wrap(a.redeliverDeadLetter))
 }
@@ -113,6 +121,56 @@ func (a *API) listApps(c *gin.Context) error {
 		out[i] = appSummary{app.Name, app.Key, app.CreatedAt}
 	}
 	return writeJSON(c, gin.H{"apps": out})
+}
+
+type appView struct {
+	Name         string         `json:"name"`
+	Key          string         `json:"key"`
+	MasterSecret string         `json:"master_secret"`
+	CreatedAt    int64          `json:"created_at"`
+	RateLimits   map[string]int `json:"rate_limits"`
+}
+
+// getApp serves GET /admin/v1/apps/{key}: the app with its master secret
+// and the rate limits in effect.
+func (a *API) getApp(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, appView{app.Name, app.Key, app.MasterSecret, app.CreatedAt, a.effectiveLimits(app)})
+}
+
+// rotateMasterSecret serves POST /admin/v1/apps/{key}/master_secret: a
+// new master secret replaces the old one, which this node refuses at
+// once (the shared app cache is updated) and other nodes within
+// appcache.TTL. The body must repeat the app key as confirm: a call aimed
+// at the wrong app fails instead of locking that app's clients out.
+func (a *API) rotateMasterSecret(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	obj, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	confirm, _, err := obj.stringField("confirm", true)
+	if err != nil {
+		return err
+	}
+	if confirm != app.Key {
+		return errInvalid("confirm must equal the app key")
+	}
+	newSecret := secret.Alnum(MasterSecretLen)
+	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
+		app.MasterSecret = newSecret
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	return writeJSON(c, gin.H{"key": app.Key, "master_secret": app.MasterSecret})
 }
 
 func (a *API) getModel(c *gin.Context) error {
@@ -319,4 +377,81 @@ func (a *API) patchDevice(c *gin.Context) error {
 		a.cfg.Devices.Disabled(c.Request.Context(), app.Key, name)
 	}
 	return writeJSON(c, summarize(d))
+}
+
+// deviceDetail is a device as the admin API shows it on its own: the
+// listing's fields plus presence, with login times as GET
+// /device/v1/status gives them.
+type deviceDetail struct {
+	Name           string `json:"name"`
+	Mark           string `json:"mark"`
+	Flag           int    `json:"flag"`
+	Status         int    `json:"status"`
+	ClientIP       string `json:"client_ip"`
+	LastLoginTime  string `json:"last_login_time"`
+	LastLogoutTime string `json:"last_logout_time"`
+	TimeCreate     int64  `json:"time_create"`
+	TimeActive     int64  `json:"time_active"`
+}
+
+// getDevice serves GET /admin/v1/apps/{key}/devices/{name}: base info,
+// presence and properties in one answer, for the console's device page.
+func (a *API) getDevice(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	d, err := a.loadDevice(c, app.Key, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	props, err := a.properties(c, d)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, gin.H{
+		"device": deviceDetail{
+			d.Name, d.Mark, d.Flag, d.Status, d.ClientIP,
+			unixString(d.LastLoginTime), unixString(d.LastLogoutTime), d.TimeCreate, d.TimeActive,
+		},
+		"properties": props,
+	})
+}
+
+// deleteDevice serves DELETE /admin/v1/apps/{key}/devices/{name}
+// (DESIGN.md section 5). The steps are ordered so that no message is
+// left pending for a device that is gone: the device is disabled first,
+// so from then on it cannot connect and sends to it fail with record 1;
+// then it is disconnected and its pending messages fail with record 5
+// (3007); only then is it removed. Its messages stay readable by msgid.
+func (a *API) deleteDevice(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	// A client that hangs up mid-way must not leave the device disabled
+	// but not deleted: once begun, the steps run to the end.
+	ctx := context.WithoutCancel(c.Request.Context())
+	_, err = a.store.UpdateDevice(ctx, app.Key, name, func(d *store.Device) error {
+		d.Flag = store.FlagDisabled
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return errInvalid("device %q not found", name)
+	}
+	if err != nil {
+		return fmt.Errorf("disable device: %w", err)
+	}
+	if err := a.cfg.Devices.Deleted(ctx, app.Key, name); err != nil {
+		return fmt.Errorf("delete device: %w", err)
+	}
+	err = a.store.DeleteDevice(ctx, app.Key, name)
+	if errors.Is(err, store.ErrNotFound) { // a concurrent delete won
+		return errInvalid("device %q not found", name)
+	}
+	if err != nil {
+		return fmt.Errorf("delete device: %w", err)
+	}
+	return writeJSON(c, gin.H{"device_name": name, "deleted": true})
 }

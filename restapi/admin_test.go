@@ -2,6 +2,7 @@ package restapi_test
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,7 +37,10 @@ func TestAdminAPI(t *testing.T) {
 		}
 	})
 	t.Run("cross-app access is denied", func(t *testing.T) {
-		for _, ep := range []string{"GET /properties", "PUT /properties", "GET /ratelimits", "GET /devices", "PATCH /devices/dev-0001"} {
+		for _, ep := range []string{
+			"GET ", "POST /master_secret", "GET /properties", "PUT /properties", "GET /ratelimits", "GET /devices",
+			"GET /devices/dev-0001", "PATCH /devices/dev-0001", "DELETE /devices/dev-0001", "GET /callback/deliveries",
+		} {
 			method, path, _ := strings.Cut(ep, " ")
 			e.do(method, base+path, `{"properties":[]}`, &foreign).wantError(t, 401, 1004, e.app.Key)
 		}
@@ -105,6 +109,127 @@ func TestAdminAPI(t *testing.T) {
 		info := e.call("GET", "/device/v1/baseinfo?device_name=dev-0001", nil)
 		if !strings.Contains(string(info.body), `"flag":1`) {
 			t.Errorf("baseinfo after disable: %s", info.body)
+		}
+	})
+}
+
+type appDetail struct {
+	Name         string
+	Key          string
+	MasterSecret string         `json:"master_secret"`
+	CreatedAt    int64          `json:"created_at"`
+	RateLimits   map[string]int `json:"rate_limits"`
+}
+
+func TestAdminGetApp(t *testing.T) {
+	e := newEnv(t)
+	other := e.createApp("other")
+	adm, own, foreign := adminCreds(), e.appCreds(), credsOf(other)
+	path := "/admin/v1/apps/" + e.app.Key
+	before := time.Now().Unix()
+	e.do("PUT", path+"/ratelimits", `{"message":50,"query":0}`, &adm).wantOK(t)
+	for name, c := range map[string]creds{"admin": adm, "own app": own} {
+		t.Run(name, func(t *testing.T) {
+			r := e.do("GET", path, nil, &c)
+			r.wantOK(t)
+			var got appDetail
+			r.decode(t, &got)
+			want := map[string]int{"create": 1000, "property": 1000, "message": 50, "query": 0}
+			if got.Name != "test-app" || got.Key != e.app.Key || got.MasterSecret != e.app.MasterSecret ||
+				got.CreatedAt < before-60 || got.CreatedAt > time.Now().Unix() || !maps.Equal(got.RateLimits, want) {
+				t.Errorf("app %+v", got)
+			}
+		})
+	}
+	t.Run("service defaults", func(t *testing.T) {
+		var got appDetail
+		c := credsOf(other)
+		e.do("GET", "/admin/v1/apps/"+other.Key, nil, &c).decode(t, &got)
+		if want := map[string]int{"create": 1000, "property": 1000, "message": 1000, "query": 1000}; !maps.Equal(got.RateLimits, want) {
+			t.Errorf("rate limits %v, want %v", got.RateLimits, want)
+		}
+	})
+	e.do("GET", path, nil, &foreign).wantError(t, 401, 1004, e.app.Key)
+	e.do("GET", "/admin/v1/apps/nope", nil, &adm).wantError(t, 400, 1003, "nope")
+}
+
+func TestRotateMasterSecret(t *testing.T) {
+	e := newEnv(t)
+	other := e.createApp("other")
+	adm, foreign := adminCreds(), credsOf(other)
+	e.createDevices("dev-0001")
+	path := "/admin/v1/apps/" + e.app.Key + "/master_secret"
+	confirm := `{"confirm":"` + e.app.Key + `"}`
+	rotate := func(t *testing.T, c creds) string {
+		t.Helper()
+		r := e.do("POST", path, confirm, &c)
+		r.wantOK(t)
+		var out struct{ Key, Master_Secret string }
+		r.decode(t, &out)
+		if out.Key != e.app.Key || len(out.Master_Secret) != 32 || out.Master_Secret == c.pass {
+			t.Fatalf("rotation answered %s", r.body)
+		}
+		return out.Master_Secret
+	}
+	// works reports whether the credentials reach the REST and admin APIs.
+	works := func(t *testing.T, c creds) bool {
+		t.Helper()
+		rest := e.do("GET", "/device/v1/status?device_name=dev-0001", nil, &c)
+		admin := e.do("GET", "/admin/v1/apps/"+e.app.Key, nil, &c)
+		if rest.status != admin.status || rest.status != 200 && rest.status != 401 {
+			t.Fatalf("REST %d, admin %d", rest.status, admin.status)
+		}
+		return rest.status == 200
+	}
+
+	t.Run("refused", func(t *testing.T) {
+		own := e.appCreds()
+		bad := []struct{ name, body, fragment string }{
+			{"wrong app key", `{"confirm":"` + other.Key + `"}`, "confirm must equal the app key"},
+			{"empty", `{"confirm":""}`, "confirm must equal the app key"},
+			{"not a string", `{"confirm":1}`, "confirm"},
+		}
+		for _, tc := range bad {
+			t.Run(tc.name, func(t *testing.T) {
+				e.do("POST", path, tc.body, &own).wantError(t, 400, 1003, tc.fragment)
+			})
+		}
+		e.do("POST", path, `{}`, &own).wantError(t, 400, 1002, "confirm")
+		e.do("POST", path, `{"confirm":null}`, &own).wantError(t, 400, 1002, "confirm")
+		e.do("POST", path, nil, &own).wantError(t, 400, 1003)
+		e.do("POST", path, confirm, &foreign).wantError(t, 401, 1004, e.app.Key)
+		e.do("POST", "/admin/v1/apps/nope/master_secret", `{"confirm":"nope"}`, &adm).wantError(t, 400, 1003, "nope")
+		if !works(t, own) {
+			t.Fatal("a refused rotation changed the secret")
+		}
+	})
+	t.Run("by the app itself", func(t *testing.T) {
+		old := e.appCreds()
+		fresh := creds{e.app.Key, rotate(t, old)}
+		if works(t, old) {
+			t.Error("the old secret still works")
+		}
+		if !works(t, fresh) {
+			t.Error("the new secret does not work")
+		}
+		e.app.MasterSecret = fresh.pass
+	})
+	t.Run("by the admin", func(t *testing.T) {
+		old := e.appCreds()
+		fresh := creds{e.app.Key, rotate(t, adm)}
+		if works(t, old) {
+			t.Error("the old secret still works")
+		}
+		if !works(t, fresh) {
+			t.Error("the new secret does not work")
+		}
+		e.app.MasterSecret = fresh.pass
+		e.do("GET", "/admin/v1/apps/"+other.Key, nil, &foreign).wantOK(t) // another app's secret is unchanged
+	})
+	t.Run("survives a restart", func(t *testing.T) {
+		e.restart()
+		if !works(t, e.appCreds()) {
+			t.Error("the rotated secret was lost")
 		}
 	})
 }

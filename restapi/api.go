@@ -64,18 +64,27 @@ type CallbackEvents interface {
 }
 
 // DeviceEvents is told of changes made through the API that a connected
-// device must learn of. Calls happen after the change is stored.
+// device must learn of. Calls happen after the change is stored, except
+// Deleted, which is a step of the deletion itself.
 type DeviceEvents interface {
 	// DesiredChanged follows a successful property set.
 	DesiredChanged(ctx context.Context, appKey, device string, sh store.Shadow)
 	// Disabled follows setting a device's flag to disabled.
 	Disabled(ctx context.Context, appKey, device string)
+	// Deleted comes between the two steps of a device deletion: after
+	// the device is disabled (so it can no longer connect, and messages
+	// sent to it fail with record 1) and before it is removed from the
+	// store. It disconnects the device and fails its pending messages
+	// with record 5 (3007). An error stops the deletion, leaving the
+	// device disabled; deleting it again finishes the job.
+	Deleted(ctx context.Context, appKey, device string) error
 }
 
 type noDeviceEvents struct{}
 
 func (noDeviceEvents) DesiredChanged(context.Context, string, string, store.Shadow) {}
 func (noDeviceEvents) Disabled(context.Context, string, string)                     {}
+func (noDeviceEvents) Deleted(context.Context, string, string) error                { return nil }
 
 // API serves the spec's REST API, the admin API, /healthz, /readyz and
 // /metrics.

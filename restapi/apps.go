@@ -13,7 +13,7 @@ func NewApp(name string) store.App {
 	return store.App{
 		Key:           secret.Alnum(24),
 		Name:          name,
-		MasterSecret:  secret.Alnum(32),
+		MasterSecret:  secret.Alnum(MasterSecretLen),
 		SigningSecret: secret.Alnum(32),
 		CreatedAt:     time.Now().Unix(),
 	}

@@ -305,6 +305,39 @@ func (a *API) deleteCallbackURL(c *gin.Context) error {
 	return writeJSON(c, urlsView(app))
 }
 
+type deliveryView struct {
+	Time      string  `json:"time"` // RFC 3339, UTC, milliseconds
+	URL       string  `json:"url"`
+	Records   int     `json:"records"`
+	Attempt   int     `json:"attempt"`
+	Status    int     `json:"status"` // 0: no HTTP response
+	LatencyMS float64 `json:"latency_ms"`
+	Error     string  `json:"error"` // "" on success
+}
+
+// listDeliveries serves GET .../callback/deliveries: the app's latest
+// POST attempts, newest first, as the callback worker of this node
+// remembers them (in memory, so a restart or another node starts empty).
+func (a *API) listDeliveries(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	var recent []callback.Delivery
+	if a.cfg.Callbacks != nil {
+		recent = a.cfg.Callbacks.Recent(app.Key)
+	}
+	out := make([]deliveryView, len(recent))
+	for i, d := range recent {
+		out[i] = deliveryView{d.Time.UTC().Format(rfc3339Milli), d.URL, d.Records, d.Attempt, d.Status, d.LatencyMS, d.Error}
+	}
+	return writeJSON(c, gin.H{"deliveries": out})
+}
+
+// rfc3339Milli is RFC 3339 with exactly three fractional digits, so the
+// times of one second's attempts sort as strings.
+const rfc3339Milli = "2006-01-02T15:04:05.000Z07:00"
+
 type deadLetterView struct {
 	ID        string            `json:"id"`
 	URL       string            `json:"url"`

@@ -638,3 +638,68 @@ func TestCallbackCrossApp(t *testing.T) {
 		}
 	})
 }
+
+// recentDeliveries answers Recent with fixed attempts per app.
+type recentDeliveries struct {
+	mu    sync.Mutex
+	byApp map[string][]callback.Delivery
+}
+
+func (r *recentDeliveries) Redelivered(string, string) {}
+
+func (r *recentDeliveries) Recent(appKey string) []callback.Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.byApp[appKey])
+}
+
+func TestCallbackDeliveries(t *testing.T) {
+	rd := &recentDeliveries{byApp: map[string][]callback.Delivery{}}
+	e := newEnv(t, callbackEvents(rd))
+	other := e.createApp("other")
+	adm, own, foreign := adminCreds(), e.appCreds(), credsOf(other)
+	path := "/admin/v1/apps/" + e.app.Key + "/callback/deliveries"
+	newest := time.Date(2026, 1, 1, 8, 0, 10, 250_000_000, time.FixedZone("CET", 3600))
+	rd.mu.Lock()
+	rd.byApp[e.app.Key] = []callback.Delivery{ // newest first, as Recent returns them
+		{Time: newest, URL: "https://example.com/cb", Records: 100, Attempt: 1, Status: 200, LatencyMS: 12.5},
+		{Time: newest.Add(-10 * time.Second), URL: "https://example.com/cb", Records: 3, Attempt: 2, Status: 503, LatencyMS: 8, Error: "HTTP 503"},
+		{Time: newest.Add(-20 * time.Second), URL: "https://backup.example.com/cb", Records: 1, Attempt: 4, Status: 0, LatencyMS: 10000, Error: "no response within 10s"},
+	}
+	rd.byApp[other.Key] = []callback.Delivery{{Time: newest, URL: "https://other.example.com/cb", Records: 1, Attempt: 1, Status: 200, LatencyMS: 1}}
+	rd.mu.Unlock()
+	want := `{"deliveries":[` +
+		`{"time":"2026-01-01T07:00:10.250Z","url":"https://example.com/cb","records":100,"attempt":1,"status":200,"latency_ms":12.5,"error":""},` +
+		`{"time":"2026-01-01T07:00:00.250Z","url":"https://example.com/cb","records":3,"attempt":2,"status":503,"latency_ms":8,"error":"HTTP 503"},` +
+		`{"time":"2026-01-01T06:59:50.250Z","url":"https://backup.example.com/cb","records":1,"attempt":4,"status":0,"latency_ms":10000,"error":"no response within 10s"}]}`
+	for name, c := range map[string]creds{"admin": adm, "own app": own} {
+		t.Run(name, func(t *testing.T) {
+			r := e.do("GET", path, nil, &c)
+			r.wantOK(t)
+			if string(r.body) != want {
+				t.Errorf("got  %s\nwant %s", r.body, want)
+			}
+		})
+	}
+	e.do("GET", path, nil, &foreign).wantError(t, 401, 1004, e.app.Key)
+	e.do("GET", "/admin/v1/apps/nope/callback/deliveries", nil, &adm).wantError(t, 400, 1003, "nope")
+	r := e.do("GET", "/admin/v1/apps/"+other.Key+"/callback/deliveries", nil, &foreign)
+	if r.status != 200 || !strings.Contains(string(r.body), "other.example.com") || strings.Contains(string(r.body), "HTTP 503") {
+		t.Errorf("other app's deliveries: %d %s", r.status, r.body)
+	}
+
+	t.Run("none yet", func(t *testing.T) {
+		third := e.createApp("third")
+		c := credsOf(third)
+		if r := e.do("GET", "/admin/v1/apps/"+third.Key+"/callback/deliveries", nil, &c); string(r.body) != `{"deliveries":[]}` {
+			t.Errorf("got %d %s", r.status, r.body)
+		}
+	})
+	t.Run("no callback worker", func(t *testing.T) {
+		plain := newEnv(t)
+		c := plain.appCreds()
+		if r := plain.do("GET", "/admin/v1/apps/"+plain.app.Key+"/callback/deliveries", nil, &c); string(r.body) != `{"deliveries":[]}` {
+			t.Errorf("got %d %s", r.status, r.body)
+		}
+	})
+}

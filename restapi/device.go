@@ -205,19 +205,29 @@ func (a *API) getProperty(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	props, err := a.properties(c, d)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, props)
+}
+
+// properties loads d's shadow as the device property summary (spec 2.4),
+// properties sorted by name.
+func (a *API) properties(c *gin.Context, d store.Device) (gin.H, error) {
 	sh, err := a.store.GetShadow(c.Request.Context(), d.AppKey, d.Name)
 	if errors.Is(err, store.ErrNotFound) { // deleted since loadDevice
-		return errInvalid("device %q not found", d.Name)
+		return nil, errInvalid("device %q not found", d.Name)
 	}
 	if err != nil {
-		return fmt.Errorf("load shadow: %w", err)
+		return nil, fmt.Errorf("load shadow: %w", err)
 	}
 	props := make([]propertyInfo, 0, len(sh.Properties))
 	for name, p := range sh.Properties {
 		props = append(props, propertyInfo{name, p.DesiredValue, p.DesiredSTime, p.ReportedValue, p.ReportedSTime})
 	}
 	sort.Slice(props, func(i, j int) bool { return props[i].Name < props[j].Name })
-	return writeJSON(c, gin.H{
+	return gin.H{
 		"properties":            props,
 		"sdk_ver":               sh.SDKVer,
 		"app_ver":               sh.AppVer,
@@ -225,7 +235,7 @@ func (a *API) getProperty(c *gin.Context) error {
 		"last_reported_stime":   sh.LastReportedSTime,
 		"last_desired_version":  sh.LastDesiredVersion,
 		"last_reported_version": sh.LastReportedVersion,
-	})
+	}, nil
 }
 
 type propertyResult struct {

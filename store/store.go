@@ -355,6 +355,17 @@ type Store interface {
 	// ListDevices returns up to limit devices whose names start with
 	// prefix, in name order, starting after cursor ("" for the start).
 	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (DevicePage, error)
+	// DeleteDevice removes the device, its shadow, its pending-queue
+	// entries and pending count and its online-index entry (so
+	// ResetPresence no longer counts it), atomically: one write, ordered
+	// with every other write of the device and with CreateDevices. The
+	// device's messages stay readable by id and are not changed; callers
+	// fail its pending messages first (one still pending leaves the queue
+	// but keeps its state and its place in ExpiredMessages). Afterwards
+	// the name is free: CreateDevices makes a new device with NewShadow
+	// and an empty queue whose count starts at 0. ErrNotFound if the
+	// device does not exist.
+	DeleteDevice(ctx context.Context, appKey, name string) error
 
 	// GetShadow returns the device's shadow or ErrNotFound.
 	GetShadow(ctx context.Context, appKey, name string) (Shadow, error)

@@ -53,13 +53,16 @@ func TestEveryRouteDocumented(t *testing.T) {
 	}
 	admin := []string{
 		"POST /admin/v1/apps", "GET /admin/v1/apps",
+		"GET /admin/v1/apps/{key}", "POST /admin/v1/apps/{key}/master_secret",
 		"GET /admin/v1/apps/{key}/properties", "PUT /admin/v1/apps/{key}/properties",
 		"GET /admin/v1/apps/{key}/ratelimits", "PUT /admin/v1/apps/{key}/ratelimits",
-		"GET /admin/v1/apps/{key}/devices", "PATCH /admin/v1/apps/{key}/devices/{name}",
+		"GET /admin/v1/apps/{key}/devices", "GET /admin/v1/apps/{key}/devices/{name}",
+		"PATCH /admin/v1/apps/{key}/devices/{name}", "DELETE /admin/v1/apps/{key}/devices/{name}",
 		"GET /admin/v1/apps/{key}/callback", "PUT /admin/v1/apps/{key}/callback",
 		"GET /admin/v1/apps/{key}/callback/urls", "POST /admin/v1/apps/{key}/callback/urls",
 		"DELETE /admin/v1/apps/{key}/callback/urls", "POST /admin/v1/apps/{key}/callback/urls/default",
-		"POST /admin/v1/apps/{key}/callback/urls/test", "GET /admin/v1/apps/{key}/callback/deadletters",
+		"POST /admin/v1/apps/{key}/callback/urls/test", "GET /admin/v1/apps/{key}/callback/deliveries",
+		"GET /admin/v1/apps/{key}/callback/deadletters",
 		"POST /admin/v1/apps/{key}/callback/deadletters/{id}/redeliver",
 	}
 	ops := []string{"GET /healthz", "GET /readyz", "GET /metrics"}

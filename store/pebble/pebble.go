@@ -668,6 +668,57 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 	return d, nil
 }
 
+// DeleteDevice removes the device with its shadow, pending queue, pending
+// count and online-index entry in one synced batch; see store.Store.
+func (s *Store) DeleteDevice(ctx context.Context, appKey, name string) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	// createMu first, as CreateDevices holds it while it checks names
+	// without device stripes: a create of the name is wholly before the
+	// delete or wholly after it. Nothing holds a stripe while taking
+	// createMu, so the order cannot deadlock.
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	defer s.lock2(deviceStripe(appKey, name), deviceStripe(appKey, name))()
+	k := key(pDevice, appKey, name)
+	if ok, err := s.exists(k); err != nil {
+		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
+	} else if !ok {
+		return store.ErrNotFound
+	}
+	// Queue entries are written only under the device's stripe, which is
+	// held, so the scan sees them all. Normally the caller has emptied
+	// the queue already.
+	var queued [][]byte
+	prefix := key(pQueue, appKey, name, "")
+	err := s.scan(prefix, prefixEnd(prefix), func(k, _ []byte) (bool, error) {
+		queued = append(queued, bytes.Clone(k))
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
+	}
+	err = s.write(func(b *pebble.Batch) error {
+		keys := append(queued, k, key(pShadow, appKey, name), key(pCount, appKey, name), key(pOnline, appKey, name))
+		for _, dk := range keys {
+			if err := b.Delete(dk, nil); err != nil {
+				return fmt.Errorf("delete %q: %w", dk, err)
+			}
+		}
+		return nil
+	})
+	// Dropped even on failure: the batch may or may not have landed, and
+	// a miss reads the database again under the stripe.
+	s.devices.drop(appKey, name)
+	s.pending.drop(appKey, name)
+	if err != nil {
+		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
+	}
+	return nil
+}
+
 // ListDevices returns up to limit devices whose names start with prefix,
 // in name order, after the name cursor. Next is the last name returned
 // when more devices follow, "" otherwise.

@@ -27,6 +27,8 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"DevicesScopedToApp", testDevicesScoped},
 		{"UpdateDevice", testUpdateDevice},
 		{"UpdateAtomic", testUpdateAtomic},
+		{"DeleteDevice", testDeleteDevice},
+		{"ConcurrentDeleteDevice", testConcurrentDeleteDevice},
 		{"ListDevicesPaging", testListDevicesPaging},
 		{"ListDevicesPrefix", testListDevicesPrefix},
 		{"GetShadow", testGetShadow},
@@ -106,6 +108,17 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: deadEntries[0], URL: deadQ.URL}}))
 	dead := store.DeadLetter{ID: fmt.Sprint(deadEntries[0].Seq), AppKey: "k1", URL: deadQ.URL, Entries: deadEntries[:1], Attempts: 4, LastError: "HTTP 500"}
 	must(t, s.PutDeadLetter(ctx, dead))
+	// A deleted device that was online, with a shadow and a message: it
+	// stays deleted, and out of the online index ("presence" below).
+	mustDevices(t, s, "k1", "dev-3")
+	gone := d
+	gone.Name, gone.Secret = "dev-3", "secret-dev-3"
+	must(t, replaceDevice(ctx, s, gone))
+	if _, err := s.SetDesired(ctx, update("k1", "dev-3", 1, `{"p":1}`), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.CreateMessage(ctx, msg(30, "k1", "dev-3", store.StateFailed), 0, nil))
+	must(t, s.DeleteDevice(ctx, "k1", "dev-3"))
 	must(t, s.Close())
 
 	s = open(t, dir)
@@ -192,6 +205,16 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 			if err == nil && n != 1 {
 				err = fmt.Errorf("reset %d online devices, want 1 (dev-2)", n)
 			}
+			return err
+		}},
+		{"deleted device", func() error {
+			if _, err := s.GetDevice(ctx, "k1", "dev-3"); !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("device: %v, want ErrNotFound", err)
+			}
+			if _, err := s.GetShadow(ctx, "k1", "dev-3"); !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("shadow: %v, want ErrNotFound", err)
+			}
+			_, err := s.GetMessage(ctx, "k1", 30)
 			return err
 		}},
 		{"meta", func() error {
@@ -457,6 +480,113 @@ func testUpdateDevice(t *testing.T, s store.Store) {
 	// Base info updates leave the shadow alone.
 	if sh, _ := s.GetShadow(ctx, "app", "dev-1"); sh.LastDesiredVersion != 1 {
 		t.Fatalf("shadow after device update: %+v", sh)
+	}
+}
+
+func testDeleteDevice(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	wantErr(t, "delete missing", s.DeleteDevice(ctx, "app", "ghost"), store.ErrNotFound)
+	// dev-10 shares dev-1's name as a prefix; "other" has a dev-1 of its own.
+	mustDevices(t, s, "app", "dev-1", "dev-10")
+	mustDevices(t, s, "other", "dev-1")
+	for _, app := range []string{"app", "other"} {
+		_, err := s.UpdateDevice(ctx, app, "dev-1", func(d *store.Device) error { d.Status, d.ClientIP = 1, "10.0.0.1"; return nil })
+		must(t, err)
+		_, err = s.SetDesired(ctx, update(app, "dev-1", 1, `{"p":1}`), 0, nil)
+		must(t, err)
+	}
+	// Three pending (the caller normally fails them first), one delivered,
+	// one not queued, and one pending for each of the other devices.
+	for id := int64(1); id <= 4; id++ {
+		must(t, s.CreateMessage(ctx, msg(id, "app", "dev-1", store.StatePending), 0, nil))
+	}
+	_, err := s.UpdateMessage(ctx, "app", 4, deliver)
+	must(t, err)
+	must(t, s.CreateMessage(ctx, msg(5, "app", "dev-1", store.StateFailed), 0, nil))
+	must(t, s.CreateMessage(ctx, msg(6, "app", "dev-10", store.StatePending), 0, nil))
+	must(t, s.CreateMessage(ctx, msg(7, "other", "dev-1", store.StatePending), 0, nil))
+	_, err = s.GetDevice(ctx, "app", "dev-1") // now in the cache of backends that keep one
+	must(t, err)
+
+	must(t, s.DeleteDevice(ctx, "app", "dev-1"))
+
+	_, err = s.GetDevice(ctx, "app", "dev-1")
+	wantErr(t, "get deleted device", err, store.ErrNotFound)
+	_, err = s.GetShadow(ctx, "app", "dev-1")
+	wantErr(t, "shadow of deleted device", err, store.ErrNotFound)
+	_, err = s.UpdateDevice(ctx, "app", "dev-1", func(*store.Device) error { return nil })
+	wantErr(t, "update deleted device", err, store.ErrNotFound)
+	_, err = s.SetDesired(ctx, update("app", "dev-1", 2, `{"p":2}`), 0, nil)
+	wantErr(t, "set desired of deleted device", err, store.ErrNotFound)
+	_, err = s.ReportProperties(ctx, store.Report{AppKey: "app", DeviceName: "dev-1", Properties: map[string]json.RawMessage{"p": json.RawMessage("1")}})
+	wantErr(t, "report of deleted device", err, store.ErrNotFound)
+	if err := checkPending(s, "app", "dev-1"); err != nil {
+		t.Fatalf("queue of the deleted device: %v", err)
+	}
+	if page, err := s.ListDevices(ctx, "app", "", "", 10); err != nil || !slices.Equal(names(page.Devices), []string{"dev-10"}) {
+		t.Fatalf("devices after delete: %v %v", names(page.Devices), err)
+	}
+	wantErr(t, "second delete", s.DeleteDevice(ctx, "app", "dev-1"), store.ErrNotFound)
+	// Its messages stay readable, as they were.
+	for id, state := range map[int64]string{1: store.StatePending, 4: store.StateDelivered, 5: store.StateFailed} {
+		m, err := s.GetMessage(ctx, "app", id)
+		must(t, err)
+		if m.DeviceName != "dev-1" || m.State != state || m.Body != fmt.Sprint("body ", id) {
+			t.Errorf("message %d after its device was deleted: %+v", id, m)
+		}
+	}
+	// Other devices are untouched, the same name in another app included.
+	if err := checkPending(s, "app", "dev-10", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPending(s, "other", "dev-1", 7); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.GetDevice(ctx, "other", "dev-1"); err != nil || d.Status != 1 {
+		t.Fatalf("other/dev-1: %+v %v", d, err)
+	}
+	if sh, err := s.GetShadow(ctx, "other", "dev-1"); err != nil || sh.LastDesiredVersion != 2 {
+		t.Fatalf("other/dev-1 shadow: %+v %v", sh, err)
+	}
+	// The online index lost the deleted device: only other/dev-1 is reset.
+	if n, err := s.ResetPresence(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("reset %d devices (%v), want 1", n, err)
+	}
+
+	// The name is free again, for a new device with a fresh shadow and an
+	// empty queue that holds MaxPending messages.
+	errs, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "new-secret", TimeCreate: 2}})
+	must(t, err)
+	must(t, errs[0])
+	d, err := s.GetDevice(ctx, "app", "dev-1")
+	must(t, err)
+	if d.Secret != "new-secret" || d.TimeCreate != 2 || d.Status != 0 || d.ClientIP != "" {
+		t.Fatalf("re-created device %+v", d)
+	}
+	sh, err := s.GetShadow(ctx, "app", "dev-1")
+	must(t, err)
+	if len(sh.Properties) != 0 || sh.LastDesiredVersion != 1 || sh.LastReportedVersion != 0 {
+		t.Fatalf("re-created device's shadow %+v", sh)
+	}
+	if err := checkPending(s, "app", "dev-1"); err != nil {
+		t.Fatalf("queue of the re-created device: %v", err)
+	}
+	for i := int64(1); i <= store.MaxPending; i++ {
+		if err := s.CreateMessage(ctx, msg(100+i, "app", "dev-1", store.StatePending), 0, nil); err != nil {
+			t.Fatalf("message %d to the re-created device: %v", i, err)
+		}
+	}
+	err = s.CreateMessage(ctx, msg(100+store.MaxPending+1, "app", "dev-1", store.StatePending), 0, nil)
+	wantErr(t, fmt.Sprint("message ", store.MaxPending+1, " to the re-created device"), err, store.ErrQueueFull)
+}
+
+// testConcurrentDeleteDevice deletes one device from many goroutines:
+// exactly one succeeds.
+func testConcurrentDeleteDevice(t *testing.T, s store.Store) {
+	mustDevices(t, s, "app", "dev-1")
+	counts := race(t, 20, func(int) error { return s.DeleteDevice(context.Background(), "app", "dev-1") }, store.ErrNotFound)
+	if counts["ok"] != 1 || counts[store.ErrNotFound.Error()] != 19 {
+		t.Fatalf("outcomes %v, want 1 ok and 19 not found", counts)
 	}
 }
 

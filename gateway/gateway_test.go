@@ -1,0 +1,202 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/devmsg/devmsg/broker"
+	"github.com/devmsg/devmsg/gateway"
+	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/shadow"
+	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/pebble"
+)
+
+const (
+	appKey = "gw-app"
+	secret = "device-secret-0123456789abcdefgh"
+)
+
+// world is a gateway with its dispatcher and a real broker on a loopback
+// port, over Pebble in a temp dir.
+type world struct {
+	t        *testing.T
+	st       store.Store
+	gw       *gateway.Gateway
+	dispatch *message.Dispatcher
+	msgs     *message.Service
+	mqtt     string // the broker's TCP address
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := pebble.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	d := message.NewDispatcher(st, log)
+	gw := gateway.New(st, d, shadow.NewSync(st, log), log)
+	b := broker.New(broker.Config{TCPAddr: "127.0.0.1:0", ServiceTopics: gateway.ServiceTopics}, gw, log)
+	gw.SetBroker(b)
+	addrs, err := b.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() }) // before the store closes
+	ids, err := idgen.New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateApp(context.Background(), store.App{Key: appKey, Name: "gateway test"}); err != nil {
+		t.Fatal(err)
+	}
+	return &world{t: t, st: st, gw: gw, dispatch: d, msgs: message.NewService(st, ids, d), mqtt: addrs["tcp"]}
+}
+
+func (w *world) createDevice(name string) store.Device {
+	w.t.Helper()
+	d := store.Device{AppKey: appKey, Name: name, Secret: secret, TimeCreate: time.Now().Unix()}
+	errs, err := w.st.CreateDevices(context.Background(), appKey, []store.Device{d})
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return d
+}
+
+// device is a connected MQTT client that never acknowledges a message.
+type device struct {
+	c    paho.Client
+	got  chan paho.Message
+	lost chan error
+}
+
+func (w *world) connect(name string) (*device, error) {
+	d := &device{got: make(chan paho.Message, 10), lost: make(chan error, 1)}
+	opts := paho.NewClientOptions().AddBroker("tcp://" + w.mqtt).SetClientID(name).
+		SetUsername(appKey + "/" + name).SetPassword(secret).SetCleanSession(true).
+		SetAutoReconnect(false).SetConnectRetry(false).SetAutoAckDisabled(true).
+		SetProtocolVersion(4).SetConnectTimeout(5 * time.Second).
+		SetConnectionLostHandler(func(_ paho.Client, err error) { d.lost <- err })
+	d.c = paho.NewClient(opts)
+	tok := d.c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		return nil, errors.New("connect timed out")
+	}
+	if err := tok.Error(); err != nil {
+		return nil, err
+	}
+	w.t.Cleanup(func() { d.c.Disconnect(0) })
+	return d, nil
+}
+
+// waitFor polls cond until it holds or 5 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestDeleted runs the gateway's part of a device deletion (DESIGN.md
+// section 5) on a connected device with a message in flight: disabled
+// first, then Deleted, then the store's delete.
+func TestDeleted(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	app := store.App{Key: appKey}
+	dev := w.createDevice("dev-del")
+	other := w.createDevice("dev-other")
+	d, err := w.connect(dev.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := d.c.Subscribe("d/"+appKey+"/"+dev.Name+"/msg", 1, func(_ paho.Client, m paho.Message) { d.got <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	send := func(to store.Device) store.Message {
+		m, err := w.msgs.Send(ctx, app, to, message.SendRequest{Body: "hello", TTL: 600}, 0, func(int64) *store.SeqEntry { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	inFlight := send(dev) // sent to the device, never acknowledged
+	select {
+	case <-d.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the message never reached the device")
+	}
+	queued := send(other) // another device's, which is offline
+
+	if _, err := w.st.UpdateDevice(ctx, appKey, dev.Name, func(d *store.Device) error { d.Flag = store.FlagDisabled; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.gw.Deleted(ctx, appKey, dev.Name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deleted device stayed connected")
+	}
+	m, err := w.st.GetMessage(ctx, appKey, inFlight.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := m.Records[len(m.Records)-1]
+	if m.State != store.StateFailed || last.Type != store.RecordDeliveryFailure || last.Error == nil ||
+		last.Error.Code != message.ErrCodeDeviceDeleted || last.Error.Message != "device deleted" {
+		t.Fatalf("message in flight to a deleted device: %+v, last record %+v", m, last)
+	}
+	if err := w.st.DeleteDevice(ctx, appKey, dev.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the session to end", func() bool { return !w.dispatch.Online(appKey, dev.Name) })
+	if _, err := w.connect(dev.Name); !errors.Is(err, packets.ErrorRefusedNotAuthorised) {
+		t.Fatalf("a deleted device connected: %v", err)
+	}
+	if err := w.gw.Authenticate(appKey, dev.Name, secret); !errors.Is(err, broker.ErrNotAuthorized) {
+		t.Fatalf("Authenticate of a deleted device: %v", err)
+	}
+	// The other device's message is untouched.
+	if p, err := w.st.PendingMessages(ctx, appKey, other.Name, 10); err != nil || len(p) != 1 || p[0].ID != queued.ID {
+		t.Fatalf("other device's queue: %+v %v", p, err)
+	}
+
+	// Created again, the name is a new device: it connects, and nothing of
+	// the old one's is delivered to it.
+	w.createDevice(dev.Name)
+	d, err = w.connect(dev.Name)
+	if err != nil {
+		t.Fatalf("re-created device: %v", err)
+	}
+	if tok := d.c.Subscribe("d/"+appKey+"/"+dev.Name+"/msg", 1, func(_ paho.Client, m paho.Message) { d.got <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	fresh := send(store.Device{AppKey: appKey, Name: dev.Name})
+	select {
+	case m := <-d.got:
+		if want := `"msgid":"` + strconv.FormatInt(fresh.ID, 10) + `"`; !strings.Contains(string(m.Payload()), want) {
+			t.Fatalf("the re-created device got %s, want its own message %d", m.Payload(), fresh.ID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the re-created device got no message")
+	}
+}
