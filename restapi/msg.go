@@ -43,6 +43,9 @@ func (a *API) sendMessage(c *gin.Context) error {
 	if errors.Is(err, store.ErrSeqUsed) {
 		return a.replayUsed(c, app.Key, seqNo, fp)
 	}
+	if errors.Is(err, store.ErrNotFound) {
+		return errInvalid("device %q not found", name) // deleted since it was loaded
+	}
 	if err != nil {
 		return fmt.Errorf("send message: %w", err)
 	}

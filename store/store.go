@@ -387,8 +387,10 @@ type Store interface {
 	// CreateMessage stores a new message atomically with recording seq
 	// (when not nil). A message in StatePending is appended to its
 	// device's pending queue, failing with ErrQueueFull (nothing written)
-	// when the queue holds MaxPending messages; a message in any other
-	// state is stored without queueing. ErrSeqUsed as for SetDesired.
+	// when the queue holds MaxPending messages, and with ErrNotFound when
+	// the device does not exist (it may have been deleted since the
+	// caller looked); a message in any other state is stored without
+	// queueing. ErrSeqUsed as for SetDesired.
 	CreateMessage(ctx context.Context, m Message, seqNo int64, seq *SeqEntry) error
 	// GetMessage returns the app's message with the id or ErrNotFound.
 	GetMessage(ctx context.Context, appKey string, id int64) (Message, error)

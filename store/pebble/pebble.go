@@ -1011,6 +1011,15 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 	var count int64
 	ck := key(pCount, m.AppKey, m.DeviceName)
 	if m.State == store.StatePending {
+		// Under the device's lock, so a DeleteDevice cannot leave a queue
+		// entry behind for a later device of the same name.
+		if _, ok := s.devices.get(m.AppKey, m.DeviceName); !ok {
+			if found, err := s.exists(key(pDevice, m.AppKey, m.DeviceName)); err != nil {
+				return fmt.Errorf("create message %d: %w", m.ID, err)
+			} else if !found {
+				return store.ErrNotFound
+			}
+		}
 		var err error
 		if c, ok := s.pending.get(m.AppKey, m.DeviceName); ok {
 			count = c

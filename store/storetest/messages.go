@@ -161,6 +161,20 @@ func testExpiredMessages(t *testing.T, s store.Store) {
 	}
 }
 
+// testCreateMessageNoDevice: a pending message for a device that does
+// not exist (deleted since the caller looked) is refused.
+func testCreateMessageNoDevice(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	if err := s.CreateMessage(ctx, msg(1, "app", "ghost", store.StatePending), 0, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("pending message for a missing device: %v, want ErrNotFound", err)
+	}
+	must(t, s.DeleteDevice(ctx, "app", "dev-1"))
+	if err := s.CreateMessage(ctx, msg(2, "app", "dev-1", store.StatePending), 0, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("pending message for a deleted device: %v, want ErrNotFound", err)
+	}
+}
+
 func testOutbox(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1")

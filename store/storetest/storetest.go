@@ -50,6 +50,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"UpdateMessageFreesQueue", testUpdateMessageFreesQueue},
 		{"ConcurrentUpdateMessage", testConcurrentUpdateMessage},
 		{"ExpiredMessages", testExpiredMessages},
+		{"CreateMessageNoDevice", testCreateMessageNoDevice},
 		{"Outbox", testOutbox},
 		{"CallbackQueues", testCallbackQueues},
 		{"ReportProperties", testReportProperties},
