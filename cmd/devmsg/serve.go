@@ -19,6 +19,7 @@ import (
 
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/secret"
@@ -148,8 +149,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if testHookMQTT != nil {
 		testHookMQTT(mqttAddrs)
 	}
+	// The console calls the API in-process; everything else is the API.
+	con, err := console.New(console.Config{API: api.Handler(), Gatherer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer con.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/console", con)
+	mux.Handle(console.Prefix, con)
+	mux.Handle("/", api.Handler())
+	var handler http.Handler = mux
 	srv := &http.Server{
-		Handler:           api.Handler(),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

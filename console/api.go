@@ -1,0 +1,285 @@
+package console
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// creds are HTTP Basic credentials: the admin account, or an app key and
+// its master secret.
+type creds struct{ user, pass string }
+
+// apiError is an error answer of the API: {"error":{"code","message"}}.
+type apiError struct {
+	Status  int
+	Code    int
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// notFound tells an unknown app, device, message or dead letter, which the
+// API reports as 400/1003 "... not found", from other refusals.
+func (e *apiError) notFound() bool {
+	return e.Status == http.StatusBadRequest && strings.Contains(e.Message, "not found")
+}
+
+// recorder collects the API's answer to an in-process request.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *recorder) Header() http.Header { return w.header }
+
+func (w *recorder) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(b)
+}
+
+// call performs one API request in-process with cr, on behalf of r (its
+// context and client address), and decodes a 200 answer into out. Any
+// other answer is an *apiError carrying the API's message.
+func (c *Console) call(r *http.Request, cr creds, method, path string, query url.Values, body, out any) error {
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("encode %s %s: %w", method, path, err)
+		}
+	}
+	target := path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(r.Context(), method, target, bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("build %s %s: %w", method, path, err)
+	}
+	req.RemoteAddr = r.RemoteAddr
+	req.Host = r.Host
+	req.SetBasicAuth(cr.user, cr.pass)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := &recorder{header: http.Header{}}
+	c.api.ServeHTTP(rec, req)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	if rec.status != http.StatusOK {
+		var eb struct {
+			Error struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(rec.body.Bytes(), &eb) != nil || eb.Error.Message == "" {
+			return &apiError{rec.status, 0, fmt.Sprintf("%s %s answered HTTP %d", method, path, rec.status)}
+		}
+		return &apiError{rec.status, eb.Error.Code, eb.Error.Message}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(rec.body.Bytes(), out); err != nil {
+		return fmt.Errorf("decode %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// api calls the API with the session's credentials.
+func (q *req) api(method, path string, query url.Values, body, out any) error {
+	return q.c.call(q.r, q.s.cr, method, path, query, body, out)
+}
+
+// appAPI calls the API with the app's own key and master secret, which
+// /device/v1 and /msg/v1 require. The admin's session loads them through
+// the admin API.
+func (q *req) appAPI(method, path string, query url.Values, body, out any) error {
+	if q.appCreds == nil {
+		if !q.s.admin {
+			q.appCreds = &q.s.cr
+		} else {
+			var app appView
+			if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
+				return err
+			}
+			q.appCreds = &creds{app.Key, app.MasterSecret}
+		}
+	}
+	return q.c.call(q.r, *q.appCreds, method, path, query, body, out)
+}
+
+// appPath is the admin API path of the request's app plus suffix.
+func (q *req) appPath(suffix string) string {
+	return "/admin/v1/apps/" + url.PathEscape(q.key) + suffix
+}
+
+// consolePath is the console path of the request's app plus suffix.
+func (q *req) consolePath(suffix string) string {
+	return Prefix + "apps/" + url.PathEscape(q.key) + suffix
+}
+
+// seqNo returns a random positive int63 for a seq_no.
+func seqNo() int64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("crypto/rand: " + err.Error())
+		}
+		if n := int64(binary.BigEndian.Uint64(b[:]) >> 1); n > 0 {
+			return n
+		}
+	}
+}
+
+// The API's documents, as far as the console reads them.
+
+type appSummary struct {
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+	CreatedAt int64  `json:"created_at"`
+}
+
+type appList struct {
+	Apps []appSummary `json:"apps"`
+}
+
+type appView struct {
+	Name         string         `json:"name"`
+	Key          string         `json:"key"`
+	MasterSecret string         `json:"master_secret"`
+	CreatedAt    int64          `json:"created_at"`
+	RateLimits   map[string]int `json:"rate_limits"`
+}
+
+// propDef is one entry of a property model. Numbers stay json.Number so
+// an int64 bound survives the round trip.
+type propDef struct {
+	Name      string      `json:"name"`
+	Type      string      `json:"type"`
+	Min       json.Number `json:"min,omitempty"`
+	Max       json.Number `json:"max,omitempty"`
+	MaxLength json.Number `json:"max_length,omitempty"`
+}
+
+type propModel struct {
+	Properties []propDef `json:"properties"`
+}
+
+type deviceSummary struct {
+	Name       string `json:"name"`
+	Mark       string `json:"mark"`
+	Flag       int    `json:"flag"`
+	Status     int    `json:"status"`
+	TimeCreate int64  `json:"time_create"`
+	TimeActive int64  `json:"time_active"`
+}
+
+type devicePage struct {
+	Devices    []deviceSummary `json:"devices"`
+	NextCursor string          `json:"next_cursor"`
+}
+
+type deviceDetail struct {
+	Device struct {
+		Name           string `json:"name"`
+		Mark           string `json:"mark"`
+		Flag           int    `json:"flag"`
+		Status         int    `json:"status"`
+		ClientIP       string `json:"client_ip"`
+		LastLoginTime  string `json:"last_login_time"`
+		LastLogoutTime string `json:"last_logout_time"`
+		TimeCreate     int64  `json:"time_create"`
+		TimeActive     int64  `json:"time_active"`
+	} `json:"device"`
+	Properties propSummary `json:"properties"`
+}
+
+type propSummary struct {
+	Properties []struct {
+		Name          string          `json:"name"`
+		DesiredValue  json.RawMessage `json:"desired_value"`
+		DesiredSTime  int64           `json:"desired_stime"`
+		ReportedValue json.RawMessage `json:"reported_value"`
+		ReportedSTime int64           `json:"reported_stime"`
+	} `json:"properties"`
+	SDKVer              string `json:"sdk_ver"`
+	AppVer              string `json:"app_ver"`
+	LastDesiredSTime    int64  `json:"last_desired_stime"`
+	LastReportedSTime   int64  `json:"last_reported_stime"`
+	LastDesiredVersion  int64  `json:"last_desired_version"`
+	LastReportedVersion int64  `json:"last_reported_version"`
+}
+
+type record struct {
+	Type     int    `json:"type"`
+	MsgID    string `json:"msgid"`
+	UserID   string `json:"userid"`
+	SentTime int64  `json:"sent_time"`
+	Error    *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Params json.RawMessage `json:"params"`
+}
+
+type messageTrace struct {
+	MsgID      int64    `json:"msgid"`
+	DeviceName string   `json:"device_name"`
+	State      string   `json:"state"`
+	TTL        int64    `json:"ttl"`
+	TimeCreate int64    `json:"time_create"`
+	Records    []record `json:"records"`
+}
+
+type callbackSettings struct {
+	Enabled       bool   `json:"enabled"`
+	Types         []int  `json:"types"`
+	SigningSecret string `json:"signing_secret"`
+}
+
+type callbackURLs struct {
+	URLs []struct {
+		URL     string `json:"url"`
+		Default bool   `json:"default"`
+	} `json:"urls"`
+}
+
+type deliveries struct {
+	Deliveries []struct {
+		Time      string  `json:"time"`
+		URL       string  `json:"url"`
+		Records   int     `json:"records"`
+		Attempt   int     `json:"attempt"`
+		Status    int     `json:"status"`
+		LatencyMS float64 `json:"latency_ms"`
+		Error     string  `json:"error"`
+	} `json:"deliveries"`
+}
+
+type deadLetters struct {
+	DeadLetters []struct {
+		ID        string   `json:"id"`
+		URL       string   `json:"url"`
+		Attempts  int      `json:"attempts"`
+		LastError string   `json:"last_error"`
+		Time      int64    `json:"time"`
+		Records   []record `json:"records"`
+	} `json:"dead_letters"`
+	Next string `json:"next"`
+}

@@ -1,0 +1,284 @@
+package console
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// rateCategories are the rate-limit categories, in the order shown.
+var rateCategories = []string{"create", "property", "message", "query"}
+
+type appRow struct {
+	appSummary
+	Backlog    float64
+	HasBacklog bool
+}
+
+type overviewData struct {
+	Metrics    overview
+	HasMetrics bool
+	MetricsErr string
+	Apps       []appRow // the admin's view
+	App        *appView // an app owner's view
+	Backlog    float64
+	HasBacklog bool
+}
+
+func (c *Console) overviewPage(q *req) error {
+	var d overviewData
+	ov, ok, err := c.metrics.overview()
+	if err != nil {
+		c.log.Warn("console: read metrics", "err", err)
+		d.MetricsErr = "The metrics could not be read."
+	}
+	d.Metrics, d.HasMetrics = ov, ok
+	backlog := func(key string) (float64, bool) {
+		v, ok := ov.Backlog[key]
+		return v, ok
+	}
+	if q.s.admin {
+		var list appList
+		if err := q.api(http.MethodGet, "/admin/v1/apps", nil, nil, &list); err != nil {
+			return err
+		}
+		for _, a := range list.Apps {
+			row := appRow{appSummary: a}
+			row.Backlog, row.HasBacklog = backlog(a.Key)
+			d.Apps = append(d.Apps, row)
+		}
+		return q.render(http.StatusOK, "overview", "Overview", "overview", d)
+	}
+	q.key = q.s.appKey
+	var app appView
+	if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
+		return err
+	}
+	app.MasterSecret = "" // never rendered here
+	d.App = &app
+	d.Backlog, d.HasBacklog = backlog(app.Key)
+	return q.render(http.StatusOK, "overview", "Overview", "overview", d)
+}
+
+func (c *Console) appsPage(q *req) error {
+	if !q.s.admin {
+		http.Redirect(q.w, q.r, Prefix+"apps/"+url.PathEscape(q.s.appKey), http.StatusSeeOther)
+		return nil
+	}
+	var list appList
+	if err := q.api(http.MethodGet, "/admin/v1/apps", nil, nil, &list); err != nil {
+		return err
+	}
+	return q.render(http.StatusOK, "apps", "Apps", "apps", list)
+}
+
+func (c *Console) createApp(q *req) (string, error) {
+	back := Prefix + "apps"
+	var out appView
+	err := q.api(http.MethodPost, "/admin/v1/apps", nil, map[string]string{"name": strings.TrimSpace(q.r.PostFormValue("name"))}, &out)
+	if err != nil {
+		return back, err
+	}
+	c.setFlash(q.s.id, &flash{
+		Kind:    "ok",
+		Message: "App " + out.Name + " created. Copy its master secret now: it is not shown again unless revealed.",
+		NewApp:  &newApp{out.Name, out.Key, out.MasterSecret},
+	})
+	return back, nil
+}
+
+type appPageData struct {
+	App        appView
+	RateLimits []rateLimit
+	Model      []propDef
+	Types      []string
+}
+
+type rateLimit struct {
+	Category string
+	Value    int
+}
+
+func (c *Console) appPage(q *req) error {
+	var app appView
+	if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
+		return err
+	}
+	app.MasterSecret = "" // shown only through Reveal
+	var limits map[string]int
+	if err := q.api(http.MethodGet, q.appPath("/ratelimits"), nil, nil, &limits); err != nil {
+		return err
+	}
+	var model propModel
+	if err := q.api(http.MethodGet, q.appPath("/properties"), nil, nil, &model); err != nil {
+		return err
+	}
+	d := appPageData{App: app, Model: model.Properties, Types: []string{"int", "double", "string"}}
+	for _, cat := range rateCategories {
+		d.RateLimits = append(d.RateLimits, rateLimit{cat, limits[cat]})
+	}
+	return q.render(http.StatusOK, "app", "App "+app.Name, "app", d)
+}
+
+func (c *Console) revealSecret(q *req) (string, error) {
+	back := q.consolePath("")
+	if q.r.PostFormValue("confirm") == "" {
+		return back, userErrorf("Tick the box to confirm that you want to see the master secret.")
+	}
+	var app appView
+	if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
+		return back, err
+	}
+	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "The master secret of " + app.Name + ":", Secret: app.MasterSecret})
+	return back, nil
+}
+
+func (c *Console) rotateSecret(q *req) (string, error) {
+	back := q.consolePath("")
+	var out struct {
+		Key          string `json:"key"`
+		MasterSecret string `json:"master_secret"`
+	}
+	err := q.api(http.MethodPost, q.appPath("/master_secret"), nil,
+		map[string]string{"confirm": strings.TrimSpace(q.r.PostFormValue("confirm"))}, &out)
+	if err != nil {
+		return back, err
+	}
+	// The old secret no longer works: an owner rotating their own app
+	// keeps their session with the new one.
+	if !q.s.admin && q.s.appKey == out.Key {
+		c.setCreds(q.s.id, creds{out.Key, out.MasterSecret})
+	}
+	c.setFlash(q.s.id, &flash{
+		Kind:    "ok",
+		Message: "Master secret rotated: the old one no longer works. Give the new one to the app's servers now.",
+		Secret:  out.MasterSecret,
+	})
+	return back, nil
+}
+
+func (c *Console) setRateLimits(q *req) (string, error) {
+	back := q.consolePath("")
+	body := map[string]any{}
+	for _, cat := range rateCategories {
+		v := strings.TrimSpace(q.r.PostFormValue(cat))
+		if v == "" {
+			continue // unchanged
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return back, userErrorf("The %s limit must be a whole number of requests per second (0 for unlimited), not %q.", cat, v)
+		}
+		body[cat] = n
+	}
+	if err := q.api(http.MethodPut, q.appPath("/ratelimits"), nil, body, nil); err != nil {
+		return back, err
+	}
+	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "Rate limits saved; they apply within a second."})
+	return back, nil
+}
+
+// numberRE matches a JSON number literal.
+var numberRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+// propFromForm reads a property model entry from a form. Its rules are
+// the API's to check; only what JSON cannot carry is refused here.
+func propFromForm(r *http.Request) (propDef, error) {
+	p := propDef{
+		Name: strings.TrimSpace(r.PostFormValue("name")),
+		Type: r.PostFormValue("type"),
+	}
+	for _, f := range []struct {
+		field, label string
+		dst          *json.Number
+	}{{"min", "Min", &p.Min}, {"max", "Max", &p.Max}, {"max_length", "Max length", &p.MaxLength}} {
+		v := strings.TrimSpace(r.PostFormValue(f.field))
+		if v == "" {
+			continue
+		}
+		if !numberRE.MatchString(v) {
+			return p, userErrorf("%s must be a number, not %q.", f.label, v)
+		}
+		*f.dst = json.Number(v)
+	}
+	return p, nil
+}
+
+// changeModel reads the app's model, applies change and stores the
+// result, which replaces the whole model.
+func (q *req) changeModel(change func([]propDef) ([]propDef, error)) error {
+	var model propModel
+	if err := q.api(http.MethodGet, q.appPath("/properties"), nil, nil, &model); err != nil {
+		return err
+	}
+	props, err := change(model.Properties)
+	if err != nil {
+		return err
+	}
+	if props == nil {
+		props = []propDef{}
+	}
+	return q.api(http.MethodPut, q.appPath("/properties"), nil, propModel{props}, nil)
+}
+
+func (c *Console) addProperty(q *req) (string, error) {
+	back := q.consolePath("") + "#properties"
+	p, err := propFromForm(q.r)
+	if err != nil {
+		return back, err
+	}
+	err = q.changeModel(func(ps []propDef) ([]propDef, error) {
+		if slices.ContainsFunc(ps, func(o propDef) bool { return o.Name == p.Name }) {
+			return nil, userErrorf("The model has a property %q already; change it in the table.", p.Name)
+		}
+		return append(ps, p), nil
+	})
+	if err != nil {
+		return back, err
+	}
+	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "Property " + p.Name + " added."})
+	return back, nil
+}
+
+func (c *Console) updateProperty(q *req) (string, error) {
+	back := q.consolePath("") + "#properties"
+	orig := q.r.PostFormValue("orig")
+	p, err := propFromForm(q.r)
+	if err != nil {
+		return back, err
+	}
+	err = q.changeModel(func(ps []propDef) ([]propDef, error) {
+		i := slices.IndexFunc(ps, func(o propDef) bool { return o.Name == orig })
+		if i < 0 {
+			return nil, userErrorf("The model has no property %q (any more).", orig)
+		}
+		ps[i] = p
+		return ps, nil
+	})
+	if err != nil {
+		return back, err
+	}
+	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "Property " + p.Name + " saved."})
+	return back, nil
+}
+
+func (c *Console) removeProperty(q *req) (string, error) {
+	back := q.consolePath("") + "#properties"
+	name := q.r.PostFormValue("name")
+	err := q.changeModel(func(ps []propDef) ([]propDef, error) {
+		i := slices.IndexFunc(ps, func(o propDef) bool { return o.Name == name })
+		if i < 0 {
+			return nil, userErrorf("The model has no property %q (any more).", name)
+		}
+		return slices.Delete(ps, i, i+1), nil
+	})
+	if err != nil {
+		return back, err
+	}
+	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "Property " + name + " removed. Values already stored stay."})
+	return back, nil
+}
