@@ -141,3 +141,42 @@ func BenchmarkSetDesiredParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkListDevicesMillion pages through an app of 1,000,000 devices
+// the way the console does: 50 names after a cursor, and 50 under a
+// name prefix. Creating the devices takes most of the run.
+func BenchmarkListDevicesMillion(b *testing.B) {
+	const total = 1_000_000
+	s := open(b, b.TempDir())
+	defer s.Close()
+	ctx := context.Background()
+	for i := 0; i < total; i += 1000 {
+		devs := make([]store.Device, 0, 1000)
+		for j := i; j < i+1000; j++ {
+			devs = append(devs, store.Device{Name: fmt.Sprintf("dev-%07d", j), Secret: "s"})
+		}
+		if _, err := s.CreateDevices(ctx, "app", devs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("cursor", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i = (i + 7919) % total
+			page, err := s.ListDevices(ctx, "app", "", fmt.Sprintf("dev-%07d", i), 50)
+			if err != nil || len(page.Devices) == 0 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("prefix", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i = (i + 7919) % (total / 1000)
+			page, err := s.ListDevices(ctx, "app", fmt.Sprintf("dev-%04d", i), "", 50)
+			if err != nil || len(page.Devices) != 50 {
+				b.Fatal(err, len(page.Devices))
+			}
+		}
+	})
+}
