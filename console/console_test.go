@@ -168,6 +168,41 @@ func TestCSRF(t *testing.T) {
 	})
 }
 
+// TestLockoutParallelGuesses: while a failed guess is being delayed, no
+// other guess for the same user from the same address is checked, so
+// guesses sent at once cannot get past the lockout.
+func TestLockoutParallelGuesses(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	delaying := make(chan struct{}, 1)
+	e.c.sleep = func(*http.Request, time.Duration) {
+		delaying <- struct{}{}
+		<-release
+	}
+	slow, fast := e.browser(), e.browser()
+	slow.get("/console/login")
+	fast.get("/console/login")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		slow.post("/console/login", url.Values{"mode": {"admin"}, "username": {"admin"}, "password": {"wrong"}})
+	}()
+	<-delaying
+	fast.post("/console/login", url.Values{"mode": {"admin"}, "username": {"admin"}, "password": {adminPassword}}).
+		want(t, http.StatusTooManyRequests, "being checked")
+	close(release)
+	<-done
+	fast.post("/console/login", url.Values{"mode": {"admin"}, "username": {"admin"}, "password": {adminPassword}})
+	if fast.last.url != "/console/" {
+		t.Fatalf("after the delay the right password went to %s", fast.last.url)
+	}
+	long := strings.Repeat("a", maxUserLen+1)
+	other := e.browser()
+	other.get("/console/login")
+	other.post("/console/login", url.Values{"mode": {"admin"}, "username": {long}, "password": {"x"}}).
+		want(t, http.StatusBadRequest, "longer than")
+}
+
 func TestLockout(t *testing.T) {
 	e := newEnv(t)
 	b := e.browser()

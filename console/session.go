@@ -2,6 +2,7 @@ package console
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
@@ -145,27 +146,57 @@ func (c *Console) setCreds(id string, cr creds) {
 
 // failures counts failed sign-ins of one (client IP, user).
 type failures struct {
-	times []time.Time // within the last LockoutWindow
-	until time.Time   // locked out before this time
+	times    []time.Time // within the last LockoutWindow
+	until    time.Time   // locked out before this time
+	inflight bool        // a sign-in for this key is being checked
 }
 
+// maxUserLen bounds a typed user name or app key; longer ones are refused
+// before they cost memory in the lockout table.
+const maxUserLen = 256
+
+// lockKey is the lockout table's key: the client address and a hash of
+// the user, so an entry has a fixed size.
 func lockKey(r *http.Request, user string) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	return host + "\x00" + user
+	sum := sha256.Sum256([]byte(user))
+	return host + "\x00" + string(sum[:])
 }
 
-// lockedFor returns how long key stays locked out, 0 when it is not.
-func (c *Console) lockedFor(key string) time.Duration {
+// beginAttempt starts checking a sign-in for key. It returns how long key
+// stays locked out (0 when it is not), and busy when another sign-in for
+// key is still being checked: one at a time, so parallel guesses cannot
+// all be checked before the failures that lock the key are counted. When
+// both are zero the caller must call endAttempt.
+func (c *Console) beginAttempt(key string) (left time.Duration, busy bool) {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f, ok := c.fails[key]; ok && now.Before(f.until) {
-		return f.until.Sub(now)
+	f, ok := c.fails[key]
+	if !ok {
+		f = &failures{}
+		c.fails[key] = f
 	}
-	return 0
+	if now.Before(f.until) {
+		return f.until.Sub(now), false
+	}
+	if f.inflight {
+		return 0, true
+	}
+	f.inflight = true
+	return 0, false
+}
+
+// endAttempt ends the check beginAttempt started.
+func (c *Console) endAttempt(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.fails[key]; ok {
+		f.inflight = false
+	}
 }
 
 // failed records a failed sign-in and returns how long key is now locked
@@ -293,18 +324,36 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.renderLogin(w, r, http.StatusBadRequest, d)
 		return
 	}
+	if len(user) > maxUserLen {
+		d.User = ""
+		d.Error = fmt.Sprintf("The user name or app key is longer than %d bytes.", maxUserLen)
+		c.renderLogin(w, r, http.StatusBadRequest, d)
+		return
+	}
 	key := lockKey(r, user)
-	if left := c.lockedFor(key); left > 0 {
+	left, busy := c.beginAttempt(key)
+	if left > 0 {
 		d.Error = lockedMessage(user, left)
+		c.renderLogin(w, r, http.StatusTooManyRequests, d)
+		return
+	}
+	if busy {
+		d.Error = "Another sign-in for this user from your address is being checked; try again in a second."
 		c.renderLogin(w, r, http.StatusTooManyRequests, d)
 		return
 	}
 	s, err := c.verify(r, mode, creds{user, pass})
 	var bad *badCreds
+	if !errors.As(err, &bad) {
+		c.endAttempt(key)
+	}
 	switch {
-	case errors.As(err, &bad):
+	case bad != nil:
+		// The delay holds the attempt open, so the next guess waits too.
 		c.sleep(r, FailureDelay)
-		if left := c.failed(key); left > 0 {
+		left := c.failed(key)
+		c.endAttempt(key)
+		if left > 0 {
 			d.Error = lockedMessage(user, left)
 			c.renderLogin(w, r, http.StatusTooManyRequests, d)
 			return
