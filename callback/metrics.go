@@ -5,6 +5,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics are the worker's Prometheus series, labelled by app key.
 type metrics struct {
 	queued, delivered, retried, dead *prometheus.CounterVec
+	records                          *prometheus.CounterVec // app, type
+	backlog                          *prometheus.GaugeVec
 	dropped                          *prometheus.CounterVec // app, reason
 	requests                         *prometheus.CounterVec // app, outcome
 	lag                              *prometheus.HistogramVec
@@ -22,6 +24,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		dead:      counter("devmsg_callback_records_dead_lettered_total", "Status records moved to the dead-letter list after every retry failed.", "app"),
 		dropped:   counter("devmsg_callback_records_dropped_total", "Status records not sent: the switch was off, the type not selected, or the app had no URL.", "app", "reason"),
 		requests:  counter("devmsg_callback_requests_total", "Callback POSTs by outcome (ok: HTTP 200; failed: anything else).", "app", "outcome"),
+		records:   counter("devmsg_message_records_total", "Message status records made, by type (0-8), whether or not callbacks are on.", "app", "type"),
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "devmsg_callback_backlog_records",
+			Help: "Status records waiting in delivery queues (retries and batches in flight included).",
+		}, []string{"app"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "devmsg_callback_delivery_lag_seconds",
 			Help:    "Time from a status record being written to its delivery, batching and retries included.",
@@ -33,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
 		}, []string{"app"}),
 	}
-	for _, c := range []prometheus.Collector{m.queued, m.delivered, m.retried, m.dead, m.dropped, m.requests, m.lag, m.requestSeconds} {
+	for _, c := range []prometheus.Collector{m.queued, m.delivered, m.retried, m.dead, m.dropped, m.requests, m.records, m.backlog, m.lag, m.requestSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

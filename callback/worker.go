@@ -157,6 +157,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("callback: list queues: %w", err)
 	}
 	for _, q := range qs {
+		// The backlog gauge starts from what the queues hold.
+		n, err := w.countQueue(ctx, q)
+		if err != nil {
+			return fmt.Errorf("callback: count queue: %w", err)
+		}
+		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
 		w.notify(q, false)
 	}
 	w.wg.Add(1)
@@ -174,8 +180,24 @@ func (w *Worker) Stop() {
 	w.wg.Wait()
 }
 
-// Redelivered is told that a dead letter went back to its queue.
-func (w *Worker) Redelivered(appKey, url string) {
+// countQueue counts the entries of a delivery queue.
+func (w *Worker) countQueue(ctx context.Context, q store.CallbackQueue) (int, error) {
+	var n int
+	var after int64
+	for {
+		page, err := w.st.ReadCallbacks(ctx, q, after, 1000)
+		if err != nil || len(page) == 0 {
+			return n, err
+		}
+		n += len(page)
+		after = page[len(page)-1].Seq
+	}
+}
+
+// Redelivered is told that a dead letter of records went back to its
+// queue.
+func (w *Worker) Redelivered(appKey, url string, records int) {
+	w.metrics.backlog.WithLabelValues(appKey).Add(float64(records))
 	// Its entries have new Seqs, but they may become visible behind the
 	// sender's cursor.
 	w.notify(store.CallbackQueue{AppKey: appKey, URL: url}, true)
@@ -222,6 +244,7 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, int64, error)
 	queued := map[store.CallbackQueue]int{}
 	for i, e := range entries {
 		routes[i].Entry = e
+		w.metrics.records.WithLabelValues(e.AppKey, strconv.Itoa(e.Record.Type)).Inc()
 		app, err := w.apps.Get(ctx, e.AppKey)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return 0, 0, err
@@ -247,6 +270,7 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, int64, error)
 	}
 	for q, n := range queued {
 		w.metrics.queued.WithLabelValues(q.AppKey).Add(float64(n))
+		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
 		w.notify(q, false)
 	}
 	return len(entries), entries[len(entries)-1].Seq, nil
@@ -425,6 +449,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 				w.metrics.lag.WithLabelValues(app).Observe(now.Sub(time.UnixMilli(e.Time)).Seconds())
 			}
 			w.metrics.delivered.WithLabelValues(app).Add(float64(len(entries)))
+			w.metrics.backlog.WithLabelValues(app).Sub(float64(len(entries)))
 			w.metrics.requestSeconds.WithLabelValues(app).Observe(now.Sub(start).Seconds())
 			if err := w.st.DeleteCallbacks(w.ctx, s.q, seqs); err != nil && w.ctx.Err() == nil {
 				// Delivered but still queued: it goes again, which
@@ -458,6 +483,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 		return s.sleep(time.Second)
 	}
 	w.metrics.dead.WithLabelValues(app).Add(float64(len(entries)))
+	w.metrics.backlog.WithLabelValues(app).Sub(float64(len(entries)))
 	w.log.Warn("callback: batch dead-lettered after every retry failed", "app", app, "url", s.q.URL,
 		"records", len(entries), "dead_letter", d.ID, "err", lastErr)
 	return true
@@ -522,6 +548,7 @@ func (s *sender) current(entries []store.OutboxEntry) (_ []store.OutboxEntry, ok
 		return nil, false
 	}
 	w.metrics.dropped.WithLabelValues(s.q.AppKey, reason).Add(float64(len(drop)))
+	w.metrics.backlog.WithLabelValues(s.q.AppKey).Sub(float64(len(drop)))
 	return keep, true
 }
 

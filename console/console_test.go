@@ -801,34 +801,37 @@ func TestCallbacks(t *testing.T) {
 func TestOverviewMetrics(t *testing.T) {
 	e := newEnv(t)
 	a := e.createApp("greenhouse")
-	published := prometheus.NewCounter(prometheus.CounterOpts{Name: metricPublished})
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricRecords}, []string{"app", "type"})
 	connected := prometheus.NewGauge(prometheus.GaugeOpts{Name: metricConnected})
-	queued := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricCallbackQueued}, []string{"app"})
-	done := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricCallbackDone}, []string{"app"})
-	e.reg.MustRegister(published, connected, queued, done)
+	backlog := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricBacklog}, []string{"app"})
+	e.reg.MustRegister(records, connected, backlog)
 	connected.Set(3)
-	queued.WithLabelValues(a.Key).Add(10)
-	done.WithLabelValues(a.Key).Add(4)
-	published.Add(5)
+	backlog.WithLabelValues(a.Key).Set(6)
+	records.WithLabelValues(a.Key, "0").Add(4) // accepted sends
+	records.WithLabelValues(a.Key, "1").Add(1) // a send to a disabled device
+	records.WithLabelValues(a.Key, "4").Add(2)
+	records.WithLabelValues(a.Key, "5").Add(1)
 
 	b := e.browser()
 	p := b.loginAdmin()
-	if p.text("overview-connected") != "3" || p.text("overview-published") != "5" || p.text("overview-window") != "since start" || p.text("overview-backlog") != "6" {
-		t.Fatalf("overview: connected %q published %q window %q backlog %q",
-			p.text("overview-connected"), p.text("overview-published"), p.text("overview-window"), p.text("overview-backlog"))
+	if p.text("overview-connected") != "3" || p.text("overview-sent") != "5" || p.text("overview-delivered") != "2" ||
+		p.text("overview-failed") != "2" || p.text("overview-window") != "since start" || p.text("overview-backlog") != "6" {
+		t.Fatalf("overview: connected %q sent %q delivered %q failed %q window %q backlog %q",
+			p.text("overview-connected"), p.text("overview-sent"), p.text("overview-delivered"), p.text("overview-failed"),
+			p.text("overview-window"), p.text("overview-backlog"))
 	}
 	if !regexp.MustCompile(`data-app="` + a.Key + `">(?s:.*?)class="app-backlog num">6<`).MatchString(p.body) {
 		t.Error("the app's backlog is not in its row")
 	}
-	// An hour of samples, one a minute: 7, 9, ... 127.
+	// An hour of samples, one a minute.
 	for range samplesKept {
-		published.Add(2)
+		records.WithLabelValues(a.Key, "0").Add(2)
 		e.c.metrics.sample(e.c.log)
 	}
-	published.Add(1) // since the last sample
+	records.WithLabelValues(a.Key, "0").Add(1) // since the last sample
 	p = b.get("/console/")
-	if p.text("overview-window") != "last hour" || p.text("overview-published") != "121" {
-		t.Fatalf("after an hour: window %q published %q", p.text("overview-window"), p.text("overview-published"))
+	if p.text("overview-window") != "last hour" || p.text("overview-sent") != "121" {
+		t.Fatalf("after an hour: window %q sent %q", p.text("overview-window"), p.text("overview-sent"))
 	}
 
 	o := e.browser()

@@ -87,7 +87,7 @@
 //
 // Overview (/console/):
 //
-//	overview-connected, overview-published, overview-delivered, overview-expired,
+//	overview-connected, overview-sent, overview-delivered, overview-failed,
 //	overview-window ("last hour" or "since start"), overview-backlog
 //	overview-apps (table; rows tr[data-app=KEY], cell .app-backlog), overview-app-count
 //	overview-app (an app owner's section), overview-no-metrics

@@ -51,7 +51,7 @@ func (c *clock) advance(d time.Duration) {
 // POSTs.
 type recentDeliveries struct{ d []callback.Delivery }
 
-func (r *recentDeliveries) Redelivered(string, string) {}
+func (r *recentDeliveries) Redelivered(string, string, int) {}
 func (r *recentDeliveries) Recent(string) []callback.Delivery {
 	return r.d
 }

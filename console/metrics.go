@@ -11,28 +11,26 @@ import (
 // The series the overview reads, as /metrics exposes them.
 const (
 	metricConnected       = "devmsg_mqtt_connected_devices"
-	metricPublished       = "devmsg_messages_published_total"
-	metricDelivered       = "devmsg_messages_delivered_total"
-	metricExpired         = "devmsg_messages_expired_total"
-	metricCallbackQueued  = "devmsg_callback_records_queued_total"
-	metricCallbackDone    = "devmsg_callback_records_delivered_total"
-	metricCallbackDead    = "devmsg_callback_records_dead_lettered_total"
+	metricRecords         = "devmsg_message_records_total" // by app and type
+	metricBacklog         = "devmsg_callback_backlog_records"
 	labelApp              = "app"
+	labelType             = "type"
 	samplesKept           = 61 // an hour of one-minute intervals
 	windowHour, windowAll = "last hour", "since start"
 )
 
-// counts are the message counters at one moment.
+// counts are the message counters at one moment, from the status
+// records made: a send is accepted with record 0 (target valid) or 1
+// (target invalid); 4 is a delivery; 1, 3 and 5 are failures.
 type counts struct {
-	Published, Delivered, Expired float64
+	Sent, Delivered, Failed float64
 }
 
 // snapshot is what the registry says at one moment.
 type snapshot struct {
 	Connected float64
 	counts
-	// Backlog is queued minus delivered minus dead-lettered callback
-	// records, by app ("" for series without an app label).
+	// Backlog is the callback records waiting in delivery queues, by app.
 	Backlog map[string]float64
 }
 
@@ -100,10 +98,17 @@ func (s *sampler) overview() (ov overview, ok bool, err error) {
 	if len(s.samples) == samplesKept {
 		old := s.samples[0]
 		ov.Window = windowHour
+		// A counter that went down was reset by a restart: count from 0.
+		since := func(now, then float64) float64 {
+			if now < then {
+				return now
+			}
+			return now - then
+		}
 		ov.Messages = counts{
-			Published: snap.Published - old.Published,
-			Delivered: snap.Delivered - old.Delivered,
-			Expired:   snap.Expired - old.Expired,
+			Sent:      since(snap.Sent, old.Sent),
+			Delivered: since(snap.Delivered, old.Delivered),
+			Failed:    since(snap.Failed, old.Failed),
 		}
 	}
 	return ov, true, nil
@@ -119,37 +124,39 @@ func (s *sampler) read() (snapshot, error) {
 	}
 	snap := snapshot{Backlog: map[string]float64{}}
 	for _, mf := range mfs {
-		var sign float64
-		var total *float64
-		switch mf.GetName() {
-		case metricConnected:
-			total = &snap.Connected
-		case metricPublished:
-			total = &snap.Published
-		case metricDelivered:
-			total = &snap.Delivered
-		case metricExpired:
-			total = &snap.Expired
-		case metricCallbackQueued:
-			sign = 1
-		case metricCallbackDone, metricCallbackDead:
-			sign = -1
-		default:
+		name := mf.GetName()
+		if name != metricConnected && name != metricRecords && name != metricBacklog {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			v := m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
-			if total != nil {
-				*total += v
-				continue
-			}
-			app := ""
+			var app, typ string
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == labelApp {
+				switch lp.GetName() {
+				case labelApp:
 					app = lp.GetValue()
+				case labelType:
+					typ = lp.GetValue()
 				}
 			}
-			snap.Backlog[app] += sign * v
+			switch name {
+			case metricConnected:
+				snap.Connected += v
+			case metricBacklog:
+				snap.Backlog[app] += v
+			case metricRecords:
+				switch typ {
+				case "0":
+					snap.Sent += v
+				case "1":
+					snap.Sent += v
+					snap.Failed += v
+				case "3", "5":
+					snap.Failed += v
+				case "4":
+					snap.Delivered += v
+				}
+			}
 		}
 	}
 	return snap, nil

@@ -58,7 +58,7 @@ type Config struct {
 type CallbackEvents interface {
 	// Redelivered follows putting a dead letter back on the delivery
 	// queue of (appKey, url).
-	Redelivered(appKey, url string)
+	Redelivered(appKey, url string, records int)
 	// Recent returns the app's latest delivery attempts, newest first.
 	Recent(appKey string) []callback.Delivery
 }

@@ -407,7 +407,7 @@ func (a *API) redeliverDeadLetter(c *gin.Context) error {
 		return fmt.Errorf("redeliver dead letter: %w", err)
 	}
 	if a.cfg.Callbacks != nil {
-		a.cfg.Callbacks.Redelivered(app.Key, d.URL)
+		a.cfg.Callbacks.Redelivered(app.Key, d.URL, len(d.Entries))
 	}
 	return writeJSON(c, gin.H{"id": d.ID, "records": len(d.Entries)})
 }

@@ -434,7 +434,7 @@ type redeliveries struct {
 	got []string
 }
 
-func (r *redeliveries) Redelivered(appKey, url string) {
+func (r *redeliveries) Redelivered(appKey, url string, _ int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got = append(r.got, appKey+" "+url)
@@ -645,7 +645,7 @@ type recentDeliveries struct {
 	byApp map[string][]callback.Delivery
 }
 
-func (r *recentDeliveries) Redelivered(string, string) {}
+func (r *recentDeliveries) Redelivered(string, string, int) {}
 
 func (r *recentDeliveries) Recent(appKey string) []callback.Delivery {
 	r.mu.Lock()
