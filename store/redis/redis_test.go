@@ -1,0 +1,361 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/storetest"
+)
+
+// The tests run against a real redis-server that TestMain starts on a
+// free loopback port, with AOF on, in a temporary directory. Each test
+// gets its own key prefix, so they share the server without seeing one
+// another's keys. DEVMSG_TEST_REDIS=host:port uses a running server
+// instead (its keys are left behind under "devmsgtest:").
+var (
+	standalone []string // addresses of the standalone server
+	skipReason string   // why there is none
+	runID      = strconv.FormatInt(time.Now().UnixNano(), 36)
+	prefixes   atomic.Int64
+)
+
+const noServer = "redis-server is not installed (CI installs it: Debian package redis-server)"
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if addr := os.Getenv("DEVMSG_TEST_REDIS"); addr != "" {
+		standalone = []string{addr}
+		return m.Run()
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		skipReason = noServer
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "devmsg-redis-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.stop()
+	standalone = []string{srv.addr}
+	return m.Run()
+}
+
+// server is a redis-server process.
+type server struct {
+	addr string
+	cmd  *exec.Cmd
+}
+
+// startServer starts redis-server on a free port with its files in dir
+// and waits until it answers PING. extra are more config arguments.
+func startServer(dir string, extra ...string) (*server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "yes", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
+	}, extra...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	srv := &server{addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
+	c := goredis.NewClient(&goredis.Options{Addr: srv.addr})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return srv, nil
+		}
+		if time.Now().After(deadline) {
+			srv.stop()
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			return nil, fmt.Errorf("redis-server on %s does not answer: %v\n%s", srv.addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// newPrefix returns a key prefix no other store of this run uses.
+func newPrefix() string {
+	return fmt.Sprintf("devmsgtest:%s:%d:", runID, prefixes.Add(1))
+}
+
+func open(t testing.TB, addrs []string, prefix string) *Store {
+	t.Helper()
+	if len(addrs) == 0 {
+		t.Skip(skipReason)
+	}
+	s, err := Open(context.Background(), Options{Addrs: addrs, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newStore(addrs []string, split bool) func(t *testing.T) store.Store {
+	return func(t *testing.T) store.Store {
+		s := open(t, addrs, newPrefix())
+		if split {
+			s.inline = false
+		}
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		return s
+	}
+}
+
+// requireServer skips t when there is no server to test against.
+func requireServer(t testing.TB) {
+	if len(standalone) == 0 {
+		t.Skip(skipReason)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	requireServer(t)
+	storetest.RunTests(t, newStore(standalone, false))
+}
+
+// TestConformanceSplit runs the suite with the global step of message
+// writes apart from the app's script, as on Redis Cluster.
+func TestConformanceSplit(t *testing.T) {
+	requireServer(t)
+	storetest.RunTests(t, newStore(standalone, true))
+}
+
+// TestReopen closes the client and opens a new one on the same server and
+// prefix, which is what reopening means for a store that lives in Redis.
+func TestReopen(t *testing.T) {
+	requireServer(t)
+	storetest.RunReopenTests(t, func(t *testing.T, dir string) store.Store {
+		sum := sha256.Sum256([]byte(runID + dir))
+		return open(t, standalone, fmt.Sprintf("devmsgtest:reopen:%x:", sum[:8]))
+	})
+}
+
+// TestCluster runs the suite on a three-node Redis Cluster, where every
+// script and transaction must keep to one hash slot.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node Redis Cluster")
+	}
+	requireServer(t)
+	if os.Getenv("DEVMSG_TEST_REDIS") != "" {
+		t.Skip("DEVMSG_TEST_REDIS is set: not starting servers")
+	}
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Skip("redis-cli is not installed (Debian package redis-tools)")
+	}
+	var addrs []string
+	for i := range 3 {
+		dir := filepath.Join(t.TempDir(), strconv.Itoa(i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := startServer(dir, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.stop)
+		addrs = append(addrs, srv.addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	waitCluster(t, addrs)
+	if s := open(t, addrs, newPrefix()); s.inline {
+		s.Close()
+		t.Fatal("a Cluster client writes messages inline")
+	} else {
+		s.Close()
+	}
+	storetest.RunTests(t, newStore(addrs, false))
+	storetest.RunReopenTests(t, func(t *testing.T, dir string) store.Store {
+		sum := sha256.Sum256([]byte(runID + dir))
+		return open(t, addrs, fmt.Sprintf("devmsgtest:reopen:%x:", sum[:8]))
+	})
+}
+
+// waitCluster waits until every node reports cluster_state:ok.
+func waitCluster(t *testing.T, addrs []string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a})
+		for {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("cluster node %s not ready: %v %s", a, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Close()
+	}
+}
+
+func TestOpenRejectsBracesInPrefix(t *testing.T) {
+	_, err := Open(context.Background(), Options{Addrs: []string{"127.0.0.1:1"}, Prefix: "a{b}:"})
+	if err == nil {
+		t.Fatal("a prefix with a hash tag was accepted")
+	}
+}
+
+// The benchmarks mirror store/pebble's: each op is one write as the REST
+// API issues it, from many goroutines at once. The sub-benchmark names
+// give Redis's appendfsync (always: every acknowledged write is fsync'd,
+// as Pebble does; everysec: up to a second may be lost in a crash) and
+// the number of writing goroutines.
+
+var writers = []int{1, 16, 64}
+
+// parallel runs fn on n goroutines until b.N ops are done and reports ops/s.
+func parallel(b *testing.B, n int, fn func(worker int, op int64)) {
+	var ops, workers atomic.Int64
+	if n == 1 {
+		b.ResetTimer()
+		for i := range b.N {
+			fn(0, int64(i))
+		}
+	} else {
+		b.SetParallelism(max(1, n/runtime.GOMAXPROCS(0)))
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			w := int(workers.Add(1) - 1)
+			for pb.Next() {
+				fn(w, ops.Add(1))
+			}
+		})
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// benchmarks runs fn for each appendfsync setting and writer count.
+func benchmarks(b *testing.B, fn func(b *testing.B, s *Store, n int)) {
+	requireServer(b)
+	admin := goredis.NewClient(&goredis.Options{Addr: standalone[0]})
+	defer admin.Close()
+	for _, fsync := range []string{"always", "everysec"} {
+		if err := admin.ConfigSet(context.Background(), "appendfsync", fsync).Err(); err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range writers {
+			b.Run(fmt.Sprintf("fsync=%s/goroutines=%d", fsync, n), func(b *testing.B) {
+				s := open(b, standalone, newPrefix())
+				defer s.Close()
+				fn(b, s, n)
+			})
+		}
+	}
+	if err := admin.ConfigSet(context.Background(), "appendfsync", "everysec").Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkCreateMessageParallel(b *testing.B) {
+	benchmarks(b, func(b *testing.B, s *Store, n int) {
+		ctx := context.Background()
+		// Enough devices that no queue reaches MaxPending: a full queue
+		// is refused without a write and would flatter the numbers.
+		ndev := b.N/(store.MaxPending/2) + 1
+		names := make([]string, ndev)
+		for i := 0; i < ndev; i += 1000 {
+			devs := make([]store.Device, 0, 1000)
+			for j := i; j < min(i+1000, ndev); j++ {
+				names[j] = fmt.Sprintf("dev-%07d", j)
+				devs = append(devs, store.Device{Name: names[j], Secret: "s"})
+			}
+			if _, err := s.CreateDevices(ctx, "app", devs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		body := string(make([]byte, 200))
+		parallel(b, n, func(_ int, id int64) {
+			m := store.Message{
+				ID: id, AppKey: "app", DeviceName: names[id%int64(ndev)], Body: body, TTL: 86400,
+				TimeCreate: 1, ExpireTime: 86401, State: store.StatePending,
+				Records: []store.Record{{Type: store.RecordTargetValid, ChannelKey: "app", MsgID: fmt.Sprint(id)}},
+			}
+			seq := &store.SeqEntry{Fingerprint: "0123456789abcdef0123456789abcdef", Status: 200, Body: []byte(`{"msgid":1}`),
+				ExpiresAt: time.Now().Add(15 * time.Minute).UnixMilli()}
+			if err := s.CreateMessage(ctx, m, id, seq); err != nil {
+				b.Error(err)
+			}
+		})
+	})
+}
+
+func BenchmarkSetDesiredParallel(b *testing.B) {
+	benchmarks(b, func(b *testing.B, s *Store, n int) {
+		ctx := context.Background()
+		// One device per goroutine, so no update meets a version conflict.
+		nw := max(n, runtime.GOMAXPROCS(0)*max(1, n/runtime.GOMAXPROCS(0)))
+		devs := make([]store.Device, nw)
+		for i := range devs {
+			devs[i] = store.Device{Name: fmt.Sprint("dev-", i), Secret: "s"}
+		}
+		if _, err := s.CreateDevices(ctx, "app", devs); err != nil {
+			b.Fatal(err)
+		}
+		versions := make([]int64, nw)
+		for i := range versions {
+			versions[i] = 1
+		}
+		parallel(b, n, func(w int, op int64) {
+			u := store.DesiredUpdate{
+				AppKey: "app", DeviceName: devs[w].Name, Version: versions[w], Time: time.Now().UnixMilli(),
+				Properties: map[string]json.RawMessage{"temp": json.RawMessage("21.5"), "mode": json.RawMessage(`"eco"`)},
+			}
+			seq := &store.SeqEntry{Fingerprint: "0123456789abcdef0123456789abcdef", Status: 200, Body: []byte(`{"op_code":0}`),
+				ExpiresAt: time.Now().Add(15 * time.Minute).UnixMilli()}
+			if _, err := s.SetDesired(ctx, u, op, seq); err != nil {
+				b.Error(err)
+				return
+			}
+			versions[w]++
+		})
+	})
+}
