@@ -117,23 +117,6 @@ func callbackFleet(t *testing.T, args ...string) *fleet {
 		"--callback.retry_interval", "300ms", "--callback.max_retries", "2", "--callback.request_timeout", "1s"}, args...)...)
 }
 
-// restAs calls the API with an app's own credentials.
-func (f *fleet) restAs(key, secret, method, path, body string) (int, []byte) {
-	f.t.Helper()
-	req, err := http.NewRequest(method, "http://"+f.s.addr+path, strings.NewReader(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	req.SetBasicAuth(key, secret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		f.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
-}
-
 // addURL adds a callback URL to the demo app through the admin API.
 func (f *fleet) addURL(u string) {
 	f.t.Helper()

@@ -38,15 +38,20 @@ func newFleet(t *testing.T, args ...string) *fleet {
 // rest calls the REST or admin API; user "admin" uses the admin account.
 func (f *fleet) rest(method, path, body string) (int, []byte) {
 	f.t.Helper()
+	if strings.HasPrefix(path, "/admin/") {
+		return f.restAs("admin", "pw", method, path, body)
+	}
+	return f.restAs(demoKey, demoSecret, method, path, body)
+}
+
+// restAs calls the API with the given Basic credentials.
+func (f *fleet) restAs(user, pass, method, path, body string) (int, []byte) {
+	f.t.Helper()
 	req, err := http.NewRequest(method, "http://"+f.s.addr+path, strings.NewReader(body))
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if strings.HasPrefix(path, "/admin/") {
-		req.SetBasicAuth("admin", "pw")
-	} else {
-		req.SetBasicAuth(demoKey, demoSecret)
-	}
+	req.SetBasicAuth(user, pass)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
