@@ -28,6 +28,7 @@ import (
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
+	"github.com/devmsg/devmsg/store/redis"
 )
 
 const (
@@ -49,7 +50,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
-	st, err := openStore(cfg)
+	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -222,12 +223,18 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-func openStore(cfg Config) (store.Store, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
 	switch cfg.Store.Type {
 	case "embedded":
 		return pebble.Open(cfg.DataDir + "/store")
+	case "redis":
+		// One node per Redis for now: delivery and presence are still
+		// per node (cluster mode is not finished).
+		log.Warn("store.type redis: run a single devmsg node against this Redis; several nodes sharing it are not supported yet")
+		r := cfg.Store.Redis
+		return redis.Open(ctx, redis.Options{Addrs: r.Addrs, Password: r.Password, DB: r.DB})
 	default:
-		return nil, fmt.Errorf("config: store.type: %q is not available yet; use embedded", cfg.Store.Type)
+		return nil, fmt.Errorf("config: store.type: %q is not a store type (embedded or redis)", cfg.Store.Type)
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/devmsg/devmsg/store/redis/redistest"
 )
 
 // server is `devmsg serve` running in-process.
@@ -182,10 +184,40 @@ func TestServeFirstStartAndRestart(t *testing.T) {
 	s2.stop(t) // fails the test unless serve returns nil
 }
 
-func TestServeRedisNotAvailableYet(t *testing.T) {
-	err := run(context.Background(), []string{"serve", "--data_dir", t.TempDir(), "--store.type", "redis"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "store.type") || !strings.Contains(err.Error(), "not available yet") {
-		t.Fatalf("store.type redis: %v", err)
+// TestServeOnRedis runs the service on the Redis store: a device gets a
+// message, and the message and the device are there after a restart.
+func TestServeOnRedis(t *testing.T) {
+	if !redistest.Installed() {
+		t.Skip(redistest.NotInstalled)
+	}
+	t.Parallel()
+	srv, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	f := newFleet(t, "--store.type", "redis", "--store.redis.addrs", srv.Addr)
+	secret := f.createDevice("redis-1")
+	d := f.mustConnect("redis-1", secret, "msg")
+	id := f.send("redis-1", "through redis", 60)
+	f.waitState(id, "delivered")
+	if got := d.received(); len(got) != 1 || got[0] != fmt.Sprint(id) {
+		t.Fatalf("device received %v", got)
+	}
+	d.c.Disconnect(0)
+	f.s.stop(t)
+
+	f.s = startServer(t, "--data_dir", t.TempDir(), "--config", "../../configs/devmsg.yaml", "--http.tls.enabled=false",
+		"--admin.password", "pw", "--store.type", "redis", "--store.redis.addrs", srv.Addr)
+	if m := f.message(id); m.State != "delivered" || len(m.Records) != 3 {
+		t.Fatalf("after a restart on the same Redis: %+v", m)
+	}
+	f.mustConnect("redis-1", secret, "msg")
+
+	err = run(context.Background(), []string{"serve", "--data_dir", t.TempDir(), "--store.type", "redis",
+		"--store.redis.addrs", "127.0.0.1:1"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "redis") {
+		t.Fatalf("an unreachable Redis: %v", err)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/redis/redistest"
 	"github.com/devmsg/devmsg/store/storetest"
 )
 
@@ -34,7 +34,7 @@ var (
 	prefixes   atomic.Int64
 )
 
-const noServer = "redis-server is not installed (CI installs it: Debian package redis-server)"
+const noServer = redistest.NotInstalled
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -55,60 +55,14 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	srv, err := startServer(dir)
+	srv, err := redistest.Start(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer srv.stop()
-	standalone = []string{srv.addr}
+	defer srv.Stop()
+	standalone = []string{srv.Addr}
 	return m.Run()
-}
-
-// server is a redis-server process.
-type server struct {
-	addr string
-	cmd  *exec.Cmd
-}
-
-// startServer starts redis-server on a free port with its files in dir
-// and waits until it answers PING. extra are more config arguments.
-func startServer(dir string, extra ...string) (*server, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	args := append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "yes", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
-	}, extra...)
-	cmd := exec.Command("redis-server", args...)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	srv := &server{addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
-	c := goredis.NewClient(&goredis.Options{Addr: srv.addr})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := c.Ping(context.Background()).Err()
-		if err == nil {
-			return srv, nil
-		}
-		if time.Now().After(deadline) {
-			srv.stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			return nil, fmt.Errorf("redis-server on %s does not answer: %v\n%s", srv.addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *server) stop() {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
 }
 
 // newPrefix returns a key prefix no other store of this run uses.
@@ -191,12 +145,12 @@ func TestCluster(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		srv, err := startServer(dir, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
+		srv, err := redistest.Start(dir, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(srv.stop)
-		addrs = append(addrs, srv.addr)
+		t.Cleanup(srv.Stop)
+		addrs = append(addrs, srv.Addr)
 	}
 	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
 	if err != nil {

@@ -1,0 +1,72 @@
+// Package redistest starts a real redis-server for tests.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// NotInstalled is the skip message when redis-server is missing.
+const NotInstalled = "redis-server is not installed (CI installs it: Debian package redis-server)"
+
+// Installed reports whether redis-server is on the PATH.
+func Installed() bool {
+	_, err := exec.LookPath("redis-server")
+	return err == nil
+}
+
+// Server is a redis-server process.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Start starts redis-server on a free loopback port with its files (and
+// an append-only file) in dir, and waits until it answers PING. extra
+// are more config arguments.
+func Start(dir string, extra ...string) (*Server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "yes", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
+	}, extra...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	srv := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return srv, nil
+		}
+		if time.Now().After(deadline) {
+			srv.Stop()
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			return nil, fmt.Errorf("redis-server on %s does not answer: %v\n%s", srv.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the server.
+func (s *Server) Stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
