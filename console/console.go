@@ -102,7 +102,7 @@ func New(cfg Config) (*Console, error) {
 		api:      cfg.API,
 		log:      cfg.Logger,
 		now:      cfg.Now,
-		sleep:    sleepCtx,
+		sleep:    sleepFull,
 		metrics:  newSampler(cfg.Gatherer),
 		sessions: map[string]*session{},
 		fails:    map[string]*failures{},
@@ -152,7 +152,7 @@ func (c *Console) background() {
 	}
 }
 
-func sleepCtx(_ *http.Request, d time.Duration) {
+func sleepFull(_ *http.Request, d time.Duration) {
 	// Not cut short when the client goes away: a script that hangs up
 	// early must still wait before its next guess is checked.
 	time.Sleep(d)

@@ -300,19 +300,29 @@ func summarize(d store.Device) deviceSummary {
 	return deviceSummary{d.Name, d.Mark, d.Flag, d.Status, d.TimeCreate, d.TimeActive}
 }
 
+// queryLimit reads a listing's limit parameter: def when absent, else
+// 1 to max.
+func queryLimit(c *gin.Context, def, max int) (int, error) {
+	s := c.Query("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > max {
+		return 0, errInvalid("limit must be 1 to %d", max)
+	}
+	return n, nil
+}
+
 // listDevices serves GET /admin/v1/apps/{key}/devices?prefix=&cursor=&limit=.
 func (a *API) listDevices(c *gin.Context) error {
 	app, err := a.appParam(c)
 	if err != nil {
 		return err
 	}
-	limit := DefaultDeviceListLimit
-	if s := c.Query("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxDeviceListLimit {
-			return errInvalid("limit must be 1 to %d", MaxDeviceListLimit)
-		}
-		limit = n
+	limit, err := queryLimit(c, DefaultDeviceListLimit, MaxDeviceListLimit)
+	if err != nil {
+		return err
 	}
 	page, err := a.store.ListDevices(c.Request.Context(), app.Key, c.Query("prefix"), c.Query("cursor"), limit)
 	if err != nil {

@@ -355,13 +355,9 @@ func (a *API) listDeadLetters(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := DefaultDeadLetterListLimit
-	if s := c.Query("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxDeadLetterListLimit {
-			return errInvalid("limit must be 1 to %d", MaxDeadLetterListLimit)
-		}
-		limit = n
+	limit, err := queryLimit(c, DefaultDeadLetterListLimit, MaxDeadLetterListLimit)
+	if err != nil {
+		return err
 	}
 	// Dead-letter ids are decimal numbers (the Seq of the batch's first
 	// record), so a cursor is one too; anything else is the caller's
