@@ -24,6 +24,9 @@ var (
 	ErrQueueFull = errors.New("device queue full")
 )
 
+// AllNodes makes ResetPresence reset the devices of every node.
+const AllNodes = -1
+
 // MaxPending is the most undelivered messages one device may hold.
 const MaxPending = 1000
 
@@ -146,6 +149,12 @@ type Device struct {
 	ClientIP       string `json:"client_ip"`
 	LastLoginTime  int64  `json:"last_login_time"`  // Unix seconds, 0 = never
 	LastLogoutTime int64  `json:"last_logout_time"` // Unix seconds, 0 = never
+	// Node is the node_id of the node that holds (or last held) the
+	// device's connection, and Conn names that connection. In cluster
+	// mode they route work to the device's node and keep a stale
+	// connection's logout from overwriting a newer login.
+	Node int    `json:"node,omitempty"`
+	Conn string `json:"conn,omitempty"`
 }
 
 // Shadow is a device's property document.
@@ -458,11 +467,16 @@ type Store interface {
 	// r.Version is not 0 and not above LastReportedVersion.
 	ReportProperties(ctx context.Context, r Report) (Shadow, error)
 
-	// ResetPresence marks every online device offline with
-	// LastLogoutTime now (Unix seconds), and returns how many it changed.
-	// A node calls it at start: connections do not survive a restart,
-	// and a crash leaves no logout behind.
-	ResetPresence(ctx context.Context, now int64) (int, error)
+	// ResetPresence marks offline, with LastLogoutTime now (Unix
+	// seconds), every online device held by node (Device.Node; every
+	// online device when node is AllNodes) whose LastLoginTime is before
+	// loginBefore, and returns how many it changed. Each device's check
+	// and write are atomic with its other writes. A node calls it at
+	// start for itself, as connections do not survive a restart and a
+	// crash leaves no logout behind; in cluster mode the other nodes call
+	// it for a node that died, with loginBefore the moment they saw it
+	// dead, so that devices it holds again after a restart stay online.
+	ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error)
 
 	// GetMeta and PutMeta hold small service-wide values (for example the
 	// generated admin password hash). GetMeta returns ErrNotFound if unset.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -67,7 +68,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	// No connection outlives the process; a crash left no logouts behind.
-	if n, err := st.ResetPresence(ctx, time.Now().Unix()); err != nil {
+	if n, err := st.ResetPresence(ctx, store.AllNodes, math.MaxInt64, time.Now().Unix()); err != nil {
 		return fmt.Errorf("reset presence: %w", err)
 	} else if n > 0 {
 		log.Info("marked devices offline that were online at the last stop", "devices", n)

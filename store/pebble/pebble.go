@@ -1321,17 +1321,18 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 	return sh, nil
 }
 
-// ResetPresence marks every device in the online index offline, a chunk
-// of devices per synced batch.
-func (s *Store) ResetPresence(ctx context.Context, now int64) (int, error) {
+// ResetPresence marks the matching devices of the online index offline,
+// a chunk of devices per synced batch.
+func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
 	defer s.exit()
 	total := 0
+	from := []byte(pOnline)
 	for {
 		var keys [][]byte
-		err := s.scan([]byte(pOnline), prefixEnd([]byte(pOnline)), func(k, _ []byte) (bool, error) {
+		err := s.scan(from, prefixEnd([]byte(pOnline)), func(k, _ []byte) (bool, error) {
 			keys = append(keys, bytes.Clone(k))
 			return len(keys) < sweepChunk, nil
 		})
@@ -1341,14 +1342,19 @@ func (s *Store) ResetPresence(ctx context.Context, now int64) (int, error) {
 		if len(keys) == 0 {
 			return total, nil
 		}
-		if err := s.resetChunk(keys, now); err != nil {
+		n, err := s.resetChunk(keys, node, loginBefore, now)
+		total += n
+		if err != nil {
 			return total, fmt.Errorf("reset presence: %w", err)
 		}
-		total += len(keys)
+		// Devices left online keep their index entries: go on after them.
+		from = append(keys[len(keys)-1], 0)
 	}
 }
 
-func (s *Store) resetChunk(keys [][]byte, now int64) error {
+// resetChunk resets the devices of the online index keys that match, under
+// their locks, in one batch, and counts them.
+func (s *Store) resetChunk(keys [][]byte, node int, loginBefore, now int64) (int, error) {
 	type dev struct{ app, name string }
 	devs := make([]dev, len(keys))
 	held := make([]int, len(keys))
@@ -1367,28 +1373,39 @@ func (s *Store) resetChunk(keys [][]byte, now int64) error {
 			s.locks[i].Unlock()
 		}
 	}()
+	var changed []dev
 	err := s.write(func(b *pebble.Batch) error {
 		for i, d := range devs {
-			if err := b.Delete(keys[i], nil); err != nil {
-				return err
-			}
 			var dv store.Device
 			err := s.getJSON(key(pDevice, d.app, d.name), &dv)
 			if errors.Is(err, store.ErrNotFound) {
+				if err := b.Delete(keys[i], nil); err != nil {
+					return err
+				}
 				continue
 			}
 			if err != nil {
+				return err
+			}
+			if (node != store.AllNodes && dv.Node != node) || dv.LastLoginTime >= loginBefore {
+				continue
+			}
+			if err := b.Delete(keys[i], nil); err != nil {
 				return err
 			}
 			dv.Status, dv.LastLogoutTime = 0, now
 			if err := setJSON(b, key(pDevice, d.app, d.name), dv); err != nil {
 				return err
 			}
+			changed = append(changed, d)
 		}
 		return nil
 	})
-	for _, d := range devs {
+	for _, d := range changed {
 		s.devices.drop(d.app, d.name)
 	}
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return len(changed), nil
 }

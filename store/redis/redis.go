@@ -526,9 +526,10 @@ func prefixEnd(prefix string) (string, bool) {
 // resetWorkers is how many devices ResetPresence resets at once.
 const resetWorkers = 16
 
-// ResetPresence marks every device in the online sets offline, each in
-// its own optimistic transaction, and counts the devices it changed.
-func (s *Store) ResetPresence(ctx context.Context, now int64) (int, error) {
+// ResetPresence marks the matching devices of the online sets offline,
+// each in its own optimistic transaction, and counts the devices it
+// changed.
+func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error) {
 	apps, err := s.rdb.SMembers(ctx, s.onlineAppsKey()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("reset presence: %w", err)
@@ -546,7 +547,7 @@ func (s *Store) ResetPresence(ctx context.Context, now int64) (int, error) {
 		go func() {
 			defer wg.Done()
 			for d := range work {
-				ok, err := s.resetDevice(ctx, d.app, d.name, now)
+				ok, err := s.resetDevice(ctx, d.app, d.name, node, loginBefore, now)
 				mu.Lock()
 				if ok {
 					changed++
@@ -581,8 +582,9 @@ func (s *Store) ResetPresence(ctx context.Context, now int64) (int, error) {
 }
 
 // resetDevice marks one device of an online set offline and takes it out
-// of the set; changed is false if it was not online (or is gone).
-func (s *Store) resetDevice(ctx context.Context, appKey, name string, now int64) (changed bool, err error) {
+// of the set if it matches; changed is false if it was not online (or is
+// gone) or does not match.
+func (s *Store) resetDevice(ctx context.Context, appKey, name string, node int, loginBefore, now int64) (changed bool, err error) {
 	k := s.devKey(appKey, name)
 	err = s.watch(ctx, func(tx *goredis.Tx) error {
 		changed = false
@@ -592,6 +594,9 @@ func (s *Store) resetDevice(ctx context.Context, appKey, name string, now int64)
 			return err
 		}
 		online := err == nil && d.Status == 1
+		if online && ((node != store.AllNodes && d.Node != node) || d.LastLoginTime >= loginBefore) {
+			return nil // another node's, or logged in since
+		}
 		var data []byte
 		if online {
 			d.Status, d.LastLogoutTime = 0, now

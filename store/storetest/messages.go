@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -365,7 +366,7 @@ func testResetPresence(t *testing.T, s store.Store) {
 	online("other", "dev-1")
 	_, err := s.UpdateDevice(ctx, "app", "dev-3", func(d *store.Device) error { d.Status, d.LastLogoutTime = 0, 60; return nil })
 	must(t, err)
-	n, err := s.ResetPresence(ctx, 100)
+	n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 100)
 	must(t, err)
 	if n != 2 {
 		t.Fatalf("reset %d devices, want 2", n)
@@ -380,11 +381,48 @@ func testResetPresence(t *testing.T, s store.Store) {
 			t.Errorf("%s/%s: %+v", c.app, c.name, d)
 		}
 	}
-	if n, _ := s.ResetPresence(ctx, 200); n != 0 {
+	if n, _ := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 200); n != 0 {
 		t.Fatalf("second reset changed %d", n)
 	}
 	online("app", "dev-2")
-	if n, _ := s.ResetPresence(ctx, 300); n != 1 {
+	if n, _ := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 300); n != 1 {
 		t.Fatalf("reset after a new login changed %d", n)
+	}
+}
+
+// testResetPresenceOfNode resets the devices one node holds, leaving the
+// other nodes' devices and those that logged in since loginBefore.
+func testResetPresenceOfNode(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	names := []string{"a", "b", "c", "d", "e"}
+	mustDevices(t, s, "app", names...)
+	for i, c := range []struct {
+		node  int
+		login int64
+	}{{1, 50}, {2, 50}, {1, 99}, {1, 100}, {3, 10}} {
+		_, err := s.UpdateDevice(ctx, "app", names[i], func(d *store.Device) error {
+			d.Status, d.LastLoginTime, d.Node, d.Conn = 1, c.login, c.node, "conn-"+names[i]
+			return nil
+		})
+		must(t, err)
+	}
+	n, err := s.ResetPresence(ctx, 1, 100, 120)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("reset %d devices of node 1, want 2 (a and c)", n)
+	}
+	for i, want := range []int{0, 1, 0, 1, 1} {
+		d, err := s.GetDevice(ctx, "app", names[i])
+		must(t, err)
+		if d.Status != want {
+			t.Errorf("device %s (node %d, login %d): status %d, want %d", d.Name, d.Node, d.LastLoginTime, d.Status, want)
+		}
+		if want == 0 && d.LastLogoutTime != 120 {
+			t.Errorf("device %s: logout %d, want 120", d.Name, d.LastLogoutTime)
+		}
+	}
+	// Devices that stayed online are still found by a later reset.
+	if n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 130); err != nil || n != 3 {
+		t.Fatalf("reset of every node changed %d (%v), want 3", n, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -55,6 +56,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CallbackQueues", testCallbackQueues},
 		{"ReportProperties", testReportProperties},
 		{"ResetPresence", testResetPresence},
+		{"ResetPresenceOfNode", testResetPresenceOfNode},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,7 +204,7 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 			return nil
 		}},
 		{"presence", func() error {
-			n, err := s.ResetPresence(ctx, 5)
+			n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 5)
 			if err == nil && n != 1 {
 				err = fmt.Errorf("reset %d online devices, want 1 (dev-2)", n)
 			}
@@ -550,7 +552,7 @@ func testDeleteDevice(t *testing.T, s store.Store) {
 		t.Fatalf("other/dev-1 shadow: %+v %v", sh, err)
 	}
 	// The online index lost the deleted device: only other/dev-1 is reset.
-	if n, err := s.ResetPresence(ctx, 100); err != nil || n != 1 {
+	if n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 100); err != nil || n != 1 {
 		t.Fatalf("reset %d devices (%v), want 1", n, err)
 	}
 
