@@ -287,6 +287,17 @@ func (b *Broker) Session(appKey, deviceName string) *Session {
 	return b.devices[deviceKey(appKey, deviceName)]
 }
 
+// Sessions returns every current session.
+func (b *Broker) Sessions() []*Session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*Session, 0, len(b.devices))
+	for _, s := range b.devices {
+		out = append(out, s)
+	}
+	return out
+}
+
 func deviceKey(appKey, deviceName string) string { return appKey + "/" + deviceName }
 
 // parseUsername splits "{app_key}/{device_name}". Device names cannot

@@ -155,6 +155,10 @@ func (s *Session) release() {
 // Close disconnects the session.
 func (s *Session) Close() { s.b.disconnect(s.cl, packets.ErrNotAuthorized) }
 
+// TakenOver ends the session because the device connected again
+// elsewhere, telling an MQTT 5 client so ("session taken over").
+func (s *Session) TakenOver() { s.b.disconnect(s.cl, packets.ErrSessionTakenOver) }
+
 func (s *Session) takePacketID() (uint16, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

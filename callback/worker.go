@@ -63,7 +63,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	senders map[store.CallbackQueue]*sender
-	stopped bool // under mu: no sender starts once Stop began
+	stopped bool // under mu: no sender starts unless started, or once Stop began
 
 	recentMu sync.Mutex
 	recent   map[string][]Delivery // per app, newest last, at most recentPerApp
@@ -92,7 +92,6 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 8
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
 		cfg:  cfg,
 		st:   st,
@@ -106,10 +105,8 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 		},
 		metrics: m,
 		now:     time.Now,
-		senders: map[store.CallbackQueue]*sender{},
 		recent:  map[string][]Delivery{},
-		ctx:     ctx,
-		cancel:  cancel,
+		stopped: true,
 	}, nil
 }
 
@@ -150,16 +147,24 @@ func (w *Worker) remember(appKey string, d Delivery) {
 	w.recent[appKey] = r
 }
 
-// Start resumes the queues left from the last run and starts routing.
+// Start resumes the queues left from the last run and starts routing. A
+// stopped worker may start again (in cluster mode it runs while its node
+// holds the callback lease).
 func (w *Worker) Start(ctx context.Context) error {
 	qs, err := w.st.CallbackQueues(ctx)
 	if err != nil {
 		return fmt.Errorf("callback: list queues: %w", err)
 	}
+	w.mu.Lock()
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.senders = map[store.CallbackQueue]*sender{}
+	w.stopped = false
+	w.mu.Unlock()
 	for _, q := range qs {
 		// The backlog gauge starts from what the queues hold.
 		n, err := w.countQueue(ctx, q)
 		if err != nil {
+			w.Stop()
 			return fmt.Errorf("callback: count queue: %w", err)
 		}
 		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
@@ -174,10 +179,16 @@ func (w *Worker) Start(ctx context.Context) error {
 // records, still queued, are sent again after the next start.
 func (w *Worker) Stop() {
 	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
 	w.stopped = true
 	w.mu.Unlock()
 	w.cancel()
 	w.wg.Wait()
+	// The next start counts the queues again.
+	w.metrics.backlog.Reset()
 }
 
 // countQueue counts the entries of a delivery queue.
@@ -197,6 +208,12 @@ func (w *Worker) countQueue(ctx context.Context, q store.CallbackQueue) (int, er
 // Redelivered is told that a dead letter of records went back to its
 // queue.
 func (w *Worker) Redelivered(appKey, url string, records int) {
+	w.mu.Lock()
+	stopped := w.stopped
+	w.mu.Unlock()
+	if stopped {
+		return // another node delivers; its senders rescan now and then
+	}
 	w.metrics.backlog.WithLabelValues(appKey).Add(float64(records))
 	// Its entries have new Seqs, but they may become visible behind the
 	// sender's cursor.

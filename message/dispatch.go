@@ -26,6 +26,11 @@ const (
 	ExpiryGrace = 2 * time.Second
 	sweepEvery  = time.Second
 	sweepBatch  = 512
+	// retryAfterAckError is when a message whose delivery could not be
+	// stored is sent again.
+	retryAfterAckError = time.Second
+	// wakeAllAtOnce is how many connections WakeAll wakes before pausing.
+	wakeAllAtOnce = 256
 )
 
 // Conn is a device's live connection as the broker provides it.
@@ -108,12 +113,34 @@ func (d *Dispatcher) Online(app, dev string) bool {
 }
 
 // Notify tells the dispatcher that m was queued.
-func (d *Dispatcher) Notify(m store.Message) {
+func (d *Dispatcher) Notify(m store.Message) { d.Wake(m.AppKey, m.DeviceName) }
+
+// Wake has the device's connection, if it is subscribed here, send what
+// is pending and not yet sent on it.
+func (d *Dispatcher) Wake(app, dev string) {
 	d.mu.Lock()
-	r := d.routes[routeKey(m.AppKey, m.DeviceName)]
+	r := d.routes[routeKey(app, dev)]
 	d.mu.Unlock()
 	if r != nil {
 		d.kick(r)
+	}
+}
+
+// WakeAll wakes every subscribed connection, so that messages queued
+// without word reaching this dispatcher are sent. It pauses after every
+// wakeAllAtOnce, so a node with many devices does not burst the store.
+func (d *Dispatcher) WakeAll() {
+	d.mu.Lock()
+	routes := make([]*route, 0, len(d.routes))
+	for _, r := range d.routes {
+		routes = append(routes, r)
+	}
+	d.mu.Unlock()
+	for i, r := range routes {
+		d.kick(r)
+		if i%wakeAllAtOnce == wakeAllAtOnce-1 {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 
@@ -246,6 +273,9 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 		d.delivered.Add(1)
 	case !errors.Is(err, errSkip):
 		d.log.Error("record delivery", "app", app, "device", dev, "msgid", id, "err", err)
+		// Still pending in the store: send it again on this connection
+		// once the store is back, rather than at the next message.
+		time.AfterFunc(retryAfterAckError, func() { d.Wake(app, dev) })
 	}
 }
 

@@ -225,7 +225,7 @@ func (a *API) effectiveLimits(app store.App) map[string]int {
 	for _, cat := range rateCategories {
 		n, ok := app.RateLimits[cat]
 		if !ok {
-			n = a.limits.def
+			n = a.cfg.DefaultRateLimit
 		}
 		out[cat] = n
 	}

@@ -31,6 +31,9 @@ type Config struct {
 	// on /admin/v1.
 	AdminUsername       string
 	AdminPasswordSHA256 [32]byte
+	// RateLimiter holds the per-app rate limits; nil keeps them in this
+	// process (one node).
+	RateLimiter Limiter
 	// Router delivers queued messages to connected devices; nil means no
 	// device is ever online (tests of the REST API alone).
 	Router message.Router
@@ -94,7 +97,7 @@ type API struct {
 	log      *slog.Logger
 	ids      *idgen.Generator
 	messages *message.Service
-	limits   *rateLimits
+	limits   Limiter
 	apps     *appcache.Cache
 	verifier *http.Client // for callback URL verification
 	handler  http.Handler
@@ -123,11 +126,14 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		log:      log,
 		ids:      ids,
 		messages: message.NewService(st, ids, cfg.Router),
-		limits:   newRateLimits(cfg.DefaultRateLimit),
+		limits:   cfg.RateLimiter,
 		now:      time.Now,
 	}
 	if a.cfg.Devices == nil {
 		a.cfg.Devices = noDeviceEvents{}
+	}
+	if a.limits == nil {
+		a.limits = newLocalLimiter()
 	}
 	a.verifier = newVerifyClient(cfg.CallbackTimeout)
 	a.apps = cfg.Apps

@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"strconv"
@@ -11,23 +12,25 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// rateLimits holds one token bucket per app and category. A bucket's rate
-// follows the app's current setting: it is re-read on every request, so an
-// admin change applies at once.
-type rateLimits struct {
-	def     int
-	buckets sync.Map // appKey + "\x00" + category → *rate.Limiter
+// Limiter holds one token bucket per key, of perSecond tokens refilled at
+// perSecond a second. The rate is passed on every call, so an admin change
+// applies at once. cluster.RateLimiter is one shared by every node.
+type Limiter interface {
+	// Allow takes a token from key's bucket; when none is there it returns
+	// how long until one is.
+	Allow(ctx context.Context, key string, perSecond int) (bool, time.Duration, error)
 }
 
-func newRateLimits(def int) *rateLimits { return &rateLimits{def: def} }
+// localLimiter is a Limiter in this process's memory: a node's own.
+type localLimiter struct {
+	buckets sync.Map // key → *rate.Limiter
+	now     func() time.Time
+}
 
-// allow takes a token for the app's category; when none is available it
-// returns how long until one is.
-func (r *rateLimits) allow(appKey, category string, perSecond int, now time.Time) (bool, time.Duration) {
-	if perSecond <= 0 {
-		return true, 0
-	}
-	key := appKey + "\x00" + category
+func newLocalLimiter() *localLimiter { return &localLimiter{now: time.Now} }
+
+func (r *localLimiter) Allow(_ context.Context, key string, perSecond int) (bool, time.Duration, error) {
+	now := r.now()
 	v, ok := r.buckets.Load(key)
 	if !ok {
 		v, _ = r.buckets.LoadOrStore(key, rate.NewLimiter(rate.Limit(perSecond), perSecond))
@@ -40,20 +43,31 @@ func (r *rateLimits) allow(appKey, category string, perSecond int, now time.Time
 	res := lim.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
-		return false, d
+		return false, d, nil
 	}
-	return true, 0
+	return true, 0, nil
 }
 
 // limit enforces the authenticated app's rate for the category (429/2002).
 func (a *API) limit(category string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		app := currentApp(c)
-		perSecond := a.limits.def
+		perSecond := a.cfg.DefaultRateLimit
 		if n, ok := app.RateLimits[category]; ok {
 			perSecond = n
 		}
-		if ok, wait := a.limits.allow(app.Key, category, perSecond, a.now()); !ok {
+		if perSecond <= 0 {
+			c.Next()
+			return
+		}
+		ok, wait, err := a.limits.Allow(c.Request.Context(), app.Key+"\x00"+category, perSecond)
+		if err != nil {
+			// A shared limiter that cannot be reached does not stop the
+			// API: the request goes on and meets the store's own error.
+			a.log.Error("rate limit", "app", app.Key, "category", category, "err", err)
+			ok = true
+		}
+		if !ok {
 			a.writeError(c, &apiError{
 				status:     http.StatusTooManyRequests,
 				code:       CodeRateLimited,
