@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/devmsg/devmsg/broker"
+	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/shadow"
@@ -26,7 +27,22 @@ const TopicClick = "msg/click"
 // stripes serialise presence writes per device (see Connected).
 const stripes = 256
 
-// Gateway implements broker.Handler.
+// Peers reaches the other nodes of a cluster; *cluster.Node is one.
+type Peers interface {
+	// ID is this node's node_id.
+	ID() int
+	// Token tells this process apart from every other, past or present.
+	Token() string
+	// Send asks the node with node_id node to act on ev.
+	Send(ctx context.Context, node int, ev cluster.Event) error
+}
+
+// Gateway connects devices to the service: it implements broker.Handler
+// for the devices connected here, message.Router and the API's device
+// events for every device, and cluster.Handler for what other nodes ask.
+// The presence entry of a device (store.Device Node and Conn) says which
+// node and connection hold it; work for a device held elsewhere goes
+// there as a cluster event.
 type Gateway struct {
 	store    store.Store
 	dispatch *message.Dispatcher
@@ -35,14 +51,33 @@ type Gateway struct {
 	now      func() time.Time
 	broker   *broker.Broker
 
+	// node and token name this node's connections; peers is nil on a
+	// single node.
+	node  int
+	token string
+	peers Peers
+
 	locks [stripes]sync.Mutex
 }
 
-var _ broker.Handler = (*Gateway)(nil)
+var (
+	_ broker.Handler  = (*Gateway)(nil)
+	_ message.Router  = (*Gateway)(nil)
+	_ cluster.Handler = (*Gateway)(nil)
+)
 
-// New returns a Gateway; SetBroker must be called before devices connect.
+// New returns a Gateway; SetBroker must be called before devices connect,
+// and SetPeers too in cluster mode.
 func New(st store.Store, d *message.Dispatcher, sy *shadow.Sync, log *slog.Logger) *Gateway {
-	return &Gateway{store: st, dispatch: d, sync: sy, log: log, now: time.Now}
+	return &Gateway{store: st, dispatch: d, sync: sy, log: log, now: time.Now, token: secret.Alnum(16)}
+}
+
+// SetPeers puts the gateway in cluster mode, as a node of p.
+func (g *Gateway) SetPeers(p Peers) { g.peers, g.node, g.token = p, p.ID(), p.Token() }
+
+// connID names a connection uniquely across nodes and restarts.
+func (g *Gateway) connID(s *broker.Session) string {
+	return g.token + "-" + strconv.FormatUint(s.ID, 10)
 }
 
 // SetBroker gives the gateway the broker whose sessions it serves (the
@@ -77,14 +112,18 @@ func (g *Gateway) Authenticate(appKey, device, sec string) error {
 	return nil
 }
 
-// Connected marks the device online. Presence writes of one device are
-// serialised and Disconnected writes only for the current session, so
-// whatever order a takeover's events arrive in, the device ends online.
+// Connected marks the device online, held by this connection. Presence
+// writes of one device are serialised here and Disconnected writes only
+// for the connection the device's entry names, so whatever order a
+// takeover's events arrive in, the device ends online. A connection the
+// device still had on another node is closed there.
 func (g *Gateway) Connected(s *broker.Session) {
 	defer g.lock(s.AppKey, s.DeviceName)()
 	now := g.now().Unix()
+	var prev store.Device
 	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) error {
-		d.Status, d.ClientIP, d.LastLoginTime = 1, s.RemoteIP, now
+		prev = *d
+		d.Status, d.ClientIP, d.LastLoginTime, d.Node, d.Conn = 1, s.RemoteIP, now, g.node, g.connID(s)
 		if d.TimeActive == 0 {
 			d.TimeActive = now
 		}
@@ -92,22 +131,33 @@ func (g *Gateway) Connected(s *broker.Session) {
 	})
 	if err != nil {
 		g.log.Error("record login", "app", s.AppKey, "device", s.DeviceName, "err", err)
+		return
+	}
+	if g.peers != nil && prev.Status == 1 && prev.Node != g.node {
+		g.send(context.Background(), prev.Node, cluster.Event{Kind: cluster.KindKick, App: s.AppKey, Device: s.DeviceName, Conn: prev.Conn})
 	}
 }
 
-// Disconnected marks the device offline unless a newer session holds it.
+// errSkip leaves a device as it is from inside an UpdateDevice.
+var errSkip = errors.New("no change")
+
+// Disconnected marks the device offline unless a newer connection, here
+// or on another node, holds it.
 func (g *Gateway) Disconnected(s *broker.Session) {
 	g.dispatch.Detach(s, s.AppKey, s.DeviceName)
 	defer g.lock(s.AppKey, s.DeviceName)()
 	if !s.Current() {
-		return // taken over: the newer session's login stands
+		return // taken over here: the newer session's login stands
 	}
-	now := g.now().Unix()
+	now, conn := g.now().Unix(), g.connID(s)
 	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) error {
+		if d.Node != g.node || d.Conn != conn {
+			return errSkip // taken over elsewhere
+		}
 		d.Status, d.LastLogoutTime = 0, now
 		return nil
 	})
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, errSkip) {
 		g.log.Error("record logout", "app", s.AppKey, "device", s.DeviceName, "err", err)
 	}
 }
@@ -182,15 +232,17 @@ func (g *Gateway) Acked(s *broker.Session, pid uint16) {
 }
 
 // DesiredChanged pushes a new desired document to the connected device.
-func (g *Gateway) DesiredChanged(_ context.Context, appKey, device string, sh store.Shadow) {
+func (g *Gateway) DesiredChanged(ctx context.Context, appKey, device string, sh store.Shadow) {
 	if s := g.broker.Session(appKey, device); s != nil {
 		g.sync.Push(s, sh)
+		return
 	}
+	g.tell(ctx, appKey, device, cluster.KindDesired)
 }
 
 // Disabled disconnects the device and fails its pending messages (5/3003).
 func (g *Gateway) Disabled(ctx context.Context, appKey, device string) {
-	g.broker.Kick(appKey, device)
+	g.kick(ctx, appKey, device)
 	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDisabled, "device disabled"); err != nil {
 		g.log.Error("fail pending messages of a disabled device", "app", appKey, "device", device, "err", err)
 	}
@@ -201,9 +253,132 @@ func (g *Gateway) Disabled(ctx context.Context, appKey, device string) {
 // connect again meanwhile. An error leaves messages pending, and the
 // caller does not delete the device then: its queue would be lost.
 func (g *Gateway) Deleted(ctx context.Context, appKey, device string) error {
-	g.broker.Kick(appKey, device)
+	g.kick(ctx, appKey, device)
 	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDeleted, "device deleted"); err != nil {
 		return fmt.Errorf("fail pending messages of %s/%s: %w", appKey, device, err)
 	}
 	return nil
+}
+
+// kick disconnects the device wherever it is connected.
+func (g *Gateway) kick(ctx context.Context, appKey, device string) {
+	if !g.broker.Kick(appKey, device) {
+		g.tell(ctx, appKey, device, cluster.KindKick)
+	}
+}
+
+// Online reports whether the device can take a message now: subscribed
+// here, or connected to another node.
+func (g *Gateway) Online(appKey, device string) bool {
+	if g.dispatch.Online(appKey, device) {
+		return true
+	}
+	if g.peers == nil {
+		return false
+	}
+	d, err := g.store.GetDevice(context.Background(), appKey, device)
+	return err == nil && d.Status == 1 && d.Node != g.node
+}
+
+// Notify wakes the delivery of a queued message, here or on the node
+// holding its device.
+func (g *Gateway) Notify(m store.Message) {
+	if g.peers == nil || g.dispatch.Online(m.AppKey, m.DeviceName) {
+		g.dispatch.Notify(m)
+		return
+	}
+	g.tell(context.Background(), m.AppKey, m.DeviceName, cluster.KindWake)
+}
+
+// tell sends an event to the other node that holds the device, as its
+// presence entry says now. Nothing is sent for a device that is offline or
+// held here: its next subscription reads the store anyway.
+func (g *Gateway) tell(ctx context.Context, appKey, device, kind string) {
+	if g.peers == nil {
+		return
+	}
+	d, err := g.store.GetDevice(ctx, appKey, device)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			g.log.Error("find the node of a device", "app", appKey, "device", device, "err", err)
+		}
+		return
+	}
+	if d.Status != 1 || d.Node == g.node {
+		return
+	}
+	g.send(ctx, d.Node, cluster.Event{Kind: kind, App: appKey, Device: device})
+}
+
+// send publishes ev to a node; a lost event only delays (see Resync).
+func (g *Gateway) send(ctx context.Context, node int, ev cluster.Event) {
+	if err := g.peers.Send(ctx, node, ev); err != nil {
+		g.log.Error("tell another node", "node_id", node, "event", ev.Kind, "app", ev.App, "device", ev.Device, "err", err)
+	}
+}
+
+// HandleEvent acts on what another node asks of this one.
+func (g *Gateway) HandleEvent(ctx context.Context, ev cluster.Event) {
+	switch ev.Kind {
+	case cluster.KindWake:
+		g.dispatch.Wake(ev.App, ev.Device)
+	case cluster.KindDesired:
+		s := g.broker.Session(ev.App, ev.Device)
+		if s == nil {
+			return
+		}
+		go func() {
+			// Read and push under the device's lock, so two changes in a
+			// row reach the device in order.
+			defer g.lock(ev.App, ev.Device)()
+			sh, err := g.store.GetShadow(ctx, ev.App, ev.Device)
+			if err != nil {
+				g.log.Error("load desired properties to push", "app", ev.App, "device", ev.Device, "err", err)
+				return
+			}
+			g.sync.Push(s, sh)
+		}()
+	case cluster.KindKick:
+		s := g.broker.Session(ev.App, ev.Device)
+		switch {
+		case s == nil:
+		case ev.Conn == "":
+			s.Close()
+		case ev.Conn == g.connID(s):
+			s.TakenOver()
+		}
+	default:
+		g.log.Warn("unknown cluster event", "event", ev.Kind)
+	}
+}
+
+// Resync sends every subscribed device what is pending for it.
+func (g *Gateway) Resync() { g.dispatch.WakeAll() }
+
+// Reassert marks the devices connected here online again, unless another
+// node holds one now: that connection here is stale and is closed.
+func (g *Gateway) Reassert(ctx context.Context) {
+	for _, s := range g.broker.Sessions() {
+		conn := g.connID(s)
+		stale := false
+		unlock := g.lock(s.AppKey, s.DeviceName)
+		_, err := g.store.UpdateDevice(ctx, s.AppKey, s.DeviceName, func(d *store.Device) error {
+			if d.Status == 1 && d.Node == g.node && d.Conn == conn {
+				return errSkip
+			}
+			if d.Status == 1 && d.Node != g.node {
+				stale = true
+				return errSkip
+			}
+			d.Status, d.Node, d.Conn = 1, g.node, conn
+			return nil
+		})
+		unlock()
+		if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, store.ErrNotFound) {
+			g.log.Error("mark a device online again", "app", s.AppKey, "device", s.DeviceName, "err", err)
+		}
+		if stale {
+			s.TakenOver()
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
@@ -33,6 +34,8 @@ import (
 )
 
 const (
+	// callbackLease is the cluster lease of the callback worker.
+	callbackLease  = "callbacks"
 	metaAdminHash  = "admin_password_sha256"
 	shutdownBudget = 30 * time.Second
 )
@@ -60,6 +63,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			log.Error("close store", "err", err)
 		}
 	}()
+	// On Redis, this process is a node of a cluster: the nodes sharing the
+	// Redis are one service.
+	var node *cluster.Node
+	if rs, ok := st.(*redis.Store); ok {
+		node, err = cluster.Join(ctx, cluster.Config{NodeID: cfg.NodeID, Prefix: rs.Prefix()}, rs.Client(), st, log)
+		if err != nil {
+			return err
+		}
+		// Closed after the broker (deferred later, so run earlier) has
+		// disconnected this node's devices.
+		defer node.Close()
+		log.Info("joined the cluster", "node_id", cfg.NodeID)
+	}
 	adminHash, err := adminPassword(ctx, cfg.Admin, st, stdout)
 	if err != nil {
 		return err
@@ -68,7 +84,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	// No connection outlives the process; a crash left no logouts behind.
-	if n, err := st.ResetPresence(ctx, store.AllNodes, math.MaxInt64, time.Now().Unix()); err != nil {
+	// A cluster node resets only the devices it held itself.
+	resetNode := store.AllNodes
+	if node != nil {
+		resetNode = node.ID()
+	}
+	if n, err := st.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix()); err != nil {
 		return fmt.Errorf("reset presence: %w", err)
 	} else if n > 0 {
 		log.Info("marked devices offline that were online at the last stop", "devices", n)
@@ -86,6 +107,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dispatcher.Start()
 	defer dispatcher.Stop()
 	gw := gateway.New(st, dispatcher, shadow.NewSync(st, log), log)
+	var limiter restapi.Limiter // nil: per process
+	if node != nil {
+		gw.SetPeers(node)
+		rs := st.(*redis.Store)
+		limiter = cluster.NewRateLimiter(rs.Client(), rs.Prefix())
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -103,8 +130,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := callbacks.Start(ctx); err != nil {
-		return err
+	// One node at a time delivers callbacks: the one holding the lease.
+	if node == nil {
+		if err := callbacks.Start(ctx); err != nil {
+			return err
+		}
+	} else {
+		node.Lead(callbackLease, func() error { return callbacks.Start(context.Background()) }, callbacks.Stop)
 	}
 	// Stopped before the store closes; what is not delivered stays queued.
 	defer callbacks.Stop()
@@ -113,7 +145,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DefaultRateLimit:    cfg.RateLimit.Default,
 		AdminUsername:       cfg.Admin.Username,
 		AdminPasswordSHA256: adminHash,
-		Router:              dispatcher,
+		Router:              gw,
+		RateLimiter:         limiter,
 		Devices:             gw,
 
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
@@ -146,6 +179,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			log.Error("close mqtt broker", "err", err)
 		}
 	}()
+	if node != nil {
+		node.Run(gw)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "devmsg_cluster_callback_worker",
+			Help: "1 while this node holds the callback lease and delivers the cluster's callbacks, else 0.",
+		}, func() float64 {
+			if node.Leading(callbackLease) {
+				return 1
+			}
+			return 0
+		}))
+	}
 	registerDeviceMetrics(reg, mq, dispatcher)
 	log.Info("mqtt listening", "addrs", mqttAddrs)
 	if testHookMQTT != nil {
@@ -229,9 +274,6 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	case "embedded":
 		return pebble.Open(cfg.DataDir + "/store")
 	case "redis":
-		// One node per Redis for now: delivery and presence are still
-		// per node (cluster mode is not finished).
-		log.Warn("store.type redis: run a single devmsg node against this Redis; several nodes sharing it are not supported yet")
 		r := cfg.Store.Redis
 		return redis.Open(ctx, redis.Options{Addrs: r.Addrs, Password: r.Password, DB: r.DB})
 	default:

@@ -638,3 +638,10 @@ func (s *Store) PutMeta(ctx context.Context, k string, value []byte) error {
 	}
 	return nil
 }
+
+// Client returns the store's Redis client, for the cluster coordination
+// that shares the store's Redis (see package cluster). MaxRetries is off.
+func (s *Store) Client() goredis.UniversalClient { return s.rdb }
+
+// Prefix returns the prefix of every key the store writes.
+func (s *Store) Prefix() string { return s.prefix }

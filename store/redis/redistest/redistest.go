@@ -27,6 +27,8 @@ func Installed() bool {
 type Server struct {
 	Addr string
 	cmd  *exec.Cmd
+	dir  string
+	args []string
 }
 
 // Start starts redis-server on a free loopback port with its files (and
@@ -43,23 +45,38 @@ func Start(dir string, extra ...string) (*Server, error) {
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "yes", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
 	}, extra...)
-	cmd := exec.Command("redis-server", args...)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
+	srv := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, args: args}
+	if err := srv.start(); err != nil {
+		return nil, err
 	}
-	srv := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	return srv, nil
+}
+
+// Restart kills the server (SIGKILL: a crash) and starts it again on the
+// same port and files; what the append-only file holds survives.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.start()
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command("redis-server", s.args...)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.cmd = cmd
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := c.Ping(context.Background()).Err()
 		if err == nil {
-			return srv, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
-			srv.Stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			return nil, fmt.Errorf("redis-server on %s does not answer: %v\n%s", srv.Addr, err, log)
+			s.Stop()
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s does not answer: %v\n%s", s.Addr, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

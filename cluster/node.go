@@ -1,0 +1,359 @@
+// Package cluster lets several devmsg nodes sharing one Redis work as one
+// service. Redis holds everything durable (package store/redis); this
+// package adds what the nodes tell one another:
+//
+//   - Membership. Each node holds a heartbeat key with a short TTL under
+//     its node_id. A node whose heartbeat lapses is dead: the others mark
+//     the devices it held offline (store.ResetPresence for its node_id).
+//   - Events. Each node subscribes to a pub/sub channel of its own; a node
+//     that changed something a device on another node must see (a queued
+//     message, a desired property, a takeover, a disable) publishes an
+//     Event there. Events only wake: the store is the record, so a lost
+//     event delays and never loses (see Handler.Resync).
+//   - Leases. Work that one node at a time must do (the callback worker)
+//     runs on the node holding a lease key.
+//   - Rate limits shared by every node (RateLimiter).
+//
+// Every key lives under one hash tag, so the few scripts that touch two
+// keys work on Redis Cluster too.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Config sets a node's identity and timings. Zero durations take the
+// defaults below.
+type Config struct {
+	// NodeID is this node's node_id, unique among live nodes.
+	NodeID int
+	// Prefix starts every key and channel (the store's prefix).
+	Prefix string
+	// HeartbeatTTL is how long a node counts as alive after its last
+	// heartbeat; HeartbeatEvery how often it renews it.
+	HeartbeatTTL   time.Duration
+	HeartbeatEvery time.Duration
+	// CheckEvery is how often a node looks for dead nodes. A dead node's
+	// devices are offline within HeartbeatTTL + CheckEvery of its death
+	// (plus the reset itself).
+	CheckEvery time.Duration
+	// ResyncEvery is how often a node re-checks its devices' queues, the
+	// bound on the delay of a lost event.
+	ResyncEvery time.Duration
+	// LeaseTTL is how long a lease outlives its holder's last renewal;
+	// LeaseEvery how often it is renewed or sought.
+	LeaseTTL   time.Duration
+	LeaseEvery time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultHeartbeatTTL   = 10 * time.Second
+	DefaultHeartbeatEvery = 2 * time.Second
+	DefaultCheckEvery     = 5 * time.Second
+	DefaultResyncEvery    = time.Minute
+	DefaultLeaseTTL       = 15 * time.Second
+	DefaultLeaseEvery     = 5 * time.Second
+)
+
+func (c *Config) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&c.HeartbeatTTL, DefaultHeartbeatTTL)
+	set(&c.HeartbeatEvery, DefaultHeartbeatEvery)
+	set(&c.CheckEvery, DefaultCheckEvery)
+	set(&c.ResyncEvery, DefaultResyncEvery)
+	set(&c.LeaseTTL, DefaultLeaseTTL)
+	set(&c.LeaseEvery, DefaultLeaseEvery)
+}
+
+// Event kinds.
+const (
+	// KindWake: the device has new pending messages.
+	KindWake = "wake"
+	// KindDesired: the device's desired properties changed.
+	KindDesired = "desired"
+	// KindKick: close the device's connection (Conn, or any when "").
+	KindKick = "kick"
+)
+
+// Event is what one node asks of the node holding a device.
+type Event struct {
+	Kind   string `json:"k"`
+	App    string `json:"a"`
+	Device string `json:"d"`
+	Conn   string `json:"c,omitempty"`
+}
+
+// Handler acts on what reaches this node. Its methods must not block for
+// long: events arrive one at a time.
+type Handler interface {
+	// HandleEvent acts on an event about a device this node may hold.
+	HandleEvent(ctx context.Context, ev Event)
+	// Resync re-checks the pending messages of every device connected
+	// here: events sent while this node's subscription was down are lost.
+	Resync()
+	// Reassert marks the devices connected here online again: while this
+	// node's heartbeat had lapsed, other nodes may have marked them
+	// offline.
+	Reassert(ctx context.Context)
+}
+
+// Node is this process's membership of the cluster.
+type Node struct {
+	cfg   Config
+	rdb   goredis.UniversalClient
+	st    store.Store
+	log   *slog.Logger
+	token string // this process: a restarted node has a new one
+	now   func() time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	leases map[string]*lease
+}
+
+// tag is the hash tag of every cluster key: one Cluster slot, so scripts
+// may touch several of them.
+func (n *Node) key(parts ...string) string {
+	k := "{" + n.cfg.Prefix + "cluster}"
+	for _, p := range parts {
+		k += ":" + p
+	}
+	return k
+}
+
+func (n *Node) heartbeatKey(id int) string { return n.key("node", strconv.Itoa(id)) }
+func (n *Node) nodesKey() string           { return n.key("nodes") }
+func (n *Node) channel(id int) string      { return n.key("events", strconv.Itoa(id)) }
+
+// Join claims cfg.NodeID for this process. A node_id whose heartbeat is
+// held by another process is waited for up to the heartbeat TTL, so a node
+// restarted after a crash gets its id back; one still held then belongs to
+// a live node, and Join fails. Run starts the node's work.
+func Join(ctx context.Context, cfg Config, rdb goredis.UniversalClient, st store.Store, log *slog.Logger) (*Node, error) {
+	cfg.defaults()
+	n := &Node{cfg: cfg, rdb: rdb, st: st, log: log, token: secret.Alnum(16), now: time.Now, leases: map[string]*lease{}}
+	deadline := n.now().Add(cfg.HeartbeatTTL + time.Second)
+	for {
+		ok, err := rdb.SetNX(ctx, n.heartbeatKey(cfg.NodeID), n.token, cfg.HeartbeatTTL).Result()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: claim node_id %d: %w", cfg.NodeID, err)
+		}
+		if ok {
+			break
+		}
+		if n.now().After(deadline) {
+			return nil, fmt.Errorf("cluster: node_id %d is held by a running node; give every node its own node_id", cfg.NodeID)
+		}
+		log.Info("waiting for the previous holder of this node_id to expire", "node_id", cfg.NodeID)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if err := rdb.SAdd(ctx, n.nodesKey(), cfg.NodeID).Err(); err != nil {
+		return nil, fmt.Errorf("cluster: register node_id %d: %w", cfg.NodeID, err)
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// ID returns the node's node_id.
+func (n *Node) ID() int { return n.cfg.NodeID }
+
+// Token identifies this process among every node's processes, past and
+// present.
+func (n *Node) Token() string { return n.token }
+
+// Run starts the heartbeat, the search for dead nodes and the event
+// subscription, all feeding h, until Close.
+func (n *Node) Run(h Handler) {
+	n.every(n.cfg.HeartbeatEvery, func() { n.heartbeat(h) })
+	n.every(n.cfg.CheckEvery, n.checkNodes)
+	n.every(n.cfg.ResyncEvery, h.Resync)
+	n.wg.Add(1)
+	go n.subscribe(h)
+}
+
+func (n *Node) every(d time.Duration, fn func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+}
+
+// heartbeatScript renews this process's heartbeat: 1 when it held it, 2
+// when it had lapsed and is taken anew, 0 when another process holds it.
+var heartbeatScript = goredis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SADD', KEYS[2], ARGV[3])
+  return 2
+end
+return 0`)
+
+func (n *Node) heartbeat(h Handler) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatEvery)
+	defer cancel()
+	res, err := heartbeatScript.Run(ctx, n.rdb, []string{n.heartbeatKey(n.cfg.NodeID), n.nodesKey()},
+		n.token, n.cfg.HeartbeatTTL.Milliseconds(), n.cfg.NodeID).Int()
+	switch {
+	case err != nil:
+		if n.ctx.Err() == nil {
+			n.log.Error("cluster: renew heartbeat", "err", err)
+		}
+	case res == 2:
+		n.log.Warn("cluster: this node's heartbeat had lapsed; marking its devices online again")
+		h.Reassert(n.ctx)
+	case res == 0:
+		n.log.Error("cluster: another process holds this node's node_id; give every node its own node_id", "node_id", n.cfg.NodeID)
+	}
+}
+
+// forgetScript unregisters a node whose heartbeat is still absent; a node
+// that came back registers again after its heartbeat, so it stays.
+var forgetScript = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+redis.call('DEL', KEYS[3])
+return 0`)
+
+// checkNodes marks offline the devices of registered nodes whose heartbeat
+// lapsed. One live node does each reset, under a lock that expires should
+// it die meanwhile.
+func (n *Node) checkNodes() {
+	ctx := n.ctx
+	ids, err := n.rdb.SMembers(ctx, n.nodesKey()).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Error("cluster: list nodes", "err", err)
+		}
+		return
+	}
+	for _, s := range ids {
+		id, err := strconv.Atoi(s)
+		if err != nil || id == n.cfg.NodeID {
+			continue
+		}
+		alive, err := n.rdb.Exists(ctx, n.heartbeatKey(id)).Result()
+		if err != nil || alive == 1 {
+			continue
+		}
+		lock := n.key("reset", s)
+		if ok, err := n.rdb.SetNX(ctx, lock, n.token, time.Minute).Result(); err != nil || !ok {
+			continue
+		}
+		seen := n.now().Unix()
+		count, err := n.st.ResetPresence(ctx, id, seen, seen)
+		if err != nil {
+			n.log.Error("cluster: mark a dead node's devices offline", "node_id", id, "err", err)
+			n.rdb.Del(ctx, lock)
+			continue
+		}
+		n.log.Warn("cluster: node is gone; marked its devices offline", "node_id", id, "devices", count)
+		if err := forgetScript.Run(ctx, n.rdb, []string{n.heartbeatKey(id), n.nodesKey(), lock}, id).Err(); err != nil {
+			n.log.Error("cluster: unregister a dead node", "node_id", id, "err", err)
+		}
+	}
+}
+
+// subscribe hands the events of this node's channel to h, and has h
+// resync whenever the subscription is made anew (at start and after a
+// lost connection), as events sent meanwhile are gone.
+func (n *Node) subscribe(h Handler) {
+	defer n.wg.Done()
+	ps := n.rdb.Subscribe(n.ctx, n.channel(n.cfg.NodeID))
+	go func() {
+		<-n.ctx.Done()
+		ps.Close() // ends the range below
+	}()
+	for msg := range ps.ChannelWithSubscriptions(goredis.WithChannelSize(4096)) {
+		switch m := msg.(type) {
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" {
+				h.Resync()
+			}
+		case *goredis.Message:
+			var ev Event
+			if err := json.Unmarshal([]byte(m.Payload), &ev); err != nil {
+				n.log.Error("cluster: bad event", "err", err)
+				continue
+			}
+			h.HandleEvent(n.ctx, ev)
+		}
+	}
+}
+
+// Send publishes ev to the node with node_id node.
+func (n *Node) Send(ctx context.Context, node int, ev Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if err := n.rdb.Publish(ctx, n.channel(node), data).Err(); err != nil {
+		return fmt.Errorf("cluster: send %s to node %d: %w", ev.Kind, node, err)
+	}
+	return nil
+}
+
+// Close stops the node's work, gives up its leases and its heartbeat so
+// the others need not wait for them to expire.
+func (n *Node) Close() {
+	n.mu.Lock()
+	leases := n.leases
+	n.leases = map[string]*lease{}
+	n.mu.Unlock()
+	for _, l := range leases {
+		l.close()
+	}
+	n.cancel()
+	n.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := releaseScript.Run(ctx, n.rdb, []string{n.heartbeatKey(n.cfg.NodeID)}, n.token).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+		n.log.Error("cluster: release heartbeat", "err", err)
+	}
+}
+
+// releaseScript deletes a key this process holds.
+var releaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
