@@ -104,7 +104,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stderr, "sim: %d devices connected, %d failed\n", len(devs)-failed, failed)
 	wg.Wait()
-	if failed == len(devs) {
+	// Stopped while connecting (the device may be online already, its
+	// subscriptions not yet made) is a stop, not a failure.
+	if failed == len(devs) && ctx.Err() == nil {
 		return errors.New("sim: no device connected")
 	}
 	return nil
