@@ -43,6 +43,9 @@ const routeChunk = 1000
 // out of Seq order, or a redelivered one, may sit behind the cursor.
 const rescanEvery = time.Second
 
+// errorBackoff is how long the router waits after a failed read.
+const errorBackoff = time.Second
+
 // idleExit is how long a destination's sender waits on an empty queue
 // before its goroutine ends (the next record starts a new one).
 const idleExit = 5 * time.Minute
@@ -242,10 +245,14 @@ func (w *Worker) route() {
 		if n == routeChunk && err == nil {
 			continue
 		}
+		wait := w.cfg.PollInterval
+		if err != nil {
+			wait = errorBackoff // the store is down: do not flood the log
+		}
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-time.After(w.cfg.PollInterval):
+		case <-time.After(wait):
 		}
 	}
 }

@@ -66,9 +66,11 @@ type StoreConfig struct {
 
 // RedisConfig is the connection of the redis backend (cluster mode).
 type RedisConfig struct {
-	Addrs    []string `yaml:"addrs"`
-	Password string   `yaml:"password"`
-	DB       int      `yaml:"db"`
+	Addrs []string `yaml:"addrs"`
+	// MasterName is the Sentinel master name: set, Addrs are Sentinels.
+	MasterName string `yaml:"master_name"`
+	Password   string `yaml:"password"`
+	DB         int    `yaml:"db"`
 }
 
 // AdminConfig is the admin account; an empty password is generated on the

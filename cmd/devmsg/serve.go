@@ -275,7 +275,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 		return pebble.Open(cfg.DataDir + "/store")
 	case "redis":
 		r := cfg.Store.Redis
-		return redis.Open(ctx, redis.Options{Addrs: r.Addrs, Password: r.Password, DB: r.DB})
+		return redis.Open(ctx, redis.Options{Addrs: r.Addrs, MasterName: r.MasterName, Password: r.Password, DB: r.DB})
 	default:
 		return nil, fmt.Errorf("config: store.type: %q is not a store type (embedded or redis)", cfg.Store.Type)
 	}
