@@ -63,9 +63,32 @@ type Options struct {
 	MQTTAddr    string
 	// ServerPprof, when set, is a directory that receives a CPU profile
 	// of the server for each workload's measured window
-	// (<workload>.pprof), fetched from its admin-only /debug/pprof.
+	// (<workload>.pprof, or <workload>.node<k>.pprof for node k of
+	// several), fetched from its admin-only /debug/pprof.
 	ServerPprof string
+
+	// Store is the store of the servers the bench starts: StoreEmbedded
+	// (Pebble in each server's data dir) or StoreRedis (a redis-server the
+	// bench starts on a loopback port, persisting through its append-only
+	// file with appendfsync RedisFsync, "always" or "everysec").
+	Store      string
+	RedisFsync string
+	// Nodes is how many servers the bench starts on one Redis store, with
+	// node IDs 1 to Nodes. Setup goes through node 1; REST workers and
+	// MQTT devices spread round-robin over the nodes, and the delivery
+	// workloads send to each device through a node other than the one it
+	// is connected to.
+	Nodes int
 }
+
+// The stores of Options.Store.
+const (
+	StoreEmbedded = "embedded"
+	StoreRedis    = "redis"
+)
+
+// RedisFsyncModes are the appendfsync settings Options.RedisFsync takes.
+var RedisFsyncModes = []string{"always", "everysec"}
 
 func (o Options) hasDeviceWorkloads() bool {
 	return slices.ContainsFunc(o.Workloads, func(w string) bool { return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" })
@@ -124,7 +147,54 @@ func (o Options) validate() error {
 	if o.Target != "" && o.AdminPassword == "" {
 		errs = append(errs, errors.New("--target needs --admin-password"))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, o.validateDeployment()...)...)
+}
+
+// validateDeployment checks the store and node options.
+func (o Options) validateDeployment() []error {
+	var errs []error
+	switch o.Store {
+	case StoreEmbedded:
+	case StoreRedis:
+		if o.Target != "" {
+			errs = append(errs, errors.New("--store redis starts its own redis-server and servers; with --target the store is the target's"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("store %q: want %s or %s", o.Store, StoreEmbedded, StoreRedis))
+	}
+	if !slices.Contains(RedisFsyncModes, o.RedisFsync) {
+		errs = append(errs, fmt.Errorf("redis fsync %q: want %s", o.RedisFsync, strings.Join(RedisFsyncModes, " or ")))
+	}
+	if o.Nodes < 1 || o.Nodes > 64 {
+		errs = append(errs, fmt.Errorf("nodes %d: need 1 to 64", o.Nodes))
+	}
+	if o.Nodes <= 1 {
+		return errs
+	}
+	if o.Store != StoreRedis {
+		errs = append(errs, fmt.Errorf("--nodes %d: several nodes share one store, so they need --store redis", o.Nodes))
+	}
+	if o.Target != "" {
+		errs = append(errs, fmt.Errorf("--nodes %d: the bench starts the nodes, so it takes no --target", o.Nodes))
+	}
+	if slices.Contains(o.Workloads, "idle-memory") {
+		errs = append(errs, fmt.Errorf("--nodes %d: idle-memory reads the RSS of one server process; run it with --nodes 1", o.Nodes))
+	}
+	if slices.Contains(o.Workloads, "mosquitto") {
+		errs = append(errs, fmt.Errorf("--nodes %d: mosquitto compares one broker with Mosquitto; run it with --nodes 1", o.Nodes))
+	}
+	// Every node gets a worker of each pool and, in the delivery
+	// workloads, devices to send to.
+	if o.Concurrency < o.Nodes {
+		errs = append(errs, fmt.Errorf("concurrency %d: need at least one connection per node (%d)", o.Concurrency, o.Nodes))
+	}
+	if o.LatencyConns < o.Nodes {
+		errs = append(errs, fmt.Errorf("latency connections %d: need at least one per node (%d)", o.LatencyConns, o.Nodes))
+	}
+	if o.hasDeviceWorkloads() && o.Subscribers < o.Nodes {
+		errs = append(errs, fmt.Errorf("subscribers %d: need at least one per node (%d)", o.Subscribers, o.Nodes))
+	}
+	return errs
 }
 
 // Result is one workload's measurement.
@@ -140,9 +210,11 @@ type Result struct {
 	P999, Max time.Duration
 	// ServerCPU and BenchCPU are the cores each process kept busy during
 	// the measured window (negative when unknown); on a small machine
-	// they show which side ran out.
-	ServerCPU, BenchCPU float64
-	FirstErrors         []string
+	// they show which side ran out. ServerCPU adds up every node's.
+	// RedisCPU is the cores of the redis-server the bench started,
+	// negative when unknown or there is none.
+	ServerCPU, BenchCPU, RedisCPU float64
+	FirstErrors                   []string
 }
 
 // Run sets up, executes o.Workloads in order and writes the report to out.
@@ -158,7 +230,6 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 	}
 	o.Target = strings.TrimRight(o.Target, "/")
-	serverPID := 0
 	exe := o.Binary
 	if exe == "" {
 		var err error
@@ -166,16 +237,19 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			return err
 		}
 	}
+	b := &runner{o: o, seqBase: rand.Int64N(1 << 40), exe: exe, nodes: []node{{base: o.Target, mqtt: o.MQTTAddr}}}
+	deployed := "store and nodes of the target"
 	if o.Target == "" {
-		srv, err := startServer(ctx, o.Binary)
+		d, err := startDeployment(ctx, o)
 		if err != nil {
 			return err
 		}
-		defer srv.stop()
-		o.Target, o.AdminUser, o.AdminPassword, o.MQTTAddr = srv.base, "admin", srv.adminPassword, srv.mqtt
-		serverPID = srv.cmd.Process.Pid
+		defer d.stop()
+		deployed = d.describe()
+		b.nodes, b.serverPID, b.redisPID = d.nodes(), d.servers[0].cmd.Process.Pid, d.redisPID()
+		b.o.AdminUser, b.o.AdminPassword = "admin", d.adminPassword
 	}
-	b := &runner{o: o, target: o.Target, seqBase: rand.Int64N(1 << 40), mqttAddr: o.MQTTAddr, serverPID: serverPID, exe: exe}
+	b.target = b.nodes[0].base
 	if err := b.setup(ctx); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
@@ -186,7 +260,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}()
 	machine := header()
 	fmt.Fprintln(out, machine)
-	fmt.Fprintf(out, "target %s, %d devices, %s per workload\n", o.Target, o.Devices, o.Duration)
+	fmt.Fprintf(out, "target %s; %s; %d devices, %s per workload\n", b.target, deployed, o.Devices, o.Duration)
+	if len(b.nodes) > 1 {
+		fmt.Fprintf(out, "nodes %s; server CPU is their sum; devices connect to node i mod %d, and delivery sends go through the next node (cross-node)\n",
+			b.nodeList(), len(b.nodes))
+	}
 	var results []Result
 	var devmsg brokerRun // device workloads' numbers, for the Mosquitto comparison
 	closed := map[string]float64{}
@@ -215,7 +293,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 				user := b.key + "/" + deviceName(i)
 				creds[i] = user + "," + b.secrets[i] + ",d/" + user + "/msg"
 			}
-			if devmsg.perDevice, err = idleMemory(ctx, b.exe, b.serverPID, b.mqttAddr, creds, out, "devmsg"); err != nil {
+			if devmsg.perDevice, err = idleMemory(ctx, b.exe, b.serverPID, b.nodes[0].mqtt, creds, out, "devmsg"); err != nil {
 				return err
 			}
 			continue
@@ -256,7 +334,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	if o.Markdown {
 		fmt.Fprintln(out)
-		fmt.Fprint(out, markdown(machine, o, results))
+		fmt.Fprint(out, markdown(machine, deployed, o, results))
 	}
 	var errs []error
 	for _, r := range results {
@@ -268,20 +346,36 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 }
 
 func (r Result) text() string {
-	return fmt.Sprintf("%-16s %-9s %7.0f req/s (%d requests)  p50 %s  p99 %s  p99.9 %s  max %s  errors %d  cpu: server %s, bench %s",
+	s := fmt.Sprintf("%-16s %-9s %7.0f req/s (%d requests)  p50 %s  p99 %s  p99.9 %s  max %s  errors %d  cpu: server %s, bench %s",
 		r.Workload, r.Load, r.PerSecond, r.Requests, ms(r.P50), ms(r.P99), ms(r.P999), ms(r.Max), r.Errors, cores(r.ServerCPU), cores(r.BenchCPU))
+	if r.RedisCPU >= 0 {
+		s += ", redis " + cores(r.RedisCPU)
+	}
+	return s
 }
 
 // markdown renders the results as a table for BENCHMARKS.md, with the
-// machine and settings they hold only for.
-func markdown(machine string, o Options, results []Result) string {
+// machine and settings they hold only for; deployed names the store and
+// nodes. A run on a Redis the bench started gets a column of its CPU.
+func markdown(machine, deployed string, o Options, results []Result) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s; %d devices, %s measured per workload (closed loops after %s warm-up)\n\n", machine, o.Devices, o.Duration, o.Warmup)
-	sb.WriteString("| workload | concurrency / rate | requests/s | p50 | p99 | p99.9 | max | errors | server CPU | bench CPU |\n")
-	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&sb, "%s; %s; %d devices, %s measured per workload (closed loops after %s warm-up)\n\n",
+		machine, deployed, o.Devices, o.Duration, o.Warmup)
+	redis := o.Store == StoreRedis && o.Target == ""
+	if redis {
+		sb.WriteString("| workload | concurrency / rate | requests/s | p50 | p99 | p99.9 | max | errors | server CPU | bench CPU | redis CPU |\n")
+		sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	} else {
+		sb.WriteString("| workload | concurrency / rate | requests/s | p50 | p99 | p99.9 | max | errors | server CPU | bench CPU |\n")
+		sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	}
 	for _, r := range results {
-		fmt.Fprintf(&sb, "| %s | %s | %.0f | %s | %s | %s | %s | %d | %s | %s |\n",
+		fmt.Fprintf(&sb, "| %s | %s | %.0f | %s | %s | %s | %s | %d | %s | %s |",
 			r.Workload, r.Load, r.PerSecond, ms(r.P50), ms(r.P99), ms(r.P999), ms(r.Max), r.Errors, cores(r.ServerCPU), cores(r.BenchCPU))
+		if redis {
+			fmt.Fprintf(&sb, " %s |", cores(r.RedisCPU))
+		}
+		sb.WriteString("\n")
 	}
 	return sb.String()
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ func small() Options {
 	return Options{
 		Devices: 20, Concurrency: 4, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 		Rate: 200, LatencyConns: 8, Workloads: Workloads, Markdown: true,
+		Store: StoreEmbedded, RedisFsync: "everysec", Nodes: 1,
 	}
 }
 
@@ -33,6 +35,28 @@ func TestValidate(t *testing.T) {
 		{"zero duration", func(o *Options) { o.Duration = 0 }, "duration"},
 		{"negative rate", func(o *Options) { o.Rate = -1 }, "rate"},
 		{"target without password", func(o *Options) { o.Target = "https://127.0.0.1:8443" }, "--admin-password"},
+		{"redis", func(o *Options) { o.Store = StoreRedis }, ""},
+		{"unknown store", func(o *Options) { o.Store = "sqlite" }, `store "sqlite"`},
+		{"unknown fsync", func(o *Options) { o.Store, o.RedisFsync = StoreRedis, "no" }, `redis fsync "no"`},
+		{"redis with target", func(o *Options) {
+			o.Store, o.Target, o.AdminPassword = StoreRedis, "https://127.0.0.1:8443", "pw"
+		}, "--store redis starts its own"},
+		{"two nodes on redis", func(o *Options) { o.Store, o.Nodes = StoreRedis, 2 }, ""},
+		{"zero nodes", func(o *Options) { o.Nodes = 0 }, "nodes 0"},
+		{"two nodes embedded", func(o *Options) { o.Nodes = 2 }, "need --store redis"},
+		{"two nodes with target", func(o *Options) {
+			o.Store, o.Nodes, o.Target, o.AdminPassword = StoreRedis, 2, "https://127.0.0.1:8443", "pw"
+		}, "takes no --target"},
+		{"two nodes idle-memory", func(o *Options) {
+			o.Store, o.Nodes, o.Subscribers, o.Workloads = StoreRedis, 2, 10, []string{"deliver", "idle-memory"}
+		}, "idle-memory reads the RSS"},
+		{"two nodes mosquitto", func(o *Options) {
+			o.Store, o.Nodes, o.Subscribers, o.Workloads = StoreRedis, 2, 10, []string{"mosquitto"}
+		}, "mosquitto compares one broker"},
+		{"more nodes than subscribers", func(o *Options) {
+			o.Store, o.Nodes, o.Subscribers, o.Workloads = StoreRedis, 3, 2, []string{"deliver"}
+		}, "subscribers 2: need at least one per node"},
+		{"more nodes than connections", func(o *Options) { o.Store, o.Nodes = StoreRedis, 5 }, "concurrency 4: need at least one connection per node"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,7 +126,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("target", func(t *testing.T) {
-		srv, err := startServer(context.Background(), bin)
+		srv, err := startServer(context.Background(), serverSpec{binary: bin})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,6 +185,70 @@ func TestRunCallbacks(t *testing.T) {
 	for _, w := range []string{"\ncallback-lag ", "receiver released", "\ncallback         backlog ", "errors 0"} {
 		if !strings.Contains(report, w) {
 			t.Errorf("report lacks %q:\n%s", w, report)
+		}
+	}
+}
+
+// TestRunRedis runs the REST workloads on two nodes sharing a Redis the
+// bench starts, and deliver-latency on one node of it; it checks the
+// report, never the speed. Cross-node delivery is not measured here.
+func TestRunRedis(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not on PATH (Debian package redis-server; CI installs it)")
+	}
+	bin := buildDevmsg(t)
+	run := func(t *testing.T, o Options, want ...string) {
+		t.Helper()
+		var out bytes.Buffer
+		if err := Run(context.Background(), o, &out); err != nil {
+			t.Fatalf("run: %v\n%s", err, out.String())
+		}
+		for _, w := range append(want, "| redis CPU |", ", redis ", "errors 0") {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("report lacks %q:\n%s", w, out.String())
+			}
+		}
+	}
+	t.Run("two nodes", func(t *testing.T) {
+		o := small()
+		o.Binary, o.Store, o.Nodes, o.RedisFsync = bin, StoreRedis, 2, "always"
+		o.Workloads = []string{"send", "property"}
+		o.ServerPprof = t.TempDir()
+		run(t, o, "appendfsync always); 2 nodes", "\nsend ", "\nproperty ")
+		if fi, err := os.Stat(filepath.Join(o.ServerPprof, "send.node2.pprof")); err != nil || fi.Size() == 0 {
+			t.Errorf("no profile of node 2: %v", err)
+		}
+	})
+	t.Run("one node", func(t *testing.T) {
+		o := small()
+		o.Binary, o.Store, o.Subscribers = bin, StoreRedis, 10
+		o.Workloads = []string{"deliver-latency"}
+		run(t, o, "appendfsync everysec); 1 node", "\ndeliver-latency ")
+	})
+}
+
+// TestDevicePlacement checks that with several nodes every delivery send
+// goes through a node other than its device's, and that each node's
+// workers reach every device whose sends are theirs.
+func TestDevicePlacement(t *testing.T) {
+	for nodes := 1; nodes <= 4; nodes++ {
+		for subs := nodes; subs <= 9; subs++ {
+			t.Run(fmt.Sprintf("%d nodes %d devices", nodes, subs), func(t *testing.T) {
+				b := &runner{nodes: make([]node, nodes), o: Options{Subscribers: subs}}
+				reached := map[int]bool{}
+				for n := range nodes {
+					for k := range int64(2 * subs) {
+						i := b.sendDevice(n, k)
+						if i < 0 || i >= subs || b.sendNode(i) != n || (nodes > 1 && b.mqttNode(i) == n) {
+							t.Fatalf("node %d, turn %d: device %d (MQTT node %d, send node %d)", n, k, i, b.mqttNode(i), b.sendNode(i))
+						}
+						reached[i] = true
+					}
+				}
+				if len(reached) != subs {
+					t.Errorf("reached %d of %d devices", len(reached), subs)
+				}
+			})
 		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,7 +112,7 @@ func (b *runner) setupCallbacks(ctx context.Context) (*cbReceiver, error) {
 // callbackLag sends to connected devices at rate and measures PUBACK →
 // record arrival for each delivery-success record.
 func (b *runner) callbackLag(ctx context.Context, workload string, rate int) (Result, error) {
-	if b.mqttAddr == "" {
+	if b.nodes[0].mqtt == "" {
 		return Result{}, errors.New(workload + " needs the server's MQTT address: run without --target, or give --mqtt")
 	}
 	r, err := b.setupCallbacks(ctx)
@@ -151,7 +149,7 @@ func (b *runner) callbackLag(ctx context.Context, workload string, rate int) (Re
 	var sent atomic.Int64
 	win := b.begin(ctx, workload)
 	start := time.Now()
-	b.openSchedule(ctx, rate, func(c *http.Client, dev int, at time.Time) {
+	b.openSchedule(ctx, rate, func(c *conn, dev int, at time.Time) {
 		if ok, _ := b.sendAt(ctx, c, dev, at); ok {
 			sent.Add(1)
 		}
@@ -171,7 +169,7 @@ func (b *runner) callbackLag(ctx context.Context, workload string, rate int) (Re
 	}
 	elapsed := time.Since(start)
 	r.mu.Lock()
-	res := r.lag.result(workload, loadLabel(rate, 0, b.o.Subscribers), elapsed)
+	res := r.lag.result(workload, b.crossNode(loadLabel(rate, 0, b.o.Subscribers)), elapsed)
 	arrived := r.lag.n
 	clear(r.acked)
 	r.mu.Unlock()
@@ -236,24 +234,4 @@ func (b *runner) callbackDrain(ctx context.Context, workload string, out io.Writ
 		res.FirstErrors = []string{fmt.Sprintf("%d of %d records not delivered within 5 minutes", backlog-got, backlog)}
 	}
 	return res, win.end(&res)
-}
-
-// metricSum adds up every series of a metric on the server's /metrics.
-func (b *runner) metricSum(ctx context.Context, name string) (float64, error) {
-	st, body, err := do(ctx, b.admin, http.MethodGet, b.target+"/metrics", "", "", nil)
-	if err != nil || st != http.StatusOK {
-		return 0, fmt.Errorf("read /metrics: %s", failure(st, body, err))
-	}
-	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		if i := strings.LastIndexByte(line, ' '); i > 0 {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum, nil
 }

@@ -112,17 +112,45 @@ func parseNanos(s string) (time.Time, bool) {
 	return time.Unix(0, n), true
 }
 
+// mqttNode is the node device i connects to: devices spread round-robin
+// over the nodes.
+func (b *runner) mqttNode(i int) int { return i % len(b.nodes) }
+
+// sendNode is the node the REST sends to device i go through: the one
+// after its MQTT node, so that with several nodes every delivery crosses
+// from one node to another.
+func (b *runner) sendNode(i int) int { return (i + 1) % len(b.nodes) }
+
+// sendDevice is the k-th, round-robin, of the subscribed devices whose
+// sends go through node n.
+func (b *runner) sendDevice(n int, k int64) int {
+	nodes := len(b.nodes)
+	r := (n + nodes - 1) % nodes // sendNode(i) == n for i ≡ r (mod nodes)
+	// At least one: validate keeps Subscribers ≥ Nodes.
+	count := (b.o.Subscribers - r + nodes - 1) / nodes
+	return r + nodes*int(k%int64(count))
+}
+
+// crossNode marks the load of a delivery workload whose sends go through
+// a node other than their device's.
+func (b *runner) crossNode(load string) string {
+	if len(b.nodes) > 1 {
+		return load + ", cross-node"
+	}
+	return load
+}
+
 func (b *runner) dialDevice(i int) (*mqttConn, string, error) {
 	user := b.key + "/" + deviceName(i)
-	c, err := dialMQTT(b.mqttAddr, "", user, user, b.secrets[i], 60)
+	c, err := dialMQTT(b.nodes[b.mqttNode(i)].mqtt, "", user, user, b.secrets[i], 60)
 	return c, "d/" + b.key + "/" + deviceName(i) + "/msg", err
 }
 
 // sendAt posts a message to device i whose body is the instant at.
-func (b *runner) sendAt(ctx context.Context, c *http.Client, i int, at time.Time) (bool, string) {
+func (b *runner) sendAt(ctx context.Context, c *conn, i int, at time.Time) (bool, string) {
 	seq := b.seqBase + b.seq.Add(1)
 	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"msg_body":"%d","ttl":3600}`, seq, deviceName(i), at.UnixNano())
-	st, resp, err := do(ctx, c, http.MethodPost, b.target+"/msg/v1/msg", b.key, b.secret, body)
+	st, resp, err := do(ctx, c.c, http.MethodPost, c.base+"/msg/v1/msg", b.key, b.secret, body)
 	if err != nil || st != http.StatusOK {
 		return false, failure(st, resp, err)
 	}
@@ -132,18 +160,25 @@ func (b *runner) sendAt(ctx context.Context, c *http.Client, i int, at time.Time
 // deliverDevmsg runs deliver-latency (rate > 0) or deliver (rate 0)
 // against devmsg.
 func (b *runner) deliverDevmsg(ctx context.Context, workload string, rate int) (Result, error) {
-	if b.mqttAddr == "" {
+	if b.nodes[0].mqtt == "" {
 		return Result{}, errors.New(workload + " needs the server's MQTT address: run without --target, or give --mqtt")
 	}
 	t, mu, got := newTally(), &sync.Mutex{}, &atomic.Int64{}
-	conns, err := connectSubscribers(b.o.Subscribers, b.dialDevice, devmsgWhen, t, mu, got)
+	// Messages an earlier workload left queued (lost ones) arrive on
+	// connect; they are not this workload's.
+	since := time.Now()
+	fresh := func(payload []byte) (time.Time, bool) {
+		at, ok := devmsgWhen(payload)
+		return at, ok && !at.Before(since)
+	}
+	conns, err := connectSubscribers(b.o.Subscribers, b.dialDevice, fresh, t, mu, got)
 	if err != nil {
 		return Result{}, err
 	}
 	defer closeAll(conns)
 	var sent, failed atomic.Int64
 	var firstErr atomic.Value
-	send := func(c *http.Client, dev int, at time.Time) {
+	send := func(c *conn, dev int, at time.Time) {
 		ok, reason := b.sendAt(ctx, c, dev, at)
 		if ok {
 			sent.Add(1)
@@ -168,7 +203,7 @@ func (b *runner) deliverDevmsg(ctx context.Context, workload string, rate int) (
 		elapsed = sendEnd.Sub(start) // throughput over the sending window
 	}
 	mu.Lock()
-	r := t.result(workload, loadLabel(rate, b.o.Concurrency, b.o.Subscribers), elapsed)
+	r := t.result(workload, b.crossNode(loadLabel(rate, b.o.Concurrency, b.o.Subscribers)), elapsed)
 	mu.Unlock()
 	r.Requests, r.Errors = sent.Load()+failed.Load(), failed.Load()+sent.Load()-got.Load()
 	r.PerSecond = float64(got.Load()) / elapsed.Seconds()
@@ -189,23 +224,28 @@ func loadLabel(rate, conns, devices int) string {
 }
 
 // openSchedule calls send on LatencyConns workers at rate per second for
-// Duration, each timed from its scheduled instant.
-func (b *runner) openSchedule(ctx context.Context, rate int, send func(c *http.Client, dev int, at time.Time)) {
+// Duration, each timed from its scheduled instant. Each send goes
+// through its device's sendNode.
+func (b *runner) openSchedule(ctx context.Context, rate int, send func(c *conn, dev int, at time.Time)) {
 	type job struct {
 		at  time.Time
 		dev int
 	}
-	jobs := make(chan job, min(rate, 100_000))
+	// A queue per node, taken from by that node's workers only.
+	queues := make([]chan job, len(b.nodes))
+	for k := range queues {
+		queues[k] = make(chan job, max(1, min(rate, 100_000)/len(b.nodes)))
+	}
 	var wg, ready sync.WaitGroup
 	ready.Add(b.o.LatencyConns)
-	for range b.o.LatencyConns {
+	for w := range b.o.LatencyConns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := b.workerClient(ctx)
-			defer c.CloseIdleConnections()
+			c := b.workerConn(ctx, w)
+			defer c.close()
 			ready.Done()
-			for j := range jobs {
+			for j := range queues[c.node] {
 				send(c, j.dev, j.at)
 			}
 		}()
@@ -218,25 +258,29 @@ func (b *runner) openSchedule(ctx context.Context, rate int, send func(c *http.C
 		if d := time.Until(at); d > 0 {
 			time.Sleep(d)
 		}
-		jobs <- job{at: at, dev: i % b.o.Subscribers}
+		dev := i % b.o.Subscribers
+		queues[b.sendNode(dev)] <- job{at: at, dev: dev}
 	}
-	close(jobs)
+	for _, q := range queues {
+		close(q)
+	}
 	wg.Wait()
 }
 
-// backToBack calls send on Concurrency workers back to back for Duration.
-func (b *runner) backToBack(ctx context.Context, send func(c *http.Client, dev int, at time.Time)) {
+// backToBack calls send on Concurrency workers back to back for
+// Duration, each worker to the devices whose sendNode is its node.
+func (b *runner) backToBack(ctx context.Context, send func(c *conn, dev int, at time.Time)) {
 	var wg sync.WaitGroup
-	var next atomic.Int64
+	next := make([]atomic.Int64, len(b.nodes)) // each node's round-robin
 	end := time.Now().Add(b.o.Duration)
-	for range b.o.Concurrency {
+	for w := range b.o.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := b.workerClient(ctx)
-			defer c.CloseIdleConnections()
+			c := b.workerConn(ctx, w)
+			defer c.close()
 			for time.Now().Before(end) && ctx.Err() == nil {
-				send(c, int(next.Add(1)%int64(b.o.Subscribers)), time.Now())
+				send(c, b.sendDevice(c.node, next[c.node].Add(1)), time.Now())
 			}
 		}()
 	}

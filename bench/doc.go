@@ -11,4 +11,17 @@
 // maximum and times each one from its scheduled instant, so a stalled
 // server cannot hide its stalls by slowing the load down (no coordinated
 // omission); its percentiles are the ones a user at that rate sees.
+//
+// The servers it starts use the embedded Pebble store by default. With
+// Options.Store "redis" the bench first starts its own redis-server (from
+// PATH, on a loopback port, in a temporary dir, persisting through the
+// append-only file only, with appendfsync Options.RedisFsync) and reports
+// that process's CPU beside the servers', so a reader sees which of the
+// two ran out. With Options.Nodes above 1 it starts that many servers on
+// the one Redis, node IDs 1 up: setup goes through node 1, REST workers
+// and MQTT devices spread round-robin over the nodes, the delivery
+// workloads send to each device through a node other than the one it is
+// connected to (their load reads "cross-node"), and the server CPU is the
+// nodes' sum. Every process the bench starts is stopped at the end, also
+// on an error or a signal.
 package bench

@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,16 +20,20 @@ import (
 
 // runner holds what the workloads of one run share.
 type runner struct {
-	o      Options
+	o Options
+	// nodes are the servers measured; target is the first's base URL,
+	// where setup and admin calls go.
+	nodes  []node
 	target string
 	admin  *http.Client // setup, metrics and profiles
 	key    string       // the bench app's credentials
 	secret string
-	// secrets are the devices' secrets, by index; mqttAddr is the
-	// server's MQTT TCP address and serverPID its process, when known.
+	// secrets are the devices' secrets, by index; serverPID is the first
+	// node's process and redisPID the redis-server's, when the bench
+	// started them (else 0).
 	secrets   []string
-	mqttAddr  string
 	serverPID int
+	redisPID  int
 	exe       string // a devmsg binary, for bench-client processes
 
 	// seq_no shares one space per app for 15 minutes; a random base keeps
@@ -52,11 +58,29 @@ type deviceVersion struct {
 
 func deviceName(i int) string { return fmt.Sprintf("bench-%06d", i) }
 
+// conn is one worker's keep-alive connection to one node.
+type conn struct {
+	c    *http.Client
+	base string // the node's base URL
+	node int    // its index in runner.nodes
+}
+
+func (c *conn) close() { c.c.CloseIdleConnections() }
+
+// nodeList is the nodes' base URLs, for the report.
+func (b *runner) nodeList() string {
+	bases := make([]string, len(b.nodes))
+	for k, n := range b.nodes {
+		bases[k] = n.base
+	}
+	return strings.Join(bases, ", ")
+}
+
 // send posts one message to device i.
-func (b *runner) send(ctx context.Context, c *http.Client, i int) (bool, string) {
+func (b *runner) send(ctx context.Context, c *conn, i int) (bool, string) {
 	seq := b.seqBase + b.seq.Add(1)
 	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"msg_body":"bench message %d","ttl":3600}`, seq, deviceName(i), seq)
-	st, resp, err := do(ctx, c, http.MethodPost, b.target+"/msg/v1/msg", b.key, b.secret, body)
+	st, resp, err := do(ctx, c.c, http.MethodPost, c.base+"/msg/v1/msg", b.key, b.secret, body)
 	if err != nil || st != http.StatusOK {
 		return false, failure(st, resp, err)
 	}
@@ -67,14 +91,14 @@ func (b *runner) send(ctx context.Context, c *http.Client, i int) (bool, string)
 // setProperty sets two properties on device i at its current version.
 // Holding the device's lock across the request keeps the version right
 // even when two open-loop requests pick the same device.
-func (b *runner) setProperty(ctx context.Context, c *http.Client, i int) (bool, string) {
+func (b *runner) setProperty(ctx context.Context, c *conn, i int) (bool, string) {
 	seq := b.seqBase + b.seq.Add(1)
 	dv := &b.versions[i]
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"version":%d,"properties":[{"name":"setpoint","value":%d},{"name":"mode","value":"eco"}]}`,
 		seq, deviceName(i), dv.v, seq%100)
-	st, resp, err := do(ctx, c, http.MethodPost, b.target+"/device/v1/property", b.key, b.secret, body)
+	st, resp, err := do(ctx, c.c, http.MethodPost, c.base+"/device/v1/property", b.key, b.secret, body)
 	var r struct {
 		OpCode *int `json:"op_code"`
 	}
@@ -90,8 +114,8 @@ func (b *runner) setProperty(ctx context.Context, c *http.Client, i int) (bool, 
 	return false, failure(st, resp, err)
 }
 
-func (b *runner) desiredVersion(ctx context.Context, c *http.Client, i int) (int64, error) {
-	st, resp, err := do(ctx, c, http.MethodGet, b.target+"/device/v1/property?device_name="+deviceName(i), b.key, b.secret, nil)
+func (b *runner) desiredVersion(ctx context.Context, c *conn, i int) (int64, error) {
+	st, resp, err := do(ctx, c.c, http.MethodGet, c.base+"/device/v1/property?device_name="+deviceName(i), b.key, b.secret, nil)
 	if err != nil || st != http.StatusOK {
 		return 0, fmt.Errorf("get property: %s", failure(st, resp, err))
 	}
@@ -109,7 +133,7 @@ func failure(status int, body []byte, err error) string {
 }
 
 // request runs one request of base ("send" or "property") for device i.
-func (b *runner) request(ctx context.Context, c *http.Client, base string, i int) (bool, string) {
+func (b *runner) request(ctx context.Context, c *conn, base string, i int) (bool, string) {
 	if base == "send" {
 		return b.send(ctx, c, i)
 	}
@@ -163,11 +187,13 @@ func (t *tally) result(workload, load string, elapsed time.Duration) Result {
 	}
 }
 
-// workerClient returns a worker's own one-connection client with the
-// connection already open, so TLS handshakes are not measured.
-func (b *runner) workerClient(ctx context.Context) *http.Client {
-	c := newClient()
-	_, _, _ = do(ctx, c, http.MethodGet, b.target+"/healthz", "", "", nil)
+// workerConn returns worker w's own connection, to node w mod the node
+// count (so workers spread round-robin over the nodes), already open, so
+// TLS handshakes are not measured.
+func (b *runner) workerConn(ctx context.Context, w int) *conn {
+	k := w % len(b.nodes)
+	c := &conn{c: newClient(), base: b.nodes[k].base, node: k}
+	_, _, _ = do(ctx, c.c, http.MethodGet, c.base+"/healthz", "", "", nil)
 	return c
 }
 
@@ -185,8 +211,8 @@ func (b *runner) closedLoop(ctx context.Context, workload string) (Result, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := b.workerClient(ctx)
-			defer c.CloseIdleConnections()
+			c := b.workerConn(ctx, w)
+			defer c.close()
 			ready.Done()
 			<-start
 			t := tallies[w]
@@ -243,8 +269,8 @@ func (b *runner) openLoop(ctx context.Context, workload, base string, rate int) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := b.workerClient(ctx)
-			defer c.CloseIdleConnections()
+			c := b.workerConn(ctx, w)
+			defer c.close()
 			ready.Done()
 			for j := range jobs {
 				ok, reason := b.request(ctx, c, base, j.dev)
@@ -282,55 +308,78 @@ func (b *runner) openLoop(ctx context.Context, workload, base string, rate int) 
 	return r, win.end(&r)
 }
 
-// window is a measured interval: CPU use of both processes across it
-// and, with Options.ServerPprof, a server CPU profile of it.
+// window is a measured interval: CPU use of the servers, the bench and
+// the bench's redis-server across it and, with Options.ServerPprof, a CPU
+// profile of each node over it.
 type window struct {
-	b               *runner
-	t0              time.Time
-	server0, bench0 float64
-	profDone        chan error
-	profPath        string
+	b                       *runner
+	t0                      time.Time
+	server0, bench0, redis0 float64
+	profDone                chan error // one answer per node
 }
 
 func (b *runner) begin(ctx context.Context, workload string) *window {
-	w := &window{b: b, t0: time.Now(), server0: b.serverCPU(ctx), bench0: selfCPU()}
+	w := &window{b: b, t0: time.Now(), server0: b.serverCPU(ctx), bench0: selfCPU(), redis0: -1}
+	if b.redisPID > 0 {
+		w.redis0 = procCPU(b.redisPID)
+	}
 	if b.o.ServerPprof != "" {
 		secs := int(math.Ceil(b.o.Duration.Seconds()))
-		w.profPath = filepath.Join(b.o.ServerPprof, workload+".pprof")
-		w.profDone = make(chan error, 1)
-		go func() { w.profDone <- b.fetchProfile(ctx, secs, w.profPath) }()
+		w.profDone = make(chan error, len(b.nodes))
+		for k, n := range b.nodes {
+			path := filepath.Join(b.o.ServerPprof, profileName(workload, k, len(b.nodes)))
+			go func() { w.profDone <- b.fetchProfile(ctx, n.base, secs, path) }()
+		}
 	}
 	return w
 }
 
+// profileName is <workload>.pprof, or with several nodes
+// <workload>.node<k>.pprof for node k (counted from 1).
+func profileName(workload string, k, nodes int) string {
+	if nodes == 1 {
+		return workload + ".pprof"
+	}
+	return fmt.Sprintf("%s.node%d.pprof", workload, k+1)
+}
+
 func (w *window) end(r *Result) error {
 	elapsed := time.Since(w.t0).Seconds()
-	r.ServerCPU, r.BenchCPU = -1, -1
+	r.ServerCPU, r.BenchCPU, r.RedisCPU = -1, -1, -1
 	if s := w.b.serverCPU(context.Background()); s >= 0 && w.server0 >= 0 {
 		r.ServerCPU = (s - w.server0) / elapsed
 	}
 	if c := selfCPU(); c >= 0 && w.bench0 >= 0 {
 		r.BenchCPU = (c - w.bench0) / elapsed
 	}
+	if w.redis0 >= 0 {
+		if c := procCPU(w.b.redisPID); c >= 0 {
+			r.RedisCPU = (c - w.redis0) / elapsed
+		}
+	}
 	if w.profDone != nil {
-		if err := <-w.profDone; err != nil {
+		var errs []error
+		for range w.b.nodes {
+			errs = append(errs, <-w.profDone)
+		}
+		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("server profile: %w", err)
 		}
 	}
 	return nil
 }
 
-// fetchProfile saves a CPU profile of the server covering the next secs
-// seconds.
-func (b *runner) fetchProfile(ctx context.Context, secs int, path string) error {
+// fetchProfile saves a CPU profile of the node at base covering the next
+// secs seconds.
+func (b *runner) fetchProfile(ctx context.Context, base string, secs int, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
 	c := newClient()
 	c.Timeout = 0 // bounded by ctx: the profile takes secs to arrive
 	defer c.CloseIdleConnections()
-	st, body, err := do(ctx, c, http.MethodGet, b.target+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), b.o.AdminUser, b.o.AdminPassword, nil)
+	st, body, err := do(ctx, c, http.MethodGet, base+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), b.o.AdminUser, b.o.AdminPassword, nil)
 	if err != nil || st != http.StatusOK {
-		return fmt.Errorf("get /debug/pprof/profile: %s", failure(st, body, err))
+		return fmt.Errorf("get %s/debug/pprof/profile: %s", base, failure(st, body, err))
 	}
 	return os.WriteFile(path, body, 0o644)
 }

@@ -138,7 +138,7 @@ func (b *runner) deliverMosquitto(ctx context.Context, m *mosquitto, workload st
 	mu.Unlock()
 	r.Requests, r.Errors = sent.Load()+failed.Load(), failed.Load()+sent.Load()-got.Load()
 	r.PerSecond = float64(got.Load()) / elapsed.Seconds()
-	r.ServerCPU, r.BenchCPU = -1, -1
+	r.ServerCPU, r.BenchCPU, r.RedisCPU = -1, -1, -1
 	if lost := sent.Load() - got.Load(); lost > 0 {
 		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d published messages did not arrive within 10 s", lost))
 	}

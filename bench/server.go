@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -145,23 +146,56 @@ func (b *runner) settle(ctx context.Context) bool {
 	return false
 }
 
-// serverCPU reads process_cpu_seconds_total from the server's /metrics;
-// -1 when it cannot.
+// serverCPU is the CPU seconds every node has used, the sum of their
+// process_cpu_seconds_total; -1 when a node cannot say.
 func (b *runner) serverCPU(ctx context.Context) float64 {
-	st, body, err := do(ctx, b.admin, http.MethodGet, b.target+"/metrics", "", "", nil)
+	var sum float64
+	for _, n := range b.nodes {
+		v, found, err := b.scrape(ctx, n.base, "process_cpu_seconds_total")
+		if err != nil || !found {
+			return -1
+		}
+		sum += v
+	}
+	return sum
+}
+
+// metricSum adds up every series of a metric over every node's /metrics;
+// a node without a series of it (a labelled counter before its first
+// count) adds 0.
+func (b *runner) metricSum(ctx context.Context, name string) (float64, error) {
+	var sum float64
+	for _, n := range b.nodes {
+		v, _, err := b.scrape(ctx, n.base, name)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// scrape adds up every series of a metric on the /metrics of the node at
+// base; found says whether there was any.
+func (b *runner) scrape(ctx context.Context, base, name string) (sum float64, found bool, err error) {
+	st, body, err := do(ctx, b.admin, http.MethodGet, base+"/metrics", "", "", nil)
 	if err != nil || st != http.StatusOK {
-		return -1
+		return 0, false, fmt.Errorf("read %s/metrics: %s", base, failure(st, body, err))
 	}
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
-			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				return f
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				sum, found = sum+v, true
 			}
 		}
 	}
-	return -1
+	return sum, found, sc.Err()
 }
 
 // server is a `devmsg serve` child process on a free loopback port, in a
@@ -175,13 +209,31 @@ type server struct {
 	exited        chan struct{}
 }
 
-func startServer(ctx context.Context, binary string) (*server, error) {
+// serverSpec is what differs between the servers the bench starts.
+type serverSpec struct {
+	// binary is the devmsg executable; empty means this one.
+	binary string
+	// adminPassword is the admin account's; empty generates one. The
+	// nodes of one run share it.
+	adminPassword string
+	// env is added to the environment, after and so over the defaults:
+	// the store and node ID of a cluster node.
+	env []string
+}
+
+// startServer starts `devmsg serve` as spec says, on free loopback ports
+// in a temporary data dir, and waits until it answers /healthz.
+func startServer(ctx context.Context, spec serverSpec) (*server, error) {
+	binary := spec.binary
 	if binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, err
 		}
 		binary = exe
+	}
+	if spec.adminPassword == "" {
+		spec.adminPassword = rand.Text()
 	}
 	dir, err := os.MkdirTemp("", "devmsg-bench-")
 	if err != nil {
@@ -203,7 +255,7 @@ func startServer(ctx context.Context, binary string) (*server, error) {
 		ln.Close()
 	}
 	addr := addrs[0]
-	s := &server{dir: dir, base: "https://" + addr, mqtt: addrs[1], adminPassword: rand.Text(), exited: make(chan struct{})}
+	s := &server{dir: dir, base: "https://" + addr, mqtt: addrs[1], adminPassword: spec.adminPassword, exited: make(chan struct{})}
 	s.cmd = exec.Command(binary, "serve")
 	s.cmd.Env = append(os.Environ(),
 		"DEVMSG_DATA_DIR="+dir, "DEVMSG_HTTP_ADDR="+addr, "DEVMSG_ADMIN_PASSWORD="+s.adminPassword,
@@ -211,6 +263,7 @@ func startServer(ctx context.Context, binary string) (*server, error) {
 		// The callback workloads' receiver listens on a loopback port, and
 		// holds its first request while a backlog builds.
 		"DEVMSG_CALLBACK_ALLOW_CUSTOM_PORTS=true", "DEVMSG_CALLBACK_REQUEST_TIMEOUT=5m")
+	s.cmd.Env = append(s.cmd.Env, spec.env...)
 	// Stdout carries the first-start app credentials, of no use here;
 	// warnings and errors go to ours.
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr
@@ -254,4 +307,99 @@ func (s *server) stop() {
 		<-s.exited
 	}
 	os.RemoveAll(s.dir)
+}
+
+// node is one devmsg server of a run: its REST API and MQTT listener.
+type node struct {
+	base string // e.g. https://127.0.0.1:8443
+	mqtt string // MQTT TCP address; "" when unknown (--target without --mqtt)
+}
+
+// deployment is what a run without --target starts: with --store redis a
+// redis-server, then Options.Nodes servers sharing its store.
+type deployment struct {
+	redis         *redisServer // nil on the embedded store
+	servers       []*server
+	adminPassword string // every node's
+}
+
+// startDeployment starts o's deployment; if any part fails to start, it
+// stops the parts already started.
+func startDeployment(ctx context.Context, o Options) (*deployment, error) {
+	d := &deployment{adminPassword: rand.Text()}
+	if err := d.start(ctx, o); err != nil {
+		d.stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// start starts the nodes one after another, so only the first finds an
+// empty store and runs the first-start setup.
+func (d *deployment) start(ctx context.Context, o Options) error {
+	// Set even for the default store, so no DEVMSG_STORE_TYPE of the
+	// caller's environment picks another.
+	env := []string{"DEVMSG_STORE_TYPE=" + o.Store}
+	if o.Store == StoreRedis {
+		var err error
+		if d.redis, err = startRedis(ctx, o.RedisFsync); err != nil {
+			return err
+		}
+		env = append(env, "DEVMSG_STORE_REDIS_ADDRS="+d.redis.addr)
+	}
+	for i := range o.Nodes {
+		spec := serverSpec{binary: o.Binary, adminPassword: d.adminPassword, env: env}
+		if o.Store == StoreRedis {
+			spec.env = append(slices.Clip(env), fmt.Sprintf("DEVMSG_NODE_ID=%d", i+1))
+		}
+		s, err := startServer(ctx, spec)
+		if err != nil {
+			return fmt.Errorf("start node %d: %w", i+1, err)
+		}
+		d.servers = append(d.servers, s)
+	}
+	return nil
+}
+
+// nodes lists the servers in start order: node 1 first.
+func (d *deployment) nodes() []node {
+	ns := make([]node, len(d.servers))
+	for i, s := range d.servers {
+		ns[i] = node{base: s.base, mqtt: s.mqtt}
+	}
+	return ns
+}
+
+// describe names the store and the node count, for the report.
+func (d *deployment) describe() string {
+	nodes := "1 node"
+	if len(d.servers) != 1 {
+		nodes = fmt.Sprintf("%d nodes", len(d.servers))
+	}
+	if d.redis == nil {
+		return "store embedded (Pebble); " + nodes
+	}
+	version := d.redis.version
+	if version == "" {
+		version = "version unknown"
+	}
+	return fmt.Sprintf("store redis (redis-server %s, appendonly yes, appendfsync %s); %s", version, d.redis.fsync, nodes)
+}
+
+// redisPID is the redis-server's process, 0 when there is none.
+func (d *deployment) redisPID() int {
+	if d.redis == nil {
+		return 0
+	}
+	return d.redis.cmd.Process.Pid
+}
+
+// stop stops the nodes, last started first, then the store under them.
+func (d *deployment) stop() {
+	for _, s := range slices.Backward(d.servers) {
+		s.stop()
+	}
+	if d.redis != nil {
+		d.redis.stop()
+	}
 }

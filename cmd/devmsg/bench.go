@@ -20,6 +20,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "usage: devmsg bench [flags]")
 		fmt.Fprintln(stderr, "Measures a devmsg server (by default one it starts in a temp dir) and prints a report for BENCHMARKS.md.")
 		fmt.Fprintln(stderr, "With --target it creates an app and --devices devices on that server and leaves them there.")
+		fmt.Fprintln(stderr, "With --store redis it also starts a redis-server (from PATH) on a loopback port for the servers it starts,")
+		fmt.Fprintln(stderr, "and reports that process's CPU beside theirs; with --nodes N it starts N servers on that Redis, spreads")
+		fmt.Fprintln(stderr, "REST workers and MQTT devices over them and sends each delivered message through a node other than its device's.")
 		fs.PrintDefaults()
 	}
 	var o bench.Options
@@ -40,7 +43,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto and callback-lag")
 	fs.IntVar(&o.IdleDevices, "idle-devices", 18000, "devices connected for idle-memory (spread over client processes of 4500)")
 	fs.StringVar(&o.MQTTAddr, "mqtt", "", "MQTT TCP address of --target, for the device workloads")
-	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof)")
+	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof; <workload>.node<k>.pprof with --nodes)")
+	fs.StringVar(&o.Store, "store", bench.StoreEmbedded, "store of the servers the bench starts: "+bench.StoreEmbedded+" (Pebble) or "+bench.StoreRedis+" (a redis-server it starts)")
+	fs.StringVar(&o.RedisFsync, "redis-fsync", "everysec", "appendfsync of the redis-server of --store redis: "+strings.Join(bench.RedisFsyncModes, " or "))
+	fs.IntVar(&o.Nodes, "nodes", 1, "servers to start on one store (more than 1 needs --store redis; not with idle-memory or mosquitto)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errUsage
