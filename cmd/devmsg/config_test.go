@@ -59,7 +59,7 @@ func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 		"data_dir", "log.level", "log.format",
 		"http.addr", "http.tls.enabled", "http.tls.cert_file", "http.tls.key_file",
 		"mqtt.tcp_addr", "mqtt.tls_addr", "mqtt.ws_addr",
-		"store.type", "store.redis.addrs", "store.redis.password", "store.redis.db",
+		"store.type", "store.redis.addrs", "store.redis.master_name", "store.redis.password", "store.redis.db",
 		"node_id", "admin.username", "admin.password", "rate_limit.default",
 		"callback.batch_size", "callback.flush_interval", "callback.retry_interval",
 		"callback.max_retries", "callback.request_timeout", "callback.allow_custom_ports",
