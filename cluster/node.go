@@ -239,10 +239,34 @@ func (n *Node) heartbeat(h Handler) {
 		}
 	case res == 2:
 		n.log.Warn("cluster: this node's heartbeat had lapsed; marking its devices online again")
-		h.Reassert(n.ctx)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.reassert(h)
+		}()
 	case res == 0:
 		n.log.Error("cluster: another process holds this node's node_id; give every node its own node_id", "node_id", n.cfg.NodeID)
 	}
+}
+
+// reassert has h mark this node's devices online again once no other node
+// is marking them offline. A node that saw this one's heartbeat lapse
+// takes the reset lock, then checks the heartbeat again and resets only if
+// it is still missing; the heartbeat is back now, so a reset is either
+// under way (its lock is held) or will not start.
+func (n *Node) reassert(h Handler) {
+	lock := n.key("reset", strconv.Itoa(n.cfg.NodeID))
+	for {
+		held, err := n.rdb.Exists(n.ctx, lock).Result()
+		if n.ctx.Err() != nil {
+			return
+		}
+		if err == nil && held == 0 {
+			break
+		}
+		time.Sleep(n.cfg.HeartbeatEvery)
+	}
+	h.Reassert(n.ctx)
 }
 
 // forgetScript unregisters a node whose heartbeat is still absent; a node
@@ -277,6 +301,12 @@ func (n *Node) checkNodes() {
 		}
 		lock := n.key("reset", s)
 		if ok, err := n.rdb.SetNX(ctx, lock, n.token, time.Minute).Result(); err != nil || !ok {
+			continue
+		}
+		// Under the lock, look again: a node whose heartbeat came back
+		// before the lock was taken keeps its devices (see reassert).
+		if alive, err := n.rdb.Exists(ctx, n.heartbeatKey(id)).Result(); err != nil || alive == 1 {
+			n.rdb.Del(ctx, lock)
 			continue
 		}
 		seen := n.now().Unix()

@@ -193,8 +193,19 @@ func TestDeadNodeDevicesGoOffline(t *testing.T) {
 	})
 
 	// A node whose own heartbeat lapsed (Redis lost it) takes it again
-	// and marks its devices online again.
+	// and marks its devices online again, once a reset of its devices
+	// that another node started meanwhile is over.
+	lock := b.key("reset", "2")
+	st.Client().Set(ctx, lock, "another node", time.Minute)
 	st.Client().Del(ctx, b.heartbeatKey(2))
+	time.Sleep(5 * fast.HeartbeatEvery)
+	if hb.reasserted.Load() != 0 {
+		t.Fatal("reasserted while another node was resetting this one's devices")
+	}
+	if alive, _ := st.Client().Exists(ctx, b.heartbeatKey(2)).Result(); alive != 1 {
+		t.Fatal("heartbeat not taken again")
+	}
+	st.Client().Del(ctx, lock)
 	waitFor(t, "node 2 reasserting", func() bool { return hb.reasserted.Load() == 1 })
 }
 
