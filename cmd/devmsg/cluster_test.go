@@ -252,7 +252,7 @@ func (c *testCluster) load(devs []*clusterDevice, nodes []int) (stop func()) {
 func (c *testCluster) waitDelivered(devs []*clusterDevice) {
 	c.t.Helper()
 	// Well within the 60 s resync: delivery must not wait for it.
-	waitFor(c.t, 20*time.Second, "every acknowledged message at its device", func() bool {
+	waitFor(c.t, 30*time.Second, "every acknowledged message at its device", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, d := range devs {
