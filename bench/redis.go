@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -110,16 +109,7 @@ func (r *redisServer) ping() error {
 // stop shuts the server down as SHUTDOWN would (SIGTERM: the append-only
 // file is flushed), kills it if it does not within 10s, and removes its
 // dir.
-func (r *redisServer) stop() {
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(10 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
-	os.RemoveAll(r.dir)
-}
+func (r *redisServer) stop() { terminate(r.cmd.Process, r.exited, 10*time.Second, r.dir) }
 
 // redisVersion reads "v=7.0.15" from `redis-server --version`.
 func redisVersion(bin string) string {

@@ -298,15 +298,19 @@ func startServer(ctx context.Context, spec serverSpec) (*server, error) {
 
 // stop asks the server to shut down as an operator would, kills it if it
 // does not within 30s, and removes its data dir.
-func (s *server) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+func (s *server) stop() { terminate(s.cmd.Process, s.exited, 30*time.Second, s.dir) }
+
+// terminate sends p SIGTERM, kills it if exited is not closed within
+// grace, waits for it and removes dir.
+func terminate(p *os.Process, exited <-chan struct{}, grace time.Duration, dir string) {
+	_ = p.Signal(syscall.SIGTERM)
 	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
 	}
-	os.RemoveAll(s.dir)
+	os.RemoveAll(dir)
 }
 
 // node is one devmsg server of a run: its REST API and MQTT listener.
