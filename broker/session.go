@@ -155,6 +155,14 @@ func (s *Session) release() {
 // Close disconnects the session.
 func (s *Session) Close() { s.b.disconnect(s.cl, packets.ErrNotAuthorized) }
 
+// Live reports whether the session's connection is still open: false
+// from the moment the broker learns it ended, before Disconnected.
+func (s *Session) Live() bool {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.b.sessions[s.cl] == s
+}
+
 // TakenOver ends the session because the device connected again
 // elsewhere, telling an MQTT 5 client so ("session taken over").
 func (s *Session) TakenOver() { s.b.disconnect(s.cl, packets.ErrSessionTakenOver) }

@@ -43,6 +43,9 @@ const routeChunk = 1000
 // out of Seq order, or a redelivered one, may sit behind the cursor.
 const rescanEvery = time.Second
 
+// listEvery is how often the router lists the queues that hold entries.
+const listEvery = 5 * time.Second
+
 // errorBackoff is how long the router waits after a failed read.
 const errorBackoff = time.Second
 
@@ -227,8 +230,12 @@ func (w *Worker) Redelivered(appKey, url string, records int) {
 func (w *Worker) route() {
 	defer w.wg.Done()
 	var after int64 // the last Seq routed
-	rescanned := time.Now()
+	rescanned, listed := time.Now(), time.Now()
 	for {
+		if time.Since(listed) >= listEvery {
+			listed = time.Now()
+			w.wakeQueues()
+		}
 		n, last, err := w.routeOnce(w.ctx, after)
 		if err != nil && w.ctx.Err() == nil {
 			w.log.Error("callback: route outbox", "err", err)
@@ -254,6 +261,19 @@ func (w *Worker) route() {
 			return
 		case <-time.After(wait):
 		}
+	}
+}
+
+// wakeQueues wakes the sender of every queue that holds entries: a dead
+// letter redelivered through another node of a cluster reaches its queue
+// without word to this worker.
+func (w *Worker) wakeQueues() {
+	qs, err := w.st.CallbackQueues(w.ctx)
+	if err != nil {
+		return // the route read that follows reports the store's trouble
+	}
+	for _, q := range qs {
+		w.notify(q, true)
 	}
 }
 

@@ -87,7 +87,8 @@ func (l *lease) step(ctx context.Context) {
 		}
 		l.held.Store(true)
 		n.log.Info("cluster: took a lease", "lease", l.key)
-		return
+		// Starting may have taken a while: renew now, which stops the
+		// work at once if the lease lapsed meanwhile.
 	}
 	res, err := renewScript.Run(ctx, n.rdb, []string{l.key}, n.token, ttl.Milliseconds()).Int()
 	switch {

@@ -105,9 +105,11 @@ type Event struct {
 type Handler interface {
 	// HandleEvent acts on an event about a device this node may hold.
 	HandleEvent(ctx context.Context, ev Event)
-	// Resync re-checks the pending messages of every device connected
-	// here: events sent while this node's subscription was down are lost.
-	Resync()
+	// Resync makes up for lost events: it re-checks what every device
+	// connected here should have (pending messages, its presence entry;
+	// after resubscribed, the desired document too). Events sent while
+	// this node's subscription was down are lost.
+	Resync(resubscribed bool)
 	// Reassert marks the devices connected here online again: while this
 	// node's heartbeat had lapsed, other nodes may have marked them
 	// offline.
@@ -127,8 +129,9 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	leases map[string]*lease
+	mu      sync.Mutex
+	leases  map[string]*lease
+	handler Handler // set by Run
 }
 
 // tag is the hash tag of every cluster key: one Cluster slot, so scripts
@@ -175,6 +178,15 @@ func Join(ctx context.Context, cfg Config, rdb goredis.UniversalClient, st store
 		return nil, fmt.Errorf("cluster: register node_id %d: %w", cfg.NodeID, err)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	// The heartbeat runs from now on: the node's start-up work may take
+	// longer than its TTL.
+	n.every(cfg.HeartbeatEvery, n.heartbeat)
+	// Another node may be resetting the devices of this node_id's last
+	// holder: no device may connect here before it is done.
+	if err := n.waitResets(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -188,9 +200,11 @@ func (n *Node) Token() string { return n.token }
 // Run starts the heartbeat, the search for dead nodes and the event
 // subscription, all feeding h, until Close.
 func (n *Node) Run(h Handler) {
-	n.every(n.cfg.HeartbeatEvery, func() { n.heartbeat(h) })
+	n.mu.Lock()
+	n.handler = h
+	n.mu.Unlock()
 	n.every(n.cfg.CheckEvery, n.checkNodes)
-	n.every(n.cfg.ResyncEvery, h.Resync)
+	n.every(n.cfg.ResyncEvery, func() { h.Resync(false) })
 	n.wg.Add(1)
 	go n.subscribe(h)
 }
@@ -227,7 +241,7 @@ if not v then
 end
 return 0`)
 
-func (n *Node) heartbeat(h Handler) {
+func (n *Node) heartbeat() {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatEvery)
 	defer cancel()
 	res, err := heartbeatScript.Run(ctx, n.rdb, []string{n.heartbeatKey(n.cfg.NodeID), n.nodesKey()},
@@ -238,44 +252,65 @@ func (n *Node) heartbeat(h Handler) {
 			n.log.Error("cluster: renew heartbeat", "err", err)
 		}
 	case res == 2:
+		n.mu.Lock()
+		h := n.handler
+		n.mu.Unlock()
+		if h == nil {
+			return // no device connected yet
+		}
 		n.log.Warn("cluster: this node's heartbeat had lapsed; marking its devices online again")
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			n.reassert(h)
+			if n.waitResets(n.ctx) == nil {
+				h.Reassert(n.ctx)
+			}
 		}()
 	case res == 0:
 		n.log.Error("cluster: another process holds this node's node_id; give every node its own node_id", "node_id", n.cfg.NodeID)
 	}
 }
 
-// reassert has h mark this node's devices online again once no other node
-// is marking them offline. A node that saw this one's heartbeat lapse
-// takes the reset lock, then checks the heartbeat again and resets only if
-// it is still missing; the heartbeat is back now, so a reset is either
-// under way (its lock is held) or will not start.
-func (n *Node) reassert(h Handler) {
-	lock := n.key("reset", strconv.Itoa(n.cfg.NodeID))
+// waitResets returns once no other node is marking this node_id's devices
+// offline. A node that saw this one's heartbeat lapse takes the reset
+// lock, then checks the heartbeat again and resets only if it is still
+// missing; the heartbeat is back when this is called, so a reset is
+// either under way (its lock is held) or will not start.
+func (n *Node) waitResets(ctx context.Context) error {
+	lock := n.resetLock(n.cfg.NodeID)
 	for {
-		held, err := n.rdb.Exists(n.ctx, lock).Result()
-		if n.ctx.Err() != nil {
-			return
-		}
+		held, err := n.rdb.Exists(ctx, lock).Result()
 		if err == nil && held == 0 {
-			break
+			return nil
 		}
-		time.Sleep(n.cfg.HeartbeatEvery)
+		if err != nil {
+			n.log.Error("cluster: check for a reset of this node's devices", "err", err)
+		} else {
+			n.log.Info("cluster: waiting for another node to finish marking this node_id's devices offline")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(n.cfg.HeartbeatEvery):
+		}
 	}
-	h.Reassert(n.ctx)
 }
 
-// forgetScript unregisters a node whose heartbeat is still absent; a node
-// that came back registers again after its heartbeat, so it stays.
+func (n *Node) resetLock(id int) string { return n.key("reset", strconv.Itoa(id)) }
+
+// resetLockTTL bounds a reset lock whose holder died.
+const resetLockTTL = 10 * time.Minute
+
+// forgetScript unregisters a node whose heartbeat is still absent (a node
+// that came back registers again after its heartbeat, so it stays) and
+// releases the reset lock if this process still holds it.
 var forgetScript = goredis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('SREM', KEYS[2], ARGV[1])
 end
-redis.call('DEL', KEYS[3])
+if redis.call('GET', KEYS[3]) == ARGV[2] then
+  redis.call('DEL', KEYS[3])
+end
 return 0`)
 
 // checkNodes marks offline the devices of registered nodes whose heartbeat
@@ -299,25 +334,25 @@ func (n *Node) checkNodes() {
 		if err != nil || alive == 1 {
 			continue
 		}
-		lock := n.key("reset", s)
-		if ok, err := n.rdb.SetNX(ctx, lock, n.token, time.Minute).Result(); err != nil || !ok {
+		lock := n.resetLock(id)
+		if ok, err := n.rdb.SetNX(ctx, lock, n.token, resetLockTTL).Result(); err != nil || !ok {
 			continue
 		}
 		// Under the lock, look again: a node whose heartbeat came back
-		// before the lock was taken keeps its devices (see reassert).
+		// before the lock was taken keeps its devices (see waitResets).
 		if alive, err := n.rdb.Exists(ctx, n.heartbeatKey(id)).Result(); err != nil || alive == 1 {
-			n.rdb.Del(ctx, lock)
+			releaseScript.Run(ctx, n.rdb, []string{lock}, n.token)
 			continue
 		}
 		seen := n.now().Unix()
 		count, err := n.st.ResetPresence(ctx, id, seen, seen)
 		if err != nil {
 			n.log.Error("cluster: mark a dead node's devices offline", "node_id", id, "err", err)
-			n.rdb.Del(ctx, lock)
+			releaseScript.Run(ctx, n.rdb, []string{lock}, n.token)
 			continue
 		}
 		n.log.Warn("cluster: node is gone; marked its devices offline", "node_id", id, "devices", count)
-		if err := forgetScript.Run(ctx, n.rdb, []string{n.heartbeatKey(id), n.nodesKey(), lock}, id).Err(); err != nil {
+		if err := forgetScript.Run(ctx, n.rdb, []string{n.heartbeatKey(id), n.nodesKey(), lock}, id, n.token).Err(); err != nil {
 			n.log.Error("cluster: unregister a dead node", "node_id", id, "err", err)
 		}
 	}
@@ -337,7 +372,12 @@ func (n *Node) subscribe(h Handler) {
 		switch m := msg.(type) {
 		case *goredis.Subscription:
 			if m.Kind == "subscribe" {
-				h.Resync()
+				// Off the event loop: it reads the store per device.
+				n.wg.Add(1)
+				go func() {
+					defer n.wg.Done()
+					h.Resync(true)
+				}()
 			}
 		case *goredis.Message:
 			var ev Event

@@ -82,7 +82,7 @@ func (h *handler) HandleEvent(_ context.Context, ev Event) {
 	defer h.mu.Unlock()
 	h.events = append(h.events, ev)
 }
-func (h *handler) Resync()                    { h.resyncs.Add(1) }
+func (h *handler) Resync(bool)                { h.resyncs.Add(1) }
 func (h *handler) Reassert(_ context.Context) { h.reasserted.Add(1) }
 
 func (h *handler) got() []Event {

@@ -56,6 +56,9 @@ type Gateway struct {
 	node  int
 	token string
 	peers Peers
+	// recorded holds the sessions whose login is in the store, the ones
+	// Resync may judge by their presence entry.
+	recorded sync.Map // *broker.Session → struct{}
 
 	locks [stripes]sync.Mutex
 }
@@ -122,6 +125,9 @@ func (g *Gateway) Connected(s *broker.Session) {
 	now := g.now().Unix()
 	var prev store.Device
 	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) error {
+		if d.Flag != store.FlagEnabled {
+			return errDisabled // disabled since Authenticate
+		}
 		prev = *d
 		d.Status, d.ClientIP, d.LastLoginTime, d.Node, d.Conn = 1, s.RemoteIP, now, g.node, g.connID(s)
 		if d.TimeActive == 0 {
@@ -129,21 +135,31 @@ func (g *Gateway) Connected(s *broker.Session) {
 		}
 		return nil
 	})
+	if errors.Is(err, errDisabled) || errors.Is(err, store.ErrNotFound) {
+		s.Close()
+		return
+	}
 	if err != nil {
 		g.log.Error("record login", "app", s.AppKey, "device", s.DeviceName, "err", err)
 		return
 	}
+	g.recorded.Store(s, struct{}{})
 	if g.peers != nil && prev.Status == 1 && prev.Node != g.node {
 		g.send(context.Background(), prev.Node, cluster.Event{Kind: cluster.KindKick, App: s.AppKey, Device: s.DeviceName, Conn: prev.Conn})
 	}
 }
 
-// errSkip leaves a device as it is from inside an UpdateDevice.
-var errSkip = errors.New("no change")
+// errSkip leaves a device as it is from inside an UpdateDevice;
+// errDisabled refuses a login.
+var (
+	errSkip     = errors.New("no change")
+	errDisabled = errors.New("device disabled")
+)
 
 // Disconnected marks the device offline unless a newer connection, here
 // or on another node, holds it.
 func (g *Gateway) Disconnected(s *broker.Session) {
+	g.recorded.Delete(s)
 	g.dispatch.Detach(s, s.AppKey, s.DeviceName)
 	defer g.lock(s.AppKey, s.DeviceName)()
 	if !s.Current() {
@@ -343,17 +359,42 @@ func (g *Gateway) HandleEvent(ctx context.Context, ev cluster.Event) {
 		switch {
 		case s == nil:
 		case ev.Conn == "":
-			s.Close()
+			go s.Close() // writes to the device: off the event loop
 		case ev.Conn == g.connID(s):
-			s.TakenOver()
+			go s.TakenOver()
 		}
 	default:
 		g.log.Warn("unknown cluster event", "event", ev.Kind)
 	}
 }
 
-// Resync sends every subscribed device what is pending for it.
-func (g *Gateway) Resync() { g.dispatch.WakeAll() }
+// Resync makes up for events that did not arrive: it closes the
+// connections here that the store says were disabled or taken over
+// elsewhere, sends every subscribed device what is pending for it and,
+// after a lost subscription, the desired document too.
+func (g *Gateway) Resync(resubscribed bool) {
+	ctx := context.Background()
+	for _, s := range g.broker.Sessions() {
+		if _, ok := g.recorded.Load(s); !ok {
+			continue // its login is being recorded right now
+		}
+		d, err := g.store.GetDevice(ctx, s.AppKey, s.DeviceName)
+		switch {
+		case errors.Is(err, store.ErrNotFound), err == nil && d.Flag != store.FlagEnabled:
+			s.Close()
+			continue
+		case err != nil:
+			continue
+		case d.Status == 1 && d.Conn != g.connID(s) && s.Live():
+			s.TakenOver()
+			continue
+		}
+		if resubscribed && s.Subscribed(shadow.TopicDesired) {
+			g.sync.SendDesired(ctx, s, s.AppKey, s.DeviceName, true)
+		}
+	}
+	g.dispatch.WakeAll()
+}
 
 // Reassert marks the devices connected here online again, unless another
 // node holds one now: that connection here is stale and is closed.
@@ -362,6 +403,10 @@ func (g *Gateway) Reassert(ctx context.Context) {
 		conn := g.connID(s)
 		stale := false
 		unlock := g.lock(s.AppKey, s.DeviceName)
+		if !s.Live() || !s.Current() {
+			unlock() // gone meanwhile: its logout stands
+			continue
+		}
 		_, err := g.store.UpdateDevice(ctx, s.AppKey, s.DeviceName, func(d *store.Device) error {
 			if d.Status == 1 && d.Node == g.node && d.Conn == conn {
 				return errSkip
@@ -381,4 +426,6 @@ func (g *Gateway) Reassert(ctx context.Context) {
 			s.TakenOver()
 		}
 	}
+	// Events for these devices went nowhere while they looked offline.
+	g.Resync(true)
 }

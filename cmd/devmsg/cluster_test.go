@@ -93,11 +93,20 @@ func TestClusterThreeNodes(t *testing.T) {
 	// Kill node 1 (holding the callback lease) under load sent through
 	// nodes 2 and 3. The devices it held reconnect to the others, except
 	// an orphan, which the others must mark offline on their own.
+	// Disabling a device through one node disconnects it on another.
+	disabled := devs[n-1]
+	c.ok(0, "PATCH", "/admin/v1/apps/"+c.key+"/devices/"+disabled.name, `{"flag":1}`)
+	select {
+	case <-disabled.lost:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s, disabled through node 1, still connected to node %d", disabled.name, disabled.node+1)
+	}
+
 	if w := c.callbackWorkers(); w != "1" {
 		t.Fatalf("callback worker on node(s) %q, want 1, the first started", w)
 	}
 	orphan := devs[0]
-	targets := devs[1:]
+	targets := devs[1 : n-1]
 	stopLoad := c.load(targets, []int{1, 2})
 	time.Sleep(time.Second)
 	if err := c.nodes[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {

@@ -131,15 +131,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	// One node at a time delivers callbacks: the one holding the lease.
+	// Stopped before the store closes (by node.Close in a cluster); what
+	// is not delivered stays queued.
 	if node == nil {
 		if err := callbacks.Start(ctx); err != nil {
 			return err
 		}
+		defer callbacks.Stop()
 	} else {
 		node.Lead(callbackLease, func() error { return callbacks.Start(context.Background()) }, callbacks.Stop)
 	}
-	// Stopped before the store closes; what is not delivered stays queued.
-	defer callbacks.Stop()
 	api, err := restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,
@@ -168,6 +169,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	mq := broker.New(brokerCfg, gw, log)
 	gw.SetBroker(mq)
+	if node != nil {
+		// Listening for other nodes before any device can connect.
+		node.Run(gw)
+	}
 	mqttAddrs, err := mq.Start()
 	if err != nil {
 		return err
@@ -180,7 +185,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 	if node != nil {
-		node.Run(gw)
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "devmsg_cluster_callback_worker",
 			Help: "1 while this node holds the callback lease and delivers the cluster's callbacks, else 0.",
