@@ -482,6 +482,10 @@ type Store interface {
 	// generated admin password hash). GetMeta returns ErrNotFound if unset.
 	GetMeta(ctx context.Context, key string) ([]byte, error)
 	PutMeta(ctx context.Context, key string, value []byte) error
+	// CreateMeta stores value under key unless the key is set, atomically
+	// with respect to every other meta write; ErrAlreadyExists if it is.
+	// Nodes starting together use it to agree on one generated value.
+	CreateMeta(ctx context.Context, key string, value []byte) error
 
 	// Ping reports whether the store can serve requests.
 	Ping(ctx context.Context) error

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -434,5 +436,84 @@ func waitLost(t *testing.T, d *clusterDevice) {
 	case <-d.lost:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s did not notice its node die", d.name)
+	}
+}
+
+// TestClusterFirstStart starts three nodes at once on an empty Redis with
+// no admin password and no apps configured: they agree on one generated
+// admin password and one default app, each printed once.
+func TestClusterFirstStart(t *testing.T) {
+	if !redistest.Installed() {
+		t.Skip(redistest.NotInstalled)
+	}
+	t.Parallel()
+	rdb, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rdb.Stop)
+	bin := devmsgBinary(t)
+	var mu sync.Mutex
+	var stdout strings.Builder
+	addrs := make(chan string, 3)
+	for id := 1; id <= 3; id++ {
+		cmd := exec.Command(bin, "serve", "--data_dir", t.TempDir(), "--http.addr", "127.0.0.1:0", "--http.tls.enabled=false",
+			"--mqtt.tcp_addr=", "--mqtt.tls_addr=", "--mqtt.ws_addr=", "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
+			fmt.Sprintf("--node_id=%d", id), "--admin.password=")
+		cmd.Stdout = &lockedWriter{&stdout, &mu}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		go func() {
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+					addrs <- m[1]
+				}
+			}
+		}()
+	}
+	var nodes []string
+	for range 3 {
+		select {
+		case a := <-addrs:
+			nodes = append(nodes, a)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the nodes did not all start")
+		}
+	}
+	mu.Lock()
+	out := stdout.String()
+	mu.Unlock()
+	if n := strings.Count(out, "admin account:"); n != 1 {
+		t.Fatalf("admin password printed %d times:\n%s", n, out)
+	}
+	if n := strings.Count(out, "app created:"); n != 1 {
+		t.Fatalf("default app printed %d times:\n%s", n, out)
+	}
+	pw := adminLineRE.FindStringSubmatch(out)
+	if pw == nil {
+		t.Fatalf("no admin password in %q", out)
+	}
+	for i, a := range nodes {
+		req, _ := http.NewRequest("GET", "http://"+a+"/admin/v1/apps", nil)
+		req.SetBasicAuth("admin", pw[1])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Apps []json.RawMessage `json:"apps"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || len(body.Apps) != 1 {
+			t.Fatalf("node %d with the printed password: %d, %d apps (%v)", i+1, resp.StatusCode, len(body.Apps), err)
+		}
 	}
 }

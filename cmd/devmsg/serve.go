@@ -37,6 +37,7 @@ const (
 	// callbackLease is the cluster lease of the callback worker.
 	callbackLease  = "callbacks"
 	metaAdminHash  = "admin_password_sha256"
+	metaDefaultApp = "default_app_key"
 	shutdownBudget = 30 * time.Second
 )
 
@@ -303,7 +304,13 @@ func adminPassword(ctx context.Context, c AdminConfig, st store.Store, stdout io
 	}
 	pw := secret.Alnum(20)
 	sum = sha256.Sum256([]byte(pw))
-	if err := st.PutMeta(ctx, metaAdminHash, sum[:]); err != nil {
+	err = st.CreateMeta(ctx, metaAdminHash, sum[:])
+	if errors.Is(err, store.ErrAlreadyExists) {
+		// Another node of the cluster, starting at the same moment, won:
+		// its password is the one, and it printed it.
+		return adminPassword(ctx, c, st, stdout)
+	}
+	if err != nil {
 		return sum, fmt.Errorf("store admin password: %w", err)
 	}
 	fmt.Fprintf(stdout, "admin account: username=%s password=%s\n  (shown once; set admin.password to choose your own)\n", c.Username, pw)
@@ -324,7 +331,25 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 			return nil
 		}
 		app := restapi.NewApp("default")
-		if err := st.CreateApp(ctx, app); err != nil {
+		// Nodes of a cluster starting together on an empty store agree on
+		// one default app: the first to claim the key creates it.
+		err = st.CreateMeta(ctx, metaDefaultApp, []byte(app.Key))
+		if errors.Is(err, store.ErrAlreadyExists) {
+			claimed, err := st.GetMeta(ctx, metaDefaultApp)
+			if err != nil {
+				return fmt.Errorf("read the default app's key: %w", err)
+			}
+			if defaultAppCreated(ctx, st, string(claimed)) {
+				return nil
+			}
+			// The node that claimed it stopped before creating it.
+			app.Key = string(claimed)
+		} else if err != nil {
+			return fmt.Errorf("claim the default app: %w", err)
+		}
+		if err := st.CreateApp(ctx, app); errors.Is(err, store.ErrAlreadyExists) {
+			return nil // created meanwhile, and printed, by its claimer
+		} else if err != nil {
 			return fmt.Errorf("create default app: %w", err)
 		}
 		fmt.Fprintf(stdout, "app created: name=%s key=%s master_secret=%s\n  (shown once)\n", app.Name, app.Key, app.MasterSecret)
@@ -351,6 +376,18 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		}
 	}
 	return nil
+}
+
+// defaultAppCreated waits up to 5 s for the default app another node
+// claimed to appear.
+func defaultAppCreated(ctx context.Context, st store.Store, key string) bool {
+	for range 50 {
+		if _, err := st.GetApp(ctx, key); err == nil {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 // registerDeviceMetrics exports the broker's and the dispatcher's counts.

@@ -95,6 +95,7 @@ type Store struct {
 	createMu sync.Mutex
 	appMu    sync.Mutex // serialises app creation and update
 	deadMu   sync.Mutex // serialises dead-letter filing and redelivery
+	metaMu   sync.Mutex // serialises CreateMeta with the other meta writes
 	devices  deviceCache
 	// pending caches each device's pending-queue count; it is read and
 	// written only under the device's lock, like the counter key itself.
@@ -1138,8 +1139,29 @@ func (s *Store) PutMeta(ctx context.Context, k string, value []byte) error {
 		return err
 	}
 	defer s.exit()
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
 	if err := s.write(func(b *pebble.Batch) error { return set(b, []byte(pMeta+k), value) }); err != nil {
 		return fmt.Errorf("put meta %s: %w", k, err)
+	}
+	return nil
+}
+
+// CreateMeta stores value under k unless k is set.
+func (s *Store) CreateMeta(ctx context.Context, k string, value []byte) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	if _, err := s.get([]byte(pMeta + k)); err == nil {
+		return store.ErrAlreadyExists
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("create meta %s: %w", k, err)
+	}
+	if err := s.write(func(b *pebble.Batch) error { return set(b, []byte(pMeta+k), value) }); err != nil {
+		return fmt.Errorf("create meta %s: %w", k, err)
 	}
 	return nil
 }

@@ -631,6 +631,18 @@ func (s *Store) GetMeta(ctx context.Context, k string) ([]byte, error) {
 	return v, nil
 }
 
+// CreateMeta stores value under k unless k is set (SET NX).
+func (s *Store) CreateMeta(ctx context.Context, k string, value []byte) error {
+	ok, err := s.rdb.SetNX(ctx, s.metaKey(k), value, 0).Result()
+	if err != nil {
+		return fmt.Errorf("create meta %s: %w", k, err)
+	}
+	if !ok {
+		return store.ErrAlreadyExists
+	}
+	return nil
+}
+
 // PutMeta stores value under k.
 func (s *Store) PutMeta(ctx context.Context, k string, value []byte) error {
 	if err := s.rdb.Set(ctx, s.metaKey(k), value, 0).Err(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1011,6 +1012,29 @@ func testMeta(t *testing.T, s store.Store) {
 	}
 	if v, _ := s.GetMeta(ctx, "k"); string(v) != "v2" {
 		t.Fatalf("k = %q", v)
+	}
+	// CreateMeta: one of many concurrent creators wins, and its value stays.
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.CreateMeta(ctx, "once", []byte{byte('a' + i)})
+			if err == nil {
+				wins.Add(1)
+			} else if !errors.Is(err, store.ErrAlreadyExists) {
+				t.Errorf("CreateMeta: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d concurrent CreateMeta calls won, want 1", wins.Load())
+	}
+	wantErr(t, "CreateMeta of a set key", s.CreateMeta(ctx, "k", []byte("v3")), store.ErrAlreadyExists)
+	if v, _ := s.GetMeta(ctx, "k"); string(v) != "v2" {
+		t.Fatalf("k = %q after a refused CreateMeta", v)
 	}
 	must(t, s.Ping(ctx))
 }
