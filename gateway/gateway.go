@@ -284,26 +284,27 @@ func (g *Gateway) kick(ctx context.Context, appKey, device string) {
 }
 
 // Online reports whether the device can take a message now: subscribed
-// here, or connected to another node.
-func (g *Gateway) Online(appKey, device string) bool {
-	if g.dispatch.Online(appKey, device) {
+// here, or connected to another node as d, read just before, says.
+func (g *Gateway) Online(d store.Device) bool {
+	if g.dispatch.Online(d.AppKey, d.Name) {
 		return true
 	}
-	if g.peers == nil {
-		return false
-	}
-	d, err := g.store.GetDevice(context.Background(), appKey, device)
-	return err == nil && d.Status == 1 && d.Node != g.node
+	return g.peers != nil && d.Status == 1 && d.Node != g.node
 }
 
-// Notify wakes the delivery of a queued message, here or on the node
-// holding its device.
-func (g *Gateway) Notify(m store.Message) {
+// Notify wakes the delivery of a queued message, here or on the node that
+// holds its device as d, read before the message was stored, says. A
+// device that moved in between subscribed on its new node either after
+// the message was stored, and got it with everything pending, or just
+// before: then the node's next resync sends it (the rare lost event).
+func (g *Gateway) Notify(m store.Message, d store.Device) {
 	if g.peers == nil || g.dispatch.Online(m.AppKey, m.DeviceName) {
 		g.dispatch.Notify(m)
 		return
 	}
-	g.tell(context.Background(), m.AppKey, m.DeviceName, cluster.KindWake)
+	if d.Status == 1 && d.Node != g.node {
+		g.send(context.Background(), d.Node, cluster.Event{Kind: cluster.KindWake, App: m.AppKey, Device: m.DeviceName})
+	}
 }
 
 // tell sends an event to the other node that holds the device, as its

@@ -62,7 +62,7 @@ func newWorld(t *testing.T) *world {
 	if err := st.CreateApp(context.Background(), store.App{Key: appKey, Name: "gateway test"}); err != nil {
 		t.Fatal(err)
 	}
-	return &world{t: t, st: st, gw: gw, dispatch: d, msgs: message.NewService(st, ids, d), mqtt: addrs["tcp"]}
+	return &world{t: t, st: st, gw: gw, dispatch: d, msgs: message.NewService(st, ids, gw), mqtt: addrs["tcp"]}
 }
 
 func (w *world) createDevice(name string) store.Device {

@@ -73,7 +73,7 @@ func newFixture(t *testing.T) *fixture {
 	ids, _ := idgen.New(0)
 	f.d = NewDispatcher(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f.d.now = func() time.Time { return f.clock }
-	f.svc = NewService(st, ids, f.d)
+	f.svc = NewService(st, ids, Local(f.d))
 	f.svc.now = f.d.now
 	return f
 }

@@ -39,10 +39,12 @@ type SendRequest struct {
 }
 
 // Router is what Send needs of delivery: whether a device can take a
-// message now, and word that one was queued. *Dispatcher is one.
+// message now, and word that one was queued. Both are given the device as
+// the caller read it before the send, presence included, so routing costs
+// no read of its own (*gateway.Gateway is one).
 type Router interface {
-	Online(app, dev string) bool
-	Notify(m store.Message)
+	Online(dev store.Device) bool
+	Notify(m store.Message, dev store.Device)
 }
 
 // Service accepts, retracts and tracks messages.
@@ -62,10 +64,19 @@ func NewService(st store.Store, ids *idgen.Generator, router Router) *Service {
 	return &Service{store: st, ids: ids, router: router, now: time.Now}
 }
 
+// Local returns the Router of a node on its own: d alone, with no other
+// node to reach.
+func Local(d *Dispatcher) Router { return local{d} }
+
+type local struct{ d *Dispatcher }
+
+func (l local) Online(dev store.Device) bool           { return l.d.Online(dev.AppKey, dev.Name) }
+func (l local) Notify(m store.Message, _ store.Device) { l.d.Notify(m) }
+
 type offline struct{}
 
-func (offline) Online(string, string) bool { return false }
-func (offline) Notify(store.Message)       {}
+func (offline) Online(store.Device) bool           { return false }
+func (offline) Notify(store.Message, store.Device) {}
 
 // Send stores a message for dev. The message is pending for an enabled
 // device with room in its queue; otherwise it is stored as failed with
@@ -96,7 +107,7 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 		NewRecord(m, store.RecordTargetValid, 0, "", now),
 		NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
 	}
-	if req.TTL == 0 && !s.router.Online(app.Key, dev.Name) {
+	if req.TTL == 0 && !s.router.Online(dev) {
 		// ttl 0 is "now or never" (DESIGN.md section 4): a device that is
 		// not connected and subscribed fails at once; nothing is queued.
 		m.State = store.StateFailed
@@ -110,7 +121,7 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 		err = s.store.CreateMessage(ctx, m, seqNo, seq)
 	}
 	if err == nil && m.State == store.StatePending {
-		s.router.Notify(m)
+		s.router.Notify(m, dev)
 	}
 	return m, err
 }
