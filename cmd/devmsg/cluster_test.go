@@ -38,11 +38,14 @@ func TestClusterThreeNodes(t *testing.T) {
 	}
 	t.Cleanup(rdb.Stop)
 	c := &testCluster{t: t, acked: map[string]string{}}
+	startNode := func(id int) *proc {
+		return startProc(t, t.TempDir(), "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
+			fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0", "--callback.allow_custom_ports=true",
+			"--callback.flush_interval=200ms", "--callback.retry_interval=500ms", "--callback.request_timeout=2s")
+	}
 	// Node 1 starts first, so it takes the callback lease.
 	for id := 1; id <= 3; id++ {
-		c.nodes = append(c.nodes, startProc(t, t.TempDir(), "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
-			fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0", "--callback.allow_custom_ports=true",
-			"--callback.flush_interval=200ms", "--callback.retry_interval=500ms", "--callback.request_timeout=2s"))
+		c.nodes = append(c.nodes, startNode(id))
 	}
 	c.createApp(0)
 	recv := newReceiver(t)
@@ -130,6 +133,18 @@ func TestClusterThreeNodes(t *testing.T) {
 	c.waitCallbacks(recv)
 	if w := c.callbackWorkers(); w != "2" && w != "3" {
 		t.Fatalf("after node 1 died, the callback worker is on node(s) %q, want one of 2 and 3", w)
+	}
+
+	// Node 1 comes back with its node_id: devices connect to it and get
+	// what is sent through the others.
+	c.nodes[0] = startNode(1)
+	back := targets[0]
+	back.client.Disconnect(0)
+	c.connect(back, 0)
+	c.send(2, back.name)
+	c.waitDelivered(targets)
+	if st := c.status(1, back.name); st != 1 {
+		t.Fatalf("%s on the restarted node 1: status %d", back.name, st)
 	}
 
 	// Redis crashes and restarts under load: what it acknowledged is in
