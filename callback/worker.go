@@ -155,7 +155,8 @@ func (w *Worker) remember(appKey string, d Delivery) {
 
 // Start resumes the queues left from the last run and starts routing. A
 // stopped worker may start again (in cluster mode it runs while its node
-// holds the callback lease).
+// holds the callback lease). It returns at once: counting a large backlog
+// for the backlog gauge happens first, in the background.
 func (w *Worker) Start(ctx context.Context) error {
 	qs, err := w.st.CallbackQueues(ctx)
 	if err != nil {
@@ -166,18 +167,25 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.senders = map[store.CallbackQueue]*sender{}
 	w.stopped = false
 	w.mu.Unlock()
-	for _, q := range qs {
-		// The backlog gauge starts from what the queues hold.
-		n, err := w.countQueue(ctx, q)
-		if err != nil {
-			w.Stop()
-			return fmt.Errorf("callback: count queue: %w", err)
+	w.wg.Add(1) // done by route, which this goroutine ends in
+	go func() {
+		// The backlog gauge starts from what the queues hold, counted
+		// before anything is routed to them or taken off them.
+		for _, q := range qs {
+			n, err := w.countQueue(w.ctx, q)
+			if err != nil {
+				if w.ctx.Err() == nil {
+					w.log.Error("callback: count queue", "app", q.AppKey, "err", err)
+				}
+				continue
+			}
+			w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
 		}
-		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
-		w.notify(q, false)
-	}
-	w.wg.Add(1)
-	go w.route()
+		for _, q := range qs {
+			w.notify(q, false)
+		}
+		w.route()
+	}()
 	return nil
 }
 

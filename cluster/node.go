@@ -298,8 +298,32 @@ func (n *Node) waitResets(ctx context.Context) error {
 
 func (n *Node) resetLock(id int) string { return n.key("reset", strconv.Itoa(id)) }
 
-// resetLockTTL bounds a reset lock whose holder died.
-const resetLockTTL = 10 * time.Minute
+// resetLockTTL bounds a reset lock whose holder died; a live holder
+// renews it every third of that until its reset is done.
+const resetLockTTL = time.Minute
+
+// holdWhile renews a lock this process holds every third of resetLockTTL
+// until the returned function is called.
+func (n *Node) holdWhile(lock string) (stop func()) {
+	done := make(chan struct{})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(resetLockTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-n.ctx.Done():
+				return
+			case <-t.C:
+				renewScript.Run(n.ctx, n.rdb, []string{lock}, n.token, resetLockTTL.Milliseconds())
+			}
+		}
+	}()
+	return func() { close(done) }
+}
 
 // forgetScript unregisters a node whose heartbeat is still absent (a node
 // that came back registers again after its heartbeat, so it stays) and
@@ -345,7 +369,9 @@ func (n *Node) checkNodes() {
 			continue
 		}
 		seen := n.now().Unix()
+		stopRefresh := n.holdWhile(lock)
 		count, err := n.st.ResetPresence(ctx, id, seen, seen)
+		stopRefresh()
 		if err != nil {
 			n.log.Error("cluster: mark a dead node's devices offline", "node_id", id, "err", err)
 			releaseScript.Run(ctx, n.rdb, []string{lock}, n.token)

@@ -27,6 +27,10 @@ const TopicClick = "msg/click"
 // stripes serialise presence writes per device (see Connected).
 const stripes = 256
 
+// attachRecheck is when, in cluster mode, a device's queue is read again
+// after it subscribed to msg (see Subscribed).
+const attachRecheck = 2 * time.Second
+
 // Peers reaches the other nodes of a cluster; *cluster.Node is one.
 type Peers interface {
 	// ID is this node's node_id.
@@ -183,6 +187,12 @@ func (g *Gateway) Subscribed(s *broker.Session, topic string) {
 	switch topic {
 	case message.TopicMsg:
 		g.dispatch.Attach(s, s.AppKey, s.DeviceName)
+		if g.peers != nil {
+			// A message stored by a request that read this device's
+			// presence before this login woke its old node, or none:
+			// look at the queue again once such requests are done.
+			time.AfterFunc(attachRecheck, func() { g.dispatch.Wake(s.AppKey, s.DeviceName) })
+		}
 	case shadow.TopicDesired:
 		g.sync.SendDesired(context.Background(), s, s.AppKey, s.DeviceName, true)
 	}
@@ -296,7 +306,8 @@ func (g *Gateway) Online(d store.Device) bool {
 // holds its device as d, read before the message was stored, says. A
 // device that moved in between subscribed on its new node either after
 // the message was stored, and got it with everything pending, or just
-// before: then the node's next resync sends it (the rare lost event).
+// before: then that node's second look at the queue, attachRecheck after
+// the subscription, sends it.
 func (g *Gateway) Notify(m store.Message, d store.Device) {
 	if g.peers == nil || g.dispatch.Online(m.AppKey, m.DeviceName) {
 		g.dispatch.Notify(m)
@@ -380,18 +391,22 @@ func (g *Gateway) Resync(resubscribed bool) {
 			continue // its login is being recorded right now
 		}
 		d, err := g.store.GetDevice(ctx, s.AppKey, s.DeviceName)
+		// Closing writes to the device: never wait on one here.
 		switch {
 		case errors.Is(err, store.ErrNotFound), err == nil && d.Flag != store.FlagEnabled:
-			s.Close()
+			go s.Close()
 			continue
 		case err != nil:
 			continue
 		case d.Status == 1 && d.Conn != g.connID(s) && s.Live():
-			s.TakenOver()
+			go s.TakenOver()
 			continue
 		}
 		if resubscribed && s.Subscribed(shadow.TopicDesired) {
+			// Under the device's lock, as pushes from events are.
+			unlock := g.lock(s.AppKey, s.DeviceName)
 			g.sync.SendDesired(ctx, s, s.AppKey, s.DeviceName, true)
+			unlock()
 		}
 	}
 	g.dispatch.WakeAll()
@@ -404,8 +419,10 @@ func (g *Gateway) Reassert(ctx context.Context) {
 		conn := g.connID(s)
 		stale := false
 		unlock := g.lock(s.AppKey, s.DeviceName)
-		if !s.Live() || !s.Current() {
-			unlock() // gone meanwhile: its logout stands
+		if _, ok := g.recorded.Load(s); !ok || !s.Live() || !s.Current() {
+			// Gone meanwhile (its logout stands), or its login is not
+			// recorded yet (Connected decides it).
+			unlock()
 			continue
 		}
 		_, err := g.store.UpdateDevice(ctx, s.AppKey, s.DeviceName, func(d *store.Device) error {
@@ -424,7 +441,7 @@ func (g *Gateway) Reassert(ctx context.Context) {
 			g.log.Error("mark a device online again", "app", s.AppKey, "device", s.DeviceName, "err", err)
 		}
 		if stale {
-			s.TakenOver()
+			go s.TakenOver()
 		}
 	}
 	// Events for these devices went nowhere while they looked offline.

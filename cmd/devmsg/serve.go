@@ -294,25 +294,33 @@ func adminPassword(ctx context.Context, c AdminConfig, st store.Store, stdout io
 		return sha256.Sum256([]byte(c.Password)), nil
 	}
 	var sum [32]byte
-	stored, err := st.GetMeta(ctx, metaAdminHash)
-	if err == nil && len(stored) == len(sum) {
+	load := func() error {
+		stored, err := st.GetMeta(ctx, metaAdminHash)
+		if err != nil {
+			return err
+		}
+		if len(stored) != len(sum) {
+			return fmt.Errorf("load admin password: the stored hash (meta %s) is %d bytes, not %d; set admin.password", metaAdminHash, len(stored), len(sum))
+		}
 		copy(sum[:], stored)
-		return sum, nil
+		return nil
 	}
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return sum, fmt.Errorf("load admin password: %w", err)
+	err := load()
+	if err == nil || !errors.Is(err, store.ErrNotFound) {
+		return sum, err
 	}
 	pw := secret.Alnum(20)
-	sum = sha256.Sum256([]byte(pw))
-	err = st.CreateMeta(ctx, metaAdminHash, sum[:])
+	hash := sha256.Sum256([]byte(pw))
+	err = st.CreateMeta(ctx, metaAdminHash, hash[:])
 	if errors.Is(err, store.ErrAlreadyExists) {
 		// Another node of the cluster, starting at the same moment, won:
 		// its password is the one, and it printed it.
-		return adminPassword(ctx, c, st, stdout)
+		return sum, load()
 	}
 	if err != nil {
 		return sum, fmt.Errorf("store admin password: %w", err)
 	}
+	sum = hash
 	fmt.Fprintf(stdout, "admin account: username=%s password=%s\n  (shown once; set admin.password to choose your own)\n", c.Username, pw)
 	return sum, nil
 }
