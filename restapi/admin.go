@@ -69,6 +69,16 @@ func (a *API) appParam(c *gin.Context) (store.App, error) {
 	return app, nil
 }
 
+// appAndBody is appParam and readBody, for the calls that change an app.
+func (a *API) appAndBody(c *gin.Context) (store.App, object, error) {
+	app, err := a.appParam(c)
+	if err != nil {
+		return app, nil, err
+	}
+	obj, err := readBody(c)
+	return app, obj, err
+}
+
 func requireAdmin(c *gin.Context) error {
 	if !isAdmin(c) {
 		return errAuth("authentication failed: this call needs the admin account")
@@ -147,11 +157,7 @@ func (a *API) getApp(c *gin.Context) error {
 // appcache.TTL. The body must repeat the app key as confirm: a call aimed
 // at the wrong app fails instead of locking that app's clients out.
 func (a *API) rotateMasterSecret(c *gin.Context) error {
-	app, err := a.appParam(c)
-	if err != nil {
-		return err
-	}
-	obj, err := readBody(c)
+	app, obj, err := a.appAndBody(c)
 	if err != nil {
 		return err
 	}
@@ -187,11 +193,7 @@ func (a *API) getModel(c *gin.Context) error {
 
 // putModel replaces the app's property model.
 func (a *API) putModel(c *gin.Context) error {
-	app, err := a.appParam(c)
-	if err != nil {
-		return err
-	}
-	obj, err := readBody(c)
+	app, obj, err := a.appAndBody(c)
 	if err != nil {
 		return err
 	}
@@ -248,11 +250,7 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	if err := requireAdmin(c); err != nil {
 		return err
 	}
-	app, err := a.appParam(c)
-	if err != nil {
-		return err
-	}
-	obj, err := readBody(c)
+	app, obj, err := a.appAndBody(c)
 	if err != nil {
 		return err
 	}
@@ -337,11 +335,7 @@ func (a *API) listDevices(c *gin.Context) error {
 
 // patchDevice serves PATCH /admin/v1/apps/{key}/devices/{name}: flag and mark.
 func (a *API) patchDevice(c *gin.Context) error {
-	app, err := a.appParam(c)
-	if err != nil {
-		return err
-	}
-	obj, err := readBody(c)
+	app, obj, err := a.appAndBody(c)
 	if err != nil {
 		return err
 	}

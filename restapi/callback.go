@@ -72,11 +72,7 @@ func (a *API) getCallback(c *gin.Context) error {
 // putCallback sets the switch, the record types, or both; a field left
 // out is unchanged.
 func (a *API) putCallback(c *gin.Context) error {
-	app, err := a.appParam(c)
-	if err != nil {
-		return err
-	}
-	obj, err := readBody(c)
+	app, obj, err := a.appAndBody(c)
 	if err != nil {
 		return err
 	}
@@ -188,11 +184,7 @@ func (a *API) verifyURL(c *gin.Context, u string) error {
 // addCallbackURL serves POST /admin/v1/apps/{key}/callback/urls: checks
 // and verifies the URL, then adds it; the first URL becomes the default.
 func (a *API) addCallbackURL(c *gin.Context) error {
-	app, err := a.appParam(c)
-	if err != nil {
-		return err
-	}
-	obj, err := readBody(c)
+	app, obj, err := a.appAndBody(c)
 	if err != nil {
 		return err
 	}
@@ -227,11 +219,7 @@ func (a *API) addCallbackURL(c *gin.Context) error {
 // setDefaultCallbackURL serves POST .../callback/urls/default: the URL,
 // which must be configured, becomes the only default.
 func (a *API) setDefaultCallbackURL(c *gin.Context) error {
-	app, err := a.appParam(c)
-	if err != nil {
-		return err
-	}
-	obj, err := readBody(c)
+	app, obj, err := a.appAndBody(c)
 	if err != nil {
 		return err
 	}
