@@ -153,10 +153,22 @@ return redis.call('HGETALL', KEYS[1])
 `)
 
 // seqLua rewrites the JSON of an outbox entry, marshalled with Seq 0 (its
-// first field: {"seq":0,...), to hold seq.
+// first field: {"seq":0,...), to hold seq; addOutbox adds the n entries
+// given as (Seq, JSON) pairs of ARGV from base on to the outbox key,
+// inline with the Seqs first, first+1, ... instead.
 const seqLua = `
 local function withSeq(j, seq)
   return '{"seq":' .. string.format('%d', seq) .. string.sub(j, 9)
+end
+local function addOutbox(key, base, n, inline, first)
+  for i = 0, n - 1 do
+    local seq, j = ARGV[base + 2*i], ARGV[base + 1 + 2*i]
+    if inline then
+      seq = first + i
+      j = withSeq(j, seq)
+    end
+    redis.call('ZADD', key, seq, j)
+  end
 end
 `
 
@@ -201,14 +213,7 @@ if pending then
   redis.call('ZADD', KEYS[5], ARGV[7], ARGV[6])
   if list(KEYS[8]) then res = res + 2 end
 end
-for i = 0, n - 1 do
-  local seq, j = ARGV[12 + 2*i], ARGV[13 + 2*i]
-  if inline then
-    seq = first + i
-    j = withSeq(j, seq)
-  end
-  redis.call('ZADD', KEYS[6], seq, j)
-end
+addOutbox(KEYS[6], 12, n, inline, first)
 if n > 0 and list(KEYS[7]) then res = res + 1 end
 if ARGV[1] == '1' then redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3]) end
 if inline then return 0 end
@@ -238,14 +243,7 @@ if ARGV[3] == '1' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('ZREM', KEYS[3], ARGV[4])
 end
-for i = 0, n - 1 do
-  local seq, j = ARGV[7 + 2*i], ARGV[8 + 2*i]
-  if inline then
-    seq = first + i
-    j = withSeq(j, seq)
-  end
-  redis.call('ZADD', KEYS[4], seq, j)
-end
+addOutbox(KEYS[4], 7, n, inline, first)
 local res = 0
 if n > 0 and list(KEYS[5]) and not inline then res = 1 end
 return res
