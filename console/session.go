@@ -175,11 +175,7 @@ func (c *Console) beginAttempt(key string) (left time.Duration, busy bool) {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.fails[key]
-	if !ok {
-		f = &failures{}
-		c.fails[key] = f
-	}
+	f := c.failuresOf(key)
 	if now.Before(f.until) {
 		return f.until.Sub(now), false
 	}
@@ -188,6 +184,16 @@ func (c *Console) beginAttempt(key string) (left time.Duration, busy bool) {
 	}
 	f.inflight = true
 	return 0, false
+}
+
+// failuresOf returns key's record, made if there is none; c.mu is held.
+func (c *Console) failuresOf(key string) *failures {
+	f, ok := c.fails[key]
+	if !ok {
+		f = &failures{}
+		c.fails[key] = f
+	}
+	return f
 }
 
 // endAttempt ends the check beginAttempt started.
@@ -205,11 +211,7 @@ func (c *Console) failed(key string) time.Duration {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.fails[key]
-	if !ok {
-		f = &failures{}
-		c.fails[key] = f
-	}
+	f := c.failuresOf(key)
 	f.times = append(recent(f.times, now), now)
 	if len(f.times) >= LockoutFailures {
 		f.times = nil
