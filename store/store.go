@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 )
 
@@ -264,6 +265,26 @@ type Record struct {
 func (m Message) Filled(r Record) Record {
 	r.ChannelKey, r.MsgID, r.UserID, r.SenderID, r.Sender, r.Params = m.AppKey, strconv.FormatInt(m.ID, 10), m.DeviceName, m.DeviceName, 0, m.Params
 	return r
+}
+
+// ApplyUpdate runs an UpdateMessage fn on m, the stored message id of
+// appKey, and holds it to the contract: the id, app and device stay, records
+// are only appended and nothing becomes pending again. It returns how many
+// records m had before and whether m leaves the pending state. Errors
+// from fn come back as they are.
+func ApplyUpdate(m *Message, id int64, appKey string, fn func(*Message) error) (records int, leaving bool, err error) {
+	dev, before, n := m.DeviceName, m.State, len(m.Records)
+	if err := fn(m); err != nil {
+		return n, false, err
+	}
+	m.ID, m.AppKey, m.DeviceName = id, appKey, dev
+	if len(m.Records) < n {
+		return n, false, fmt.Errorf("update message %d: records may only be appended", id)
+	}
+	if m.State == StatePending && before != StatePending {
+		return n, false, fmt.Errorf("update message %d: a %s message cannot become pending again", id, before)
+	}
+	return n, before == StatePending && m.State != StatePending, nil
 }
 
 // OutboxEntry is a status record waiting for callback delivery. Every

@@ -1234,29 +1234,20 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 	if err := s.getJSON(msgKey(id), &m); err != nil {
 		return store.Message{}, err
 	}
-	before, n := m.State, len(m.Records)
-	if err := fn(&m); err != nil {
+	n, leaving, err := store.ApplyUpdate(&m, id, appKey, fn)
+	if err != nil {
 		return store.Message{}, err
-	}
-	m.ID, m.AppKey, m.DeviceName = id, appKey, dev
-	if len(m.Records) < n {
-		return store.Message{}, fmt.Errorf("update message %d: records may only be appended", id)
-	}
-	leaving := before == store.StatePending && m.State != store.StatePending
-	if m.State == store.StatePending && before != store.StatePending {
-		return store.Message{}, fmt.Errorf("update message %d: a %s message cannot become pending again", id, before)
 	}
 	var count int64
 	ck := key(pCount, appKey, dev)
 	if leaving {
-		var err error
 		if c, ok := s.pending.get(appKey, dev); ok {
 			count = c
 		} else if count, err = s.count(ck); err != nil {
 			return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
 		}
 	}
-	err := s.write(func(b *pebble.Batch) error {
+	err = s.write(func(b *pebble.Batch) error {
 		if leaving {
 			if err := set(b, ck, be64(max(count-1, 0))); err != nil {
 				return err

@@ -228,18 +228,10 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 			return store.Message{}, fmt.Errorf("decode message %d: %w", id, err)
 		}
 		dev := m.DeviceName
-		before, n := m.State, len(m.Records)
-		if err := fn(&m); err != nil {
+		n, leaving, err := store.ApplyUpdate(&m, id, appKey, fn)
+		if err != nil {
 			return store.Message{}, err
 		}
-		m.ID, m.AppKey, m.DeviceName = id, appKey, dev
-		if len(m.Records) < n {
-			return store.Message{}, fmt.Errorf("update message %d: records may only be appended", id)
-		}
-		if m.State == store.StatePending && before != store.StatePending {
-			return store.Message{}, fmt.Errorf("update message %d: a %s message cannot become pending again", id, before)
-		}
-		leaving := before == store.StatePending && m.State != store.StatePending
 		data, err := json.Marshal(m)
 		if err != nil {
 			return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
