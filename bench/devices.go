@@ -46,11 +46,6 @@ type brokerRun struct {
 	perDevice        float64 // RSS bytes per idle device, 0 if not measured
 }
 
-// sub is a connected measuring device.
-type sub struct {
-	c *mqttConn
-}
-
 // connectSubscribers connects n devices (devmsg: its devices 0..n-1 with
 // their secrets; Mosquitto: anonymous) subscribed to their msg topics.
 // Each message's payload is parsed by when into the instant it was
