@@ -456,7 +456,8 @@ func waitLost(t *testing.T, d *clusterDevice) {
 
 // TestClusterFirstStart starts three nodes at once on an empty Redis with
 // no admin password and no apps configured: they agree on one generated
-// admin password and one default app, each printed once.
+// admin password and one default app, each printed once. The app's rate
+// limit then holds across the nodes together.
 func TestClusterFirstStart(t *testing.T) {
 	if !redistest.Installed() {
 		t.Skip(redistest.NotInstalled)
@@ -514,6 +515,39 @@ func TestClusterFirstStart(t *testing.T) {
 	pw := adminLineRE.FindStringSubmatch(out)
 	if pw == nil {
 		t.Fatalf("no admin password in %q", out)
+	}
+	app := appLineRE.FindStringSubmatch(out)
+	if app == nil {
+		t.Fatalf("no app credentials in %q", out)
+	}
+	call := func(node int, user, pass, method, path, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+nodes[node]+path, strings.NewReader(body))
+		req.SetBasicAuth(user, pass)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// A rate limit holds for the app across all nodes, not per node: 5
+	// queries a second, spread over three nodes, let about 5 through.
+	if st := call(0, "admin", pw[1], "PUT", "/admin/v1/apps/"+app[1]+"/ratelimits", `{"query":5}`); st != http.StatusOK {
+		t.Fatalf("set rate limits: %d", st)
+	}
+	ok := 0
+	for i := range 15 {
+		switch st := call(i%3, app[1], app[2], "GET", "/device/v1/status?device_name=nobody", ""); st {
+		case http.StatusBadRequest: // admitted: no such device
+			ok++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("query %d: %d", i, st)
+		}
+	}
+	if ok < 5 || ok > 7 {
+		t.Fatalf("%d of 15 queries through three nodes admitted at 5/s, want 5 (or a refill or two)", ok)
 	}
 	for i, a := range nodes {
 		req, _ := http.NewRequest("GET", "http://"+a+"/admin/v1/apps", nil)
