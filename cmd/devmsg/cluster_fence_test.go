@@ -157,3 +157,65 @@ func (c *testCluster) loadChecked(devs []*clusterDevice, nodes []int) (stop func
 	}
 	return func() { close(done); wg.Wait() }
 }
+
+// TestClusterPresenceAfterRedisOutage stalls Redis (SIGSTOP) for longer
+// than the heartbeat TTL with devices connected to two nodes, and
+// disconnects one device meanwhile. Once Redis is back, that device's
+// logout lands (it is retried), and the device connected to the other
+// node throughout stays online: no node declares a live one dead because
+// their heartbeats lapsed in the same outage.
+func TestClusterPresenceAfterRedisOutage(t *testing.T) {
+	if !redistest.Installed() {
+		t.Skip(redistest.NotInstalled)
+	}
+	t.Parallel()
+	rdb, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rdb.Stop)
+	c := &testCluster{t: t, acked: map[string]string{}}
+	for id := 1; id <= 2; id++ {
+		c.nodes = append(c.nodes, startProc(t, t.TempDir(), "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
+			fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0"))
+	}
+	c.createApp(0)
+	names := []string{"odev-leaves", "odev-stays-1", "odev-stays-2"}
+	secrets := c.createDevices(0, names)
+	var devs []*clusterDevice
+	for i, name := range names {
+		d := &clusterDevice{name: name, secret: secrets[i], got: map[string]int{}}
+		c.connect(d, i%2)
+		devs = append(devs, d)
+	}
+	leaves, stays := devs[0], devs[1:]
+	for _, d := range devs {
+		waitFor(t, 10*time.Second, d.name+" online", func() bool { return c.status(1, d.name) == 1 })
+	}
+
+	if err := rdb.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	leaves.client.Disconnect(0)
+	time.Sleep(11 * time.Second) // past the 10 s heartbeat TTL
+	if err := rdb.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, leaves.name+", gone during the outage, offline", func() bool {
+		st, b, err := c.nodes[1].tryCall(c.key, c.secret, "GET", "/device/v1/status?device_name="+leaves.name, "")
+		var s struct{ Status int }
+		return err == nil && st == http.StatusOK && json.Unmarshal(b, &s) == nil && s.Status == 0
+	})
+	// Long enough for every node's check for dead nodes to run more than
+	// once after the outage.
+	deadline := time.Now().Add(7 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, d := range stays {
+			if st := c.status(0, d.name); st != 1 {
+				t.Fatalf("%s, connected to node %d throughout, is offline after a Redis outage", d.name, d.node+1)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
