@@ -74,6 +74,15 @@ func (l *lease) run(ctx context.Context) {
 func (l *lease) step(ctx context.Context) {
 	n := l.n
 	ttl := n.cfg.LeaseTTL
+	if !n.Valid() {
+		// This node may have lost its node_id: it runs no work.
+		if l.held.Load() {
+			n.log.Warn("cluster: this node's claim on its node_id is not known to hold; stopping the work of a lease", "lease", l.key)
+			l.held.Store(false)
+			l.stop()
+		}
+		return
+	}
 	if !l.held.Load() {
 		ok, err := n.rdb.SetNX(ctx, l.key, n.token, ttl).Result()
 		if err != nil || !ok {

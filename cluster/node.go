@@ -5,6 +5,13 @@
 //   - Membership. Each node holds a heartbeat key with a short TTL under
 //     its node_id. A node whose heartbeat lapses is dead: the others mark
 //     the devices it held offline (store.ResetPresence for its node_id).
+//   - Fencing. Two live processes must never act as one node_id (they
+//     would hand out the same msgids). A node knows its claim valid only
+//     until its last renewal was sent plus the TTL, less a margin, on the
+//     monotonic clock, and its store refuses all work past that (Fence);
+//     where Redis allows it, every write also checks inside Redis that
+//     this process is still the node_id's last claimant. A node that finds
+//     another process holding its node_id reports it on Lost and stops.
 //   - Events. Each node subscribes to a pub/sub channel of its own; a node
 //     that changed something a device on another node must see (a queued
 //     message, a desired property, a takeover, a disable) publishes an
@@ -26,6 +33,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -132,6 +140,16 @@ type Node struct {
 	mu      sync.Mutex
 	leases  map[string]*lease
 	handler Handler // set by Run
+
+	// The local lease, in nanoseconds of the monotonic clock since
+	// started: the claim is known held until validUntil; healthySince
+	// (0 while heartbeats fail) is when the current run of successful
+	// heartbeats began, plus one.
+	started      time.Time
+	validUntil   atomic.Int64
+	healthySince atomic.Int64
+	lost         chan struct{}
+	lostOnce     sync.Once
 }
 
 // tag is the hash tag of every cluster key: one Cluster slot, so scripts
@@ -145,6 +163,7 @@ func (n *Node) key(parts ...string) string {
 }
 
 func (n *Node) heartbeatKey(id int) string { return n.key("node", strconv.Itoa(id)) }
+func (n *Node) fenceKey(id int) string     { return n.key("fence", strconv.Itoa(id)) }
 func (n *Node) nodesKey() string           { return n.key("nodes") }
 func (n *Node) channel(id int) string      { return n.key("events", strconv.Itoa(id)) }
 
@@ -154,14 +173,18 @@ func (n *Node) channel(id int) string      { return n.key("events", strconv.Itoa
 // a live node, and Join fails. Run starts the node's work.
 func Join(ctx context.Context, cfg Config, rdb goredis.UniversalClient, st store.Store, log *slog.Logger) (*Node, error) {
 	cfg.defaults()
-	n := &Node{cfg: cfg, rdb: rdb, st: st, log: log, token: secret.Alnum(16), now: time.Now, leases: map[string]*lease{}}
+	n := &Node{cfg: cfg, rdb: rdb, st: st, log: log, token: secret.Alnum(16), now: time.Now, leases: map[string]*lease{},
+		started: time.Now(), lost: make(chan struct{})}
 	deadline := n.now().Add(cfg.HeartbeatTTL + time.Second)
 	for {
-		ok, err := rdb.SetNX(ctx, n.heartbeatKey(cfg.NodeID), n.token, cfg.HeartbeatTTL).Result()
+		sent := n.mono()
+		ok, err := claimScript.Run(ctx, rdb, []string{n.heartbeatKey(cfg.NodeID), n.nodesKey(), n.fenceKey(cfg.NodeID)},
+			n.token, cfg.HeartbeatTTL.Milliseconds(), cfg.NodeID).Int()
 		if err != nil {
 			return nil, fmt.Errorf("cluster: claim node_id %d: %w", cfg.NodeID, err)
 		}
-		if ok {
+		if ok == 1 {
+			n.renewed(sent)
 			break
 		}
 		if n.now().After(deadline) {
@@ -173,9 +196,6 @@ func Join(ctx context.Context, cfg Config, rdb goredis.UniversalClient, st store
 			return nil, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
-	}
-	if err := rdb.SAdd(ctx, n.nodesKey(), cfg.NodeID).Err(); err != nil {
-		return nil, fmt.Errorf("cluster: register node_id %d: %w", cfg.NodeID, err)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// The heartbeat runs from now on: the node's start-up work may take
@@ -189,6 +209,63 @@ func Join(ctx context.Context, cfg Config, rdb goredis.UniversalClient, st store
 	}
 	return n, nil
 }
+
+// claimScript takes a free node_id for this process: its heartbeat, its
+// registration and its fence (the token of the node_id's last claimant,
+// which never expires). 1 when taken, 0 when another process holds it.
+var claimScript = goredis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('SET', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[3])
+return 1`)
+
+// mono returns the time since the node started on the monotonic clock,
+// which wall-clock steps do not move.
+func (n *Node) mono() int64 { return int64(time.Since(n.started)) }
+
+// leaseMargin is how long before its heartbeat's TTL runs out, counted
+// from when the renewal was sent, a node stops trusting its claim: room
+// for the clocks of the node and Redis to run at slightly different rates.
+func (n *Node) leaseMargin() time.Duration { return n.cfg.HeartbeatTTL / 10 }
+
+// renewed extends the local lease after a renewal sent at sent succeeded.
+func (n *Node) renewed(sent int64) {
+	select {
+	case <-n.lost:
+		return
+	default:
+	}
+	n.validUntil.Store(sent + int64(n.cfg.HeartbeatTTL-n.leaseMargin()))
+	n.healthySince.CompareAndSwap(0, sent+1)
+}
+
+// Valid reports whether this process is known to hold its node_id now:
+// its heartbeat cannot have lapsed since the last renewal. No work may be
+// done while it is false (see Fence).
+func (n *Node) Valid() bool { return n.mono() < n.validUntil.Load() }
+
+// doubt drops the local lease until the next heartbeat settles whether
+// this process still holds its node_id.
+func (n *Node) doubt() { n.validUntil.Store(0) }
+
+// lose records that another process holds this node's node_id.
+func (n *Node) lose() {
+	n.validUntil.Store(0)
+	n.lostOnce.Do(func() {
+		n.log.Error("cluster: another process holds this node's node_id; this node takes no more work and stops", "node_id", n.cfg.NodeID)
+		close(n.lost)
+	})
+}
+
+// Lost is closed once another process holds this node's node_id: a node
+// paused past its heartbeat TTL was taken for dead and replaced. The
+// node's store refuses every write from then on; the process must stop
+// (its supervisor restarts it, and it waits for its node_id again).
+func (n *Node) Lost() <-chan struct{} { return n.lost }
+
+// FenceKey names the key that holds the token (Token) of the last process
+// to claim this node's node_id; see redis.Store.SetFence.
+func (n *Node) FenceKey() string { return n.fenceKey(n.cfg.NodeID) }
 
 // ID returns the node's node_id.
 func (n *Node) ID() int { return n.cfg.NodeID }
@@ -227,15 +304,22 @@ func (n *Node) every(d time.Duration, fn func()) {
 }
 
 // heartbeatScript renews this process's heartbeat: 1 when it held it, 2
-// when it had lapsed and is taken anew, 0 when another process holds it.
+// when it had lapsed and is taken anew, 0 when another process holds it
+// or claimed the node_id since (the fence names another process: ids and
+// presence entries of this node_id are that process's now). A fence lost
+// with Redis's data is set again by its holder.
 var heartbeatScript = goredis.NewScript(`
 local v = redis.call('GET', KEYS[1])
+local f = redis.call('GET', KEYS[3])
+if f and f ~= ARGV[1] then return 0 end
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if not f then redis.call('SET', KEYS[3], ARGV[1]) end
   return 1
 end
 if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[3], ARGV[1])
   redis.call('SADD', KEYS[2], ARGV[3])
   return 2
 end
@@ -244,13 +328,20 @@ return 0`)
 func (n *Node) heartbeat() {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatEvery)
 	defer cancel()
-	res, err := heartbeatScript.Run(ctx, n.rdb, []string{n.heartbeatKey(n.cfg.NodeID), n.nodesKey()},
+	sent := n.mono()
+	res, err := heartbeatScript.Run(ctx, n.rdb, []string{n.heartbeatKey(n.cfg.NodeID), n.nodesKey(), n.FenceKey()},
 		n.token, n.cfg.HeartbeatTTL.Milliseconds(), n.cfg.NodeID).Int()
+	if err == nil && res != 0 {
+		n.renewed(sent)
+	}
 	switch {
 	case err != nil:
+		n.healthySince.Store(0)
 		if n.ctx.Err() == nil {
 			n.log.Error("cluster: renew heartbeat", "err", err)
 		}
+	case res == 0:
+		n.lose()
 	case res == 2:
 		n.mu.Lock()
 		h := n.handler
@@ -266,9 +357,16 @@ func (n *Node) heartbeat() {
 				h.Reassert(n.ctx)
 			}
 		}()
-	case res == 0:
-		n.log.Error("cluster: another process holds this node's node_id; give every node its own node_id", "node_id", n.cfg.NodeID)
 	}
+}
+
+// judging reports whether this node may judge others dead: it holds its
+// claim and its own heartbeats have been succeeding for a whole TTL. Right
+// after its own connection to Redis came back, the others' heartbeats may
+// have lapsed in the same outage and not be renewed yet.
+func (n *Node) judging() bool {
+	since := n.healthySince.Load()
+	return n.Valid() && since != 0 && n.mono()-(since-1) >= int64(n.cfg.HeartbeatTTL)
 }
 
 // waitResets returns once no other node is marking this node_id's devices
@@ -341,6 +439,9 @@ return 0`)
 // lapsed. One live node does each reset, under a lock that expires should
 // it die meanwhile.
 func (n *Node) checkNodes() {
+	if !n.judging() {
+		return
+	}
 	ctx := n.ctx
 	ids, err := n.rdb.SMembers(ctx, n.nodesKey()).Result()
 	if err != nil {

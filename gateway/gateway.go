@@ -65,6 +65,27 @@ type Gateway struct {
 	recorded sync.Map // *broker.Session → struct{}
 
 	locks [stripes]sync.Mutex
+
+	// retry holds, per device, the latest presence write of this node
+	// that failed (Redis down, say), until it lands or a newer write of
+	// the device supersedes it; armed says a retry is scheduled.
+	retryMu sync.Mutex
+	retry   map[devKey]presenceWrite
+	armed   bool
+}
+
+// retryEvery is how often failed presence writes are tried again.
+const retryEvery = 2 * time.Second
+
+type devKey struct{ app, dev string }
+
+// presenceWrite is a login of session s, or a logout of connection conn
+// at time at.
+type presenceWrite struct {
+	login bool
+	s     *broker.Session
+	conn  string
+	at    int64
 }
 
 var (
@@ -126,6 +147,21 @@ func (g *Gateway) Authenticate(appKey, device, sec string) error {
 // device still had on another node is closed there.
 func (g *Gateway) Connected(s *broker.Session) {
 	defer g.lock(s.AppKey, s.DeviceName)()
+	k := devKey{s.AppKey, s.DeviceName}
+	g.supersede(k)
+	err := g.login(s)
+	if errors.Is(err, errDisabled) || errors.Is(err, store.ErrNotFound) {
+		s.Close()
+		return
+	}
+	if err != nil {
+		g.log.Error("record login; will retry", "app", s.AppKey, "device", s.DeviceName, "err", err)
+		g.later(k, presenceWrite{login: true, s: s})
+	}
+}
+
+// login records s as the device's connection, under the device's lock.
+func (g *Gateway) login(s *broker.Session) error {
 	now := g.now().Unix()
 	var prev store.Device
 	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) error {
@@ -139,18 +175,14 @@ func (g *Gateway) Connected(s *broker.Session) {
 		}
 		return nil
 	})
-	if errors.Is(err, errDisabled) || errors.Is(err, store.ErrNotFound) {
-		s.Close()
-		return
-	}
 	if err != nil {
-		g.log.Error("record login", "app", s.AppKey, "device", s.DeviceName, "err", err)
-		return
+		return err
 	}
 	g.recorded.Store(s, struct{}{})
 	if g.peers != nil && prev.Status == 1 && prev.Node != g.node {
 		g.send(context.Background(), prev.Node, cluster.Event{Kind: cluster.KindKick, App: s.AppKey, Device: s.DeviceName, Conn: prev.Conn})
 	}
+	return nil
 }
 
 // errSkip leaves a device as it is from inside an UpdateDevice;
@@ -169,16 +201,84 @@ func (g *Gateway) Disconnected(s *broker.Session) {
 	if !s.Current() {
 		return // taken over here: the newer session's login stands
 	}
-	now, conn := g.now().Unix(), g.connID(s)
-	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) error {
-		if d.Node != g.node || d.Conn != conn {
+	k := devKey{s.AppKey, s.DeviceName}
+	g.supersede(k)
+	w := presenceWrite{conn: g.connID(s), at: g.now().Unix()}
+	if err := g.logout(k, w); err != nil {
+		g.log.Error("record logout; will retry", "app", s.AppKey, "device", s.DeviceName, "err", err)
+		g.later(k, w)
+	}
+}
+
+// logout marks the device offline if w's connection still holds it;
+// under the device's lock.
+func (g *Gateway) logout(k devKey, w presenceWrite) error {
+	_, err := g.store.UpdateDevice(context.Background(), k.app, k.dev, func(d *store.Device) error {
+		if d.Node != g.node || d.Conn != w.conn {
 			return errSkip // taken over elsewhere
 		}
-		d.Status, d.LastLogoutTime = 0, now
+		d.Status, d.LastLogoutTime = 0, w.at
 		return nil
 	})
-	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, errSkip) {
-		g.log.Error("record logout", "app", s.AppKey, "device", s.DeviceName, "err", err)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, errSkip) {
+		return nil
+	}
+	return err
+}
+
+// supersede drops the failed presence write of the device waiting for a
+// retry: a newer one is being made. Under the device's lock.
+func (g *Gateway) supersede(k devKey) {
+	g.retryMu.Lock()
+	delete(g.retry, k)
+	g.retryMu.Unlock()
+}
+
+// later keeps w to be tried again, and schedules the retry. Under the
+// device's lock.
+func (g *Gateway) later(k devKey, w presenceWrite) {
+	g.retryMu.Lock()
+	defer g.retryMu.Unlock()
+	if g.retry == nil {
+		g.retry = map[devKey]presenceWrite{}
+	}
+	g.retry[k] = w
+	if !g.armed {
+		g.armed = true
+		time.AfterFunc(retryEvery, g.retryPresence)
+	}
+}
+
+// retryPresence tries the failed presence writes again, so a device that
+// connected or left while the store was unreachable ends with the right
+// presence once it is back; what fails again waits for the next round.
+func (g *Gateway) retryPresence() {
+	g.retryMu.Lock()
+	work := g.retry
+	g.retry, g.armed = nil, false
+	g.retryMu.Unlock()
+	for k, w := range work {
+		unlock := g.lock(k.app, k.dev)
+		g.retryMu.Lock()
+		_, newer := g.retry[k] // failed again since, newer than w
+		g.retryMu.Unlock()
+		var err error
+		switch {
+		case newer:
+		case !w.login:
+			err = g.logout(k, w)
+		case w.s.Live() && w.s.Current():
+			if err = g.login(w.s); errors.Is(err, errDisabled) || errors.Is(err, store.ErrNotFound) {
+				go w.s.Close()
+				err = nil
+			}
+		}
+		if err != nil {
+			g.later(k, w)
+		} else if !newer {
+			g.log.Info("recorded a presence change that had failed", "app", k.app, "device", k.dev, "online", w.login)
+		}
+		unlock()
 	}
 }
 

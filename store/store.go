@@ -23,6 +23,10 @@ var (
 	ErrSeqUsed = errors.New("seq_no already used")
 	// ErrQueueFull means the device already has MaxPending pending messages.
 	ErrQueueFull = errors.New("device queue full")
+	// ErrFenced means a write was refused, and nothing written, because
+	// this process cannot show that it still holds the claim its writes
+	// are fenced with (in cluster mode: its node_id; see package cluster).
+	ErrFenced = errors.New("fenced: this node does not hold its node_id")
 )
 
 // AllNodes makes ResetPresence reset the devices of every node.

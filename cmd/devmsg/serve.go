@@ -67,7 +67,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// On Redis, this process is a node of a cluster: the nodes sharing the
 	// Redis are one service.
 	var node *cluster.Node
-	if rs, ok := st.(*redis.Store); ok {
+	rs, _ := st.(*redis.Store)
+	if rs != nil {
 		node, err = cluster.Join(ctx, cluster.Config{NodeID: cfg.NodeID, Prefix: rs.Prefix()}, rs.Client(), st, log)
 		if err != nil {
 			return err
@@ -75,6 +76,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// Closed after the broker (deferred later, so run earlier) has
 		// disconnected this node's devices.
 		defer node.Close()
+		// Nothing this process writes may land once another holds its
+		// node_id: Redis checks the claim where it can, and the node's
+		// local lease everywhere.
+		if !rs.SetFence(node.FenceKey(), node.Token()) {
+			log.Info("on Redis Cluster, writes are fenced by the node's local lease only (see docs/operations.md)")
+		}
+		st = node.Fence(st)
 		log.Info("joined the cluster", "node_id", cfg.NodeID)
 	}
 	adminHash, err := adminPassword(ctx, cfg.Admin, st, stdout)
@@ -111,7 +119,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var limiter restapi.Limiter // nil: per process
 	if node != nil {
 		gw.SetPeers(node)
-		rs := st.(*redis.Store)
 		limiter = cluster.NewRateLimiter(rs.Client(), rs.Prefix())
 	}
 
@@ -236,10 +243,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	var lost <-chan struct{} // never closed on a single node
+	if node != nil {
+		lost = node.Lost()
+	}
 	select {
 	case err := <-served:
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
+	case <-lost:
+		// Another process serves this node_id now. Refuse REST at once;
+		// the deferred steps disconnect the devices and stop the rest.
+		_ = srv.Close()
+		return fmt.Errorf("node_id %d was taken by another process while this one was paused or cut off; stopping (a restart waits for the node_id again)", cfg.NodeID)
 	}
 	log.Info("shutting down: finishing requests in flight")
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)

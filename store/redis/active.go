@@ -55,7 +55,7 @@ func (s *Store) idleKeys(app, kind string) []string {
 // to the cb index when n > 0 and to the exp index when exp.
 func (s *Store) globalStep(ctx context.Context, id string, n int, app string, exp bool) (int64, error) {
 	keys := []string{s.maxIDKey(), s.seqCounterKey(), s.activeKey(activeCB), s.activeKey(activeExp)}
-	last, err := globalScript.Run(ctx, s.rdb, keys, id, n, app, boolArg(n > 0), boolArg(exp)).Int64()
+	last, err := s.run(ctx, globalScript, keys, id, n, app, boolArg(n > 0), boolArg(exp)).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("global step: %w", err)
 	}
@@ -86,7 +86,7 @@ func (s *Store) listApp(ctx context.Context, app string, bits int64) error {
 func (s *Store) prune(ctx context.Context, kind string, apps []string) error {
 	for _, app := range apps {
 		flag := s.flagKey(app, kind)
-		n, err := pruneScript.Run(ctx, s.rdb, append([]string{flag}, s.idleKeys(app, kind)...)).Int64()
+		n, err := s.run(ctx, pruneScript, append([]string{flag}, s.idleKeys(app, kind)...)).Int64()
 		if err != nil {
 			return fmt.Errorf("prune %s: %w", app, err)
 		}
@@ -96,7 +96,7 @@ func (s *Store) prune(ctx context.Context, kind string, apps []string) error {
 		if err := s.rdb.SRem(ctx, s.activeKey(kind), app).Err(); err != nil {
 			return fmt.Errorf("prune %s: %w", app, err)
 		}
-		back, err := unlistScript.Run(ctx, s.rdb, []string{flag}).Int64()
+		back, err := s.run(ctx, unlistScript, []string{flag}).Int64()
 		if err != nil {
 			return fmt.Errorf("prune %s: %w", app, err)
 		}

@@ -120,7 +120,7 @@ func (s *Store) RouteOutbox(ctx context.Context, routes []store.OutboxRoute) err
 			}
 			args = append(args, r.Entry.Seq, r.URL, q)
 		}
-		if err := routeScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+		if err := s.run(ctx, routeScript, keys, args...).Err(); err != nil {
 			return fmt.Errorf("route outbox of %s: %w", app, err)
 		}
 	}
@@ -182,7 +182,7 @@ func (s *Store) DeleteCallbacks(ctx context.Context, q store.CallbackQueue, seqs
 		args = append(args, seq)
 	}
 	keys := []string{s.cbQueueKey(q.AppKey, q.URL), s.cbQueuesKey(q.AppKey)}
-	if err := deleteCallbacksScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+	if err := s.run(ctx, deleteCallbacksScript, keys, args...).Err(); err != nil {
 		return fmt.Errorf("delete callbacks: %w", err)
 	}
 	return nil
@@ -210,7 +210,7 @@ func (s *Store) MoveCallbacks(ctx context.Context, from store.CallbackQueue, ent
 		args = append(args, old, e.Seq, data)
 	}
 	keys := []string{s.cbQueueKey(from.AppKey, from.URL), s.cbQueueKey(from.AppKey, toURL), s.cbQueuesKey(from.AppKey)}
-	if err := moveCallbacksScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+	if err := s.run(ctx, moveCallbacksScript, keys, args...).Err(); err != nil {
 		return fmt.Errorf("move callbacks: %w", err)
 	}
 	return nil
@@ -232,7 +232,7 @@ func (s *Store) PutDeadLetter(ctx context.Context, d store.DeadLetter) error {
 		args = append(args, e.Seq)
 	}
 	keys := []string{s.deadKey(d.AppKey), s.cbQueueKey(d.AppKey, d.URL), s.cbQueuesKey(d.AppKey)}
-	n, err := putDeadLetterScript.Run(ctx, s.rdb, keys, args...).Int64()
+	n, err := s.run(ctx, putDeadLetterScript, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("put dead letter: %w", err)
 	}
@@ -309,7 +309,7 @@ func (s *Store) RedeliverDeadLetter(ctx context.Context, appKey, id string) (sto
 		}
 	}
 	keys := []string{s.deadKey(appKey), s.cbQueueKey(appKey, d.URL), s.cbQueuesKey(appKey), s.flagKey(appKey, activeCB)}
-	res, err := redeliverScript.Run(ctx, s.rdb, keys, args...).Int64()
+	res, err := s.run(ctx, redeliverScript, keys, args...).Int64()
 	if err != nil {
 		return d, fmt.Errorf("redeliver: %w", err)
 	}

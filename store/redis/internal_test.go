@@ -128,7 +128,7 @@ func TestActivityInterleavings(t *testing.T) {
 	wWrite := func(s *Store, id int64) error { return s.writeMessage(ctx, failed(id, "app"), 0, nil, false, last) }
 	var pruned bool
 	pPrune := func(s *Store, _ int64) error {
-		n, err := pruneScript.Run(ctx, s.rdb, append([]string{s.flagKey("app", activeCB)}, s.idleKeys("app", activeCB)...)).Int64()
+		n, err := s.run(ctx, pruneScript, append([]string{s.flagKey("app", activeCB)}, s.idleKeys("app", activeCB)...)).Int64()
 		pruned = n == 1
 		return err
 	}
@@ -142,7 +142,7 @@ func TestActivityInterleavings(t *testing.T) {
 		if !pruned {
 			return nil
 		}
-		back, err := unlistScript.Run(ctx, s.rdb, []string{s.flagKey("app", activeCB)}).Int64()
+		back, err := s.run(ctx, unlistScript, []string{s.flagKey("app", activeCB)}).Int64()
 		if err == nil && back == 1 {
 			err = s.rdb.SAdd(ctx, s.activeKey(activeCB), "app").Err()
 		}

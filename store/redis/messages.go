@@ -59,7 +59,7 @@ func (s *Store) writeMessage(ctx context.Context, m store.Message, seqNo int64, 
 	if args, err = s.appendEntries(args, m, 0, first); err != nil {
 		return fmt.Errorf("create message %d: %w", m.ID, err)
 	}
-	res, err := createMessageScript.Run(ctx, s.rdb, keys, args...).Int64()
+	res, err := s.run(ctx, createMessageScript, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("create message %d: %w", m.ID, err)
 	}
@@ -251,7 +251,7 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 		if args, err = s.appendEntries(args, m, n, first); err != nil {
 			return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
 		}
-		res, err := updateMessageScript.Run(ctx, s.rdb, keys, args...).Int64()
+		res, err := s.run(ctx, updateMessageScript, keys, args...).Int64()
 		if err != nil {
 			return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
 		}

@@ -53,6 +53,9 @@ type Store struct {
 	// onlineApps remembers apps already in the global index of apps with
 	// online devices, which only grows, to save a write per login.
 	onlineApps sync.Map
+	// fenceKey must hold fenceToken for a script or transaction to write;
+	// "" when unfenced (see fence.go).
+	fenceKey, fenceToken string
 }
 
 // Open connects to Redis and checks that it answers.
@@ -196,6 +199,16 @@ func backoff(ctx context.Context, attempt int) error {
 // watch runs fn in an optimistic transaction on keys (one slot), again
 // whenever a watched key changed before EXEC.
 func (s *Store) watch(ctx context.Context, fn func(*goredis.Tx) error, keys ...string) error {
+	if s.fenceKey != "" {
+		keys = append(keys, s.fenceKey)
+		inner := fn
+		fn = func(tx *goredis.Tx) error {
+			if err := s.checkFence(ctx, tx); err != nil {
+				return err
+			}
+			return inner(tx)
+		}
+	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		err := s.rdb.Watch(ctx, fn, keys...)
 		if !errors.Is(err, goredis.TxFailedErr) {
@@ -360,7 +373,7 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 	if len(sent) == 0 {
 		return results, nil
 	}
-	res, err := createDevicesScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	res, err := s.run(ctx, createDevicesScript, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("create devices in %s: %w", appKey, err)
 	}
@@ -449,7 +462,7 @@ func (s *Store) addOnlineApp(ctx context.Context, appKey string) error {
 // index entries in one script; see store.Store.
 func (s *Store) DeleteDevice(ctx context.Context, appKey, name string) error {
 	keys := []string{s.devKey(appKey, name), s.shadowKey(appKey, name), s.queueKey(appKey, name), s.onlineKey(appKey), s.devIndexKey(appKey)}
-	n, err := deleteDeviceScript.Run(ctx, s.rdb, keys, name).Int64()
+	n, err := s.run(ctx, deleteDeviceScript, keys, name).Int64()
 	if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
 	}

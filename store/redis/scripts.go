@@ -1,7 +1,5 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
-
 // The Lua scripts. Each touches only the keys it is given, all of one
 // hash slot (one app's, or the global ones), so it runs on Redis Cluster.
 // Every script that writes does all its checks before its first write:
@@ -72,7 +70,7 @@ end
 // and adds the app to the activity indexes it is about to join.
 // KEYS: maxid, seq, act:cb, act:exp. ARGV: id ("" for none), n, app,
 // add to cb ("1"), add to exp ("1"). Returns the last Seq handed out.
-var globalScript = goredis.NewScript(cmpLua + `
+var globalScript = newScript(cmpLua + `
 if ARGV[1] ~= '' then
   local cur = redis.call('GET', KEYS[1]) or '0'
   if cmp(ARGV[1], cur) > 0 then redis.call('SET', KEYS[1], ARGV[1]) end
@@ -89,7 +87,7 @@ return last
 // a new shadow, and returns 1 for each name that was taken, 0 otherwise.
 // KEYS: device index, then device and shadow key of each device.
 // ARGV: name and device JSON of each device.
-var createDevicesScript = goredis.NewScript(`
+var createDevicesScript = newScript(`
 local n = #ARGV / 2
 local res = {}
 for i = 1, n do res[i] = redis.call('EXISTS', KEYS[2*i]) end
@@ -107,7 +105,7 @@ return res
 // deleteDeviceScript removes a device, its shadow, its pending queue and
 // its place in the device and online indexes.
 // KEYS: device, shadow, queue, online set, device index. ARGV: name.
-var deleteDeviceScript = goredis.NewScript(`
+var deleteDeviceScript = newScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('SREM', KEYS[4], ARGV[1])
@@ -119,7 +117,7 @@ return 0
 // the desired values and records the seq_no, and returns the shadow hash.
 // KEYS: seq_no entry, shadow. ARGV: has seq ("1"), entry JSON, entry
 // expiry (Unix ms), version, time, then name and value of each property.
-var setDesiredScript = goredis.NewScript(`
+var setDesiredScript = newScript(`
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return -2 end
 if redis.call('HGET', KEYS[2], 'v') ~= ARGV[4] then return -3 end
@@ -135,7 +133,7 @@ return redis.call('HGETALL', KEYS[2])
 // reportScript applies a device's report and returns the shadow hash.
 // KEYS: shadow. ARGV: version ("0": the next one), time, sdk_ver,
 // app_ver, then name and value of each property.
-var reportScript = goredis.NewScript(cmpLua + `
+var reportScript = newScript(cmpLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 if ARGV[1] ~= '0' and cmp(ARGV[1], redis.call('HGET', KEYS[1], 'rv') or '0') <= 0 then return -3 end
 if ARGV[1] == '0' then
@@ -187,7 +185,7 @@ end
 // ARGV: has seq, entry JSON, entry expiry, pending ("1"), message JSON,
 // queue member, expire time, MaxPending, inline ("1"), message id, app,
 // then Seq (0 inline) and JSON of each outbox entry.
-var createMessageScript = goredis.NewScript(cmpLua + listLua + seqLua + `
+var createMessageScript = newScript(cmpLua + listLua + seqLua + `
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local pending = ARGV[4] == '1'
 if pending then
@@ -229,7 +227,7 @@ return res
 // counter, act:cb. ARGV: JSON as read, new JSON, leaving pending ("1"),
 // queue member, inline ("1"), app, then Seq (0 inline) and JSON of each
 // new outbox entry.
-var updateMessageScript = goredis.NewScript(listLua + seqLua + `
+var updateMessageScript = newScript(listLua + seqLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -5 end
 local inline = ARGV[5] == '1'
 local n = (#ARGV - 6) / 2
@@ -254,7 +252,7 @@ return res
 // so no entry is queued twice.
 // KEYS: outbox, queue set, then the queue of each URL.
 // ARGV: for each entry its Seq, URL and index of its queue key (0: none).
-var routeScript = goredis.NewScript(`
+var routeScript = newScript(`
 for i = 1, #ARGV, 3 do
   local found = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i])
   if #found > 0 then
@@ -271,7 +269,7 @@ return 0
 
 // deleteCallbacksScript removes entries from a delivery queue.
 // KEYS: queue, queue set. ARGV: URL, then the Seqs.
-var deleteCallbacksScript = goredis.NewScript(`
+var deleteCallbacksScript = newScript(`
 for i = 2, #ARGV do redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i]) end
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 return 0
@@ -281,7 +279,7 @@ return 0
 // with new Seqs.
 // KEYS: from queue, to queue, queue set. ARGV: from URL, to URL, then old
 // Seq, new Seq and new JSON of each entry.
-var moveCallbacksScript = goredis.NewScript(`
+var moveCallbacksScript = newScript(`
 local moved = 0
 for i = 3, #ARGV, 3 do
   if redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i]) > 0 then
@@ -297,7 +295,7 @@ return moved
 // putDeadLetterScript files a dead letter and takes its entries off their
 // queue. KEYS: dead letters, queue, queue set. ARGV: id, JSON, URL, then
 // the entries' Seqs.
-var putDeadLetterScript = goredis.NewScript(`
+var putDeadLetterScript = newScript(`
 if redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[1]) > 0 then return -4 end
 for i = 4, #ARGV do redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[i], ARGV[i]) end
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
@@ -309,7 +307,7 @@ return 0
 // new Seqs. Returns codeNotFound if another call took it first, else
 // flagList bits. KEYS: dead letters, queue, queue set, cb flag.
 // ARGV: id, URL, then new Seq and JSON of each entry.
-var redeliverScript = goredis.NewScript(listLua + `
+var redeliverScript = newScript(listLua + `
 if redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return -2 end
 local res = 0
 if #ARGV > 2 then
@@ -323,7 +321,7 @@ return res
 // pruneScript is the first step of dropping an idle app from a global
 // activity index: when none of the app's collections exist it marks the
 // flag unlisted and returns 1. KEYS: flag, then the collections.
-var pruneScript = goredis.NewScript(`
+var pruneScript = newScript(`
 for i = 2, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
 end
@@ -335,7 +333,7 @@ return 1
 // unlistScript is the last step: after the app left the global index, it
 // deletes the flag unless a writer listed the app meanwhile, in which case
 // it returns 1 and the app goes back into the index. KEYS: flag.
-var unlistScript = goredis.NewScript(`
+var unlistScript = newScript(`
 if redis.call('GET', KEYS[1]) == '0' then
   redis.call('DEL', KEYS[1])
   return 0

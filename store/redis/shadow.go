@@ -132,7 +132,7 @@ func (s *Store) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int
 		args = append(args, name, []byte(v))
 	}
 	keys := []string{s.seqKey(u.AppKey, seqNo), s.shadowKey(u.AppKey, u.DeviceName)}
-	v, err := setDesiredScript.Run(ctx, s.rdb, keys, args...).Result()
+	v, err := s.run(ctx, setDesiredScript, keys, args...).Result()
 	if err != nil {
 		return store.Shadow{}, fmt.Errorf("set desired %s/%s: %w", u.AppKey, u.DeviceName, err)
 	}
@@ -145,7 +145,7 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 	for name, v := range r.Properties {
 		args = append(args, name, []byte(v))
 	}
-	v, err := reportScript.Run(ctx, s.rdb, []string{s.shadowKey(r.AppKey, r.DeviceName)}, args...).Result()
+	v, err := s.run(ctx, reportScript, []string{s.shadowKey(r.AppKey, r.DeviceName)}, args...).Result()
 	if err != nil {
 		return store.Shadow{}, fmt.Errorf("report %s/%s: %w", r.AppKey, r.DeviceName, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -87,3 +88,8 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 }
+
+// Pause stops the server without closing its connections (SIGSTOP), as
+// a stalled or unreachable Redis looks to its clients; Resume continues it.
+func (s *Server) Pause() error  { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
