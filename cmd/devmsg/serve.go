@@ -52,6 +52,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
+	// Every port is bound before anything is created, so a busy one fails
+	// the first start before it generates (and prints) the credentials it
+	// shows only once. Whatever the rest of the start does not hand on is
+	// closed on the way out.
+	httpLn, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("listen http.addr %s: %w", cfg.HTTP.Addr, err)
+	}
+	defer httpLn.Close()
+	mqttLns, err := broker.Listen(broker.Config{TCPAddr: cfg.MQTT.TCPAddr, TLSAddr: cfg.MQTT.TLSAddr, WSAddr: cfg.MQTT.WSAddr})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, ln := range mqttLns {
+			_ = ln.Close()
+		}
+	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
@@ -163,6 +181,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		TCPAddr:       cfg.MQTT.TCPAddr,
 		TLSAddr:       cfg.MQTT.TLSAddr,
 		WSAddr:        cfg.MQTT.WSAddr,
+		Bound:         mqttLns,
 		ServiceTopics: gateway.ServiceTopics,
 	}
 	if cert != nil {
@@ -221,10 +240,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
-	if err != nil {
-		return fmt.Errorf("listen http.addr: %w", err)
-	}
+	ln := httpLn
 	if cfg.HTTP.TLS.Enabled {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 		ln = tls.NewListener(ln, srv.TLSConfig)
