@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,4 +107,65 @@ func (p *proc) stdout() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.out.String()
+}
+
+// TestServeRootAndURLs: the log names the console and API URLs of the
+// bound address, and GET / leads a browser to the console.
+func TestServeRootAndURLs(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--data_dir", t.TempDir(), "--http.tls.enabled=false", "--admin.password", "pw", "--log.level", "info")
+	base := "http://" + s.addr + "/"
+	if want := "console=" + base + "console/ api=" + base; !strings.Contains(s.stderr.String(), want) {
+		t.Errorf("the start log lacks %q:\n%s", want, s.stderr)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, method := range []string{"GET", "HEAD"} {
+		req, _ := http.NewRequest(method, base, nil)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/console/" {
+			t.Errorf("%s /: %d Location %q, want 302 to /console/", method, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	resp, err := http.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `id="login-admin"`) {
+		t.Errorf("GET / followed: %d at %s, want the console's sign-in page", resp.StatusCode, resp.Request.URL)
+	}
+	// Other methods on / stay the API's.
+	req, _ := http.NewRequest("POST", base, nil)
+	resp, err = noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusFound {
+		t.Errorf("POST / redirected")
+	}
+}
+
+func TestBaseURL(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		tls  bool
+		want string
+	}{
+		{"[::]:8443", true, "https://localhost:8443/"},
+		{"0.0.0.0:8443", true, "https://localhost:8443/"},
+		{":8443", false, "http://localhost:8443/"},
+		{"127.0.0.1:9000", false, "http://127.0.0.1:9000/"},
+		{"[::1]:8443", true, "https://[::1]:8443/"},
+		{"devmsg.example.com:443", true, "https://devmsg.example.com:443/"},
+	} {
+		if got := baseURL(c.addr, c.tls); got != c.want {
+			t.Errorf("baseURL(%q, %v) = %q, want %q", c.addr, c.tls, got, c.want)
+		}
+	}
 }

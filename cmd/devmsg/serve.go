@@ -230,6 +230,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mux.Handle("/console", con)
 	mux.Handle(console.Prefix, con)
 	mux.Handle("/", api.Handler())
+	// A browser pointed at the service finds the console.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, console.Prefix, http.StatusFound)
+	})
 	var handler http.Handler = mux
 	srv := &http.Server{
 		Handler:           handler,
@@ -246,6 +250,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ln = tls.NewListener(ln, srv.TLSConfig)
 	}
 	log.Info("http listening", "addr", ln.Addr().String(), "tls", cfg.HTTP.TLS.Enabled)
+	base := baseURL(ln.Addr().String(), cfg.HTTP.TLS.Enabled)
+	log.Info("devmsg ready", "console", base+"console/", "api", base)
 	if testHookListening != nil {
 		testHookListening(ln.Addr().String())
 	}
@@ -279,6 +285,23 @@ var (
 	testHookListening func(addr string)
 	testHookMQTT      func(addrs map[string]string)
 )
+
+// baseURL is the URL of the service at the bound HTTP address addr; a
+// wildcard host (":8443", "0.0.0.0", "::") is reached as localhost.
+func baseURL(addr string, tls bool) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/"
+}
 
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
