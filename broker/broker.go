@@ -38,6 +38,9 @@ const (
 type Config struct {
 	// TCPAddr, TLSAddr and WSAddr are listen addresses; "" disables one.
 	TCPAddr, TLSAddr, WSAddr string
+	// Bound holds the listeners Listen bound for these addresses; nil:
+	// Start binds them itself.
+	Bound map[string]net.Listener
 	// TLSConfig serves the TLS listener; required when TLSAddr is set.
 	TLSConfig *tls.Config
 	// MaxPacketSize caps one MQTT packet in bytes, so that no device can
@@ -175,40 +178,69 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 	return b
 }
 
-// Start listens on the configured addresses and serves in the background.
-// It returns the bound addresses by listener ("tcp", "tls", "ws").
+// Listen binds the configured addresses ("" skipped) and returns the
+// listeners by id ("tcp", "tls", "ws"), for Config.Bound. Binding before
+// anything else starts lets a busy port fail a start before it has done
+// anything. On an error nothing stays bound.
+func Listen(cfg Config) (map[string]net.Listener, error) {
+	bound := map[string]net.Listener{}
+	for _, l := range []struct{ id, addr string }{{"tcp", cfg.TCPAddr}, {"tls", cfg.TLSAddr}, {"ws", cfg.WSAddr}} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			closeAll(bound)
+			return nil, fmt.Errorf("listen mqtt %s %s: %w", l.id, l.addr, err)
+		}
+		bound[l.id] = ln
+	}
+	return bound, nil
+}
+
+func closeAll(lns map[string]net.Listener) {
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+}
+
+// Start serves in the background on Config.Bound, or on the configured
+// addresses, bound now. It returns the bound addresses by listener id.
 func (b *Broker) Start() (map[string]string, error) {
+	bound := b.cfg.Bound
+	if bound == nil {
+		var err error
+		if bound, err = Listen(b.cfg); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.server.AddHook(&hook{b: b}, nil); err != nil {
+		closeAll(bound)
 		return nil, fmt.Errorf("mqtt hook: %w", err)
 	}
 	addrs := map[string]string{}
-	add := func(id, addr string, wrap func(net.Listener) (listeners.Listener, error)) error {
-		if addr == "" {
+	add := func(id string, wrap func(net.Listener) (listeners.Listener, error)) error {
+		raw := bound[id]
+		if raw == nil {
 			return nil
-		}
-		raw, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listen mqtt %s %s: %w", id, addr, err)
 		}
 		b.listeners = append(b.listeners, raw)
 		ln := connectDeadline{raw}
 		l, err := wrap(ln)
 		if err != nil {
-			ln.Close()
 			return err
 		}
 		if err := b.server.AddListener(l); err != nil {
-			ln.Close()
 			return fmt.Errorf("mqtt listener %s: %w", id, err)
 		}
 		addrs[id] = ln.Addr().String()
 		return nil
 	}
-	err := add("tcp", b.cfg.TCPAddr, func(ln net.Listener) (listeners.Listener, error) {
+	err := add("tcp", func(ln net.Listener) (listeners.Listener, error) {
 		return listeners.NewNet("tcp", ln), nil
 	})
 	if err == nil {
-		err = add("tls", b.cfg.TLSAddr, func(ln net.Listener) (listeners.Listener, error) {
+		err = add("tls", func(ln net.Listener) (listeners.Listener, error) {
 			if b.cfg.TLSConfig == nil {
 				return nil, errors.New("mqtt tls listener needs a certificate")
 			}
@@ -216,15 +248,17 @@ func (b *Broker) Start() (map[string]string, error) {
 		})
 	}
 	if err == nil {
-		err = add("ws", b.cfg.WSAddr, func(ln net.Listener) (listeners.Listener, error) {
+		err = add("ws", func(ln net.Listener) (listeners.Listener, error) {
 			return newWebsocket("ws", ln), nil
 		})
 	}
 	if err != nil {
+		closeAll(bound)
 		b.server.Close()
 		return nil, err
 	}
 	if err := b.server.Serve(); err != nil {
+		closeAll(bound)
 		b.server.Close()
 		return nil, fmt.Errorf("serve mqtt: %w", err)
 	}

@@ -48,6 +48,8 @@ const (
 	maxBatchLines = 10000
 	// devicesPerPage is the device list's page size.
 	devicesPerPage = 50
+	// messagesPerPage is the recent-message list's page size.
+	messagesPerPage = 50
 	// deadLettersPerPage is the dead-letter list's page size.
 	deadLettersPerPage = 20
 	// sampleInterval is how often the overview's counters are sampled.
@@ -206,7 +208,7 @@ func (c *Console) routes() {
 	m.Handle("POST /console/apps/{key}/devices/{name}/delete", c.action(c.deleteDevice))
 	m.Handle("POST /console/apps/{key}/devices/{name}/message", c.action(c.sendMessage))
 
-	m.Handle("GET /console/apps/{key}/messages", c.page(c.tracePage))
+	m.Handle("GET /console/apps/{key}/messages", c.page(c.messagesPage))
 	m.Handle("POST /console/apps/{key}/messages/retract", c.action(c.retract))
 
 	m.Handle("GET /console/apps/{key}/callbacks", c.page(c.callbacksPage))

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -850,4 +851,118 @@ func TestClose(t *testing.T) {
 	if err := e.c.Close(); err != nil { // twice is fine
 		t.Fatal(err)
 	}
+}
+
+// TestRecentMessages lists an app's messages newest first, 50 a page, each
+// linking to its trace.
+func TestRecentMessages(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	other := e.createApp("orchard")
+	e.createDevices(a, "dev-0001", "dev-0002")
+	e.createDevices(other, "dev-0001")
+	var ids []string
+	for i := range messagesPerPage + 10 {
+		var out struct {
+			MsgID int64 `json:"msgid"`
+		}
+		ttl := 60 * (i % 2) // ttl 0 to an offline device fails at once
+		e.apiCall(a.Key, a.Secret, "POST", "/msg/v1/msg", map[string]any{"seq_no": i + 1, "device_name": fmt.Sprintf("dev-000%d", i%2+1), "msg_body": "m", "ttl": ttl}, &out)
+		ids = append(ids, fmt.Sprint(out.MsgID))
+	}
+	e.apiCall(other.Key, other.Secret, "POST", "/msg/v1/msg", map[string]any{"seq_no": 1, "device_name": "dev-0001", "msg_body": "elsewhere"}, nil)
+	b := e.browser()
+	b.loginApp(a)
+	list := "/console/apps/" + a.Key + "/messages"
+	p := b.get(list)
+	rows := regexp.MustCompile(`<tr data-msgid="(\d+)">`).FindAllStringSubmatch(p.body, -1)
+	if len(rows) != messagesPerPage || rows[0][1] != ids[len(ids)-1] || rows[1][1] != ids[len(ids)-2] {
+		t.Fatalf("first page: %d rows starting %v, want %d newest first", len(rows), rows[:min(2, len(rows))], messagesPerPage)
+	}
+	newest := regexp.MustCompile(`(?s)<tr data-msgid="` + ids[len(ids)-1] + `">.*?</tr>`).FindString(p.body)
+	for _, want := range []string{`href="/console/apps/` + a.Key + `/messages?msgid=` + ids[len(ids)-1] + `"`, "dev-0002", "state-pending", "<time datetime="} {
+		if !strings.Contains(newest, want) {
+			t.Errorf("the newest row lacks %q:\n%s", want, newest)
+		}
+	}
+	if row := regexp.MustCompile(`(?s)<tr data-msgid="` + ids[len(ids)-2] + `">.*?</tr>`).FindString(p.body); !strings.Contains(row, "state-failed") {
+		t.Errorf("a ttl-0 message to an offline device shows as:\n%s", row)
+	}
+	next := regexp.MustCompile(`id="messages-next" href="([^"]+)"`).FindStringSubmatch(p.body)
+	if next == nil {
+		t.Fatal("no link to older messages")
+	}
+	p = b.get(strings.ReplaceAll(next[1], "&amp;", "&"))
+	p.want(t, 200, `id="messages-first"`)
+	rows = regexp.MustCompile(`<tr data-msgid="(\d+)">`).FindAllStringSubmatch(p.body, -1)
+	if len(rows) != 10 || rows[9][1] != ids[0] || p.has(`id="messages-next"`) {
+		t.Fatalf("second page: %d rows %v", len(rows), rows)
+	}
+	p = b.get(list + "?msgid=" + ids[0])
+	p.want(t, 200, `id="trace-records"`, `id="messages-all"`)
+	if p.has(`id="messages-table"`) {
+		t.Error("the trace page also lists messages")
+	}
+	// Another app's owner sees only theirs.
+	o := e.browser()
+	o.loginApp(other)
+	p = o.get("/console/apps/" + other.Key + "/messages")
+	if n := strings.Count(p.body, `<tr data-msgid=`); n != 1 {
+		t.Errorf("the other app lists %d messages", n)
+	}
+	e2 := newEnv(t)
+	a2 := e2.createApp("empty")
+	b2 := e2.browser()
+	b2.loginApp(a2)
+	b2.get("/console/apps/"+a2.Key+"/messages").want(t, 200, `id="messages-empty"`)
+}
+
+// TestLongPropertyFolded: a long value shows its first bytes with the
+// whole value in a <details>; a short one is shown as is.
+func TestLongPropertyFolded(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	e.createDevices(a, "dev-0001")
+	long := strings.Repeat("é", 30) + strings.Repeat("x", 200)
+	e.apiCall(a.Key, a.Secret, "POST", "/device/v1/property", map[string]any{"seq_no": 1, "device_name": "dev-0001", "version": 1,
+		"properties": []map[string]any{{"name": "blob", "value": long}, {"name": "led", "value": "on"}}}, nil)
+	b := e.browser()
+	b.loginApp(a)
+	p := b.get("/console/apps/" + a.Key + "/devices/dev-0001")
+	row := regexp.MustCompile(`(?s)<tr data-property="blob">.*?</tr>`).FindString(p.body)
+	// 40 bytes: the opening quote and 19 two-byte runes, never half a rune.
+	want := `<details class="fold"><summary><code>&#34;` + strings.Repeat("é", 19) + `</code>… <span class="hint">(262 bytes)</span></summary><code class="fold-full">&#34;` + long + `&#34;</code></details>`
+	if !strings.Contains(row, want) {
+		t.Errorf("the long value is not folded as expected:\n%s\nwant %s", row, want)
+	}
+	if !p.has(`<td class="prop-desired"><code>&#34;on&#34;</code></td>`) {
+		t.Errorf("a short value is folded:\n%s", regexp.MustCompile(`(?s)<tr data-property="led">.*?</tr>`).FindString(p.body))
+	}
+}
+
+// TestMessageBoxBytes: the form counts bytes (data-max-bytes), not UTF-16
+// units (maxlength), and line breaks reach the device as \n.
+func TestMessageBoxBytes(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	e.createDevices(a, "dev-0001")
+	b := e.browser()
+	b.loginApp(a)
+	dev := "/console/apps/" + a.Key + "/devices/dev-0001"
+	p := b.get(dev)
+	box := regexp.MustCompile(`<textarea id="device-message-body"[^>]*>`).FindString(p.body)
+	if !strings.Contains(box, `data-max-bytes="2048"`) || strings.Contains(box, "maxlength") {
+		t.Errorf("message box %s: want data-max-bytes=2048 and no maxlength", box)
+	}
+	p = b.post(dev+"/message", url.Values{"msg_body": {"line 1\r\nline 2"}, "ttl": {"60"}})
+	p.want(t, 200, "Message stored; msgid")
+	var id int64
+	fmt.Sscan(p.text("device-message-msgid"), &id)
+	m, err := e.st.GetMessage(context.Background(), a.Key, id)
+	if err != nil || m.Body != "line 1\nline 2" {
+		t.Fatalf("stored body %q (%v), want the line break as \\n", m.Body, err)
+	}
+	// 2048 bytes of two-byte runes pass; one more rune is the API's error.
+	b.post(dev+"/message", url.Values{"msg_body": {strings.Repeat("é", 1024)}}).want(t, 200, "Message stored; msgid")
+	b.post(dev+"/message", url.Values{"msg_body": {strings.Repeat("é", 1025)}}).want(t, 200, "msg_body must be 1 to 2048 bytes, got 2050")
 }

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/devmsg/devmsg/message"
 )
 
 type devicesData struct {
@@ -208,6 +210,11 @@ type devicePageData struct {
 	Disabled   bool
 }
 
+// MaxBodyBytes is the API's limit on msg_body in UTF-8 bytes, which the
+// message form counts as the user types (HTML maxlength counts UTF-16
+// code units, so it would let through what the API refuses).
+func (devicePageData) MaxBodyBytes() int { return message.MaxBodyBytes }
+
 func (c *Console) devicePage(q *req) error {
 	name := q.r.PathValue("name")
 	var d devicePageData
@@ -311,7 +318,9 @@ func (c *Console) sendMessage(q *req) (string, error) {
 	body := map[string]any{
 		"seq_no":      seqNo(),
 		"device_name": q.r.PathValue("name"),
-		"msg_body":    q.r.PostFormValue("msg_body"),
+		// Browsers send a textarea's line breaks as CRLF; the device gets
+		// the \n the user typed, and the byte count the form showed.
+		"msg_body": strings.ReplaceAll(q.r.PostFormValue("msg_body"), "\r\n", "\n"),
 	}
 	if ttl := strings.TrimSpace(q.r.PostFormValue("ttl")); ttl != "" {
 		n, err := strconv.ParseInt(ttl, 10, 64)

@@ -54,6 +54,7 @@
 //	POST /console/apps/{key}/devices/{name}/flag     flag=0|1
 //	POST /console/apps/{key}/devices/{name}/delete   confirm=1
 //	POST /console/apps/{key}/devices/{name}/message  msg_body, ttl
+//	GET  /console/apps/{key}/messages?cursor=        recent messages, newest first, 50 a page
 //	GET  /console/apps/{key}/messages?msgid=N        trace
 //	POST /console/apps/{key}/messages/retract        msgid
 //	GET  /console/apps/{key}/callbacks?cursor=       settings, URLs, deliveries, dead letters
@@ -131,13 +132,21 @@
 //	  .prop-desired-time, .prop-reported, .prop-reported-time; values as JSON)
 //	device-property-set (form), device-property-name, device-property-value,
 //	device-property-as-string, device-property-submit
-//	device-message (form), device-message-body, device-message-ttl, device-message-submit
+//	  a long value (over 64 bytes) folded: details.fold, its start in summary code,
+//	  the whole value in code.fold-full
+//	device-message (form), device-message-body (data-max-bytes: the limit in UTF-8
+//	  bytes), device-message-bytes (the script's byte count), device-message-ttl,
+//	  device-message-submit
 //	device-message-msgid, device-message-trace (link)   in the flash after sending
 //	device-flag-form, device-disable or device-enable
 //	device-delete (form), device-delete-confirm, device-delete-submit
 //
 // Messages (/console/apps/{key}/messages):
 //
+//	messages-table (rows tr[data-msgid=N]; cells .msg-id with a.msg-link to the trace,
+//	  .msg-device, .msg-state, .msg-time, .msg-records), messages-next, messages-first,
+//	  messages-empty   without msgid
+//	messages-all   the link back to the list, with msgid
 //	trace-lookup (form), trace-msgid, trace-submit, trace-error
 //	trace, trace-state, trace-device, trace-ttl, trace-time-create
 //	trace-records (rows tr[data-type=N]; cells .record-type "N name", .record-time, .record-error)

@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // timeLayout is how the console shows times: UTC, to the second.
@@ -44,6 +45,16 @@ var funcs = template.FuncMap{
 			return "—"
 		}
 		return string(v)
+	},
+	// clip cuts s to at most n bytes, at a UTF-8 character boundary.
+	"clip": func(s string, n int) string {
+		if len(s) <= n {
+			return s
+		}
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		return s[:n]
 	},
 	// count formats a metric value.
 	"count": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },

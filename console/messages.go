@@ -4,17 +4,30 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
-type traceData struct {
+type messagesData struct {
 	MsgID string
 	Trace *messageTrace
 	Error string
+	// Recent lists the app's messages, newest first, when no msgid is
+	// traced; Cursor is this page's, Next the following one's.
+	Recent       []messageTrace
+	Cursor, Next string
 }
 
-func (c *Console) tracePage(q *req) error {
-	d := traceData{MsgID: strings.TrimSpace(q.r.URL.Query().Get("msgid"))}
+type messagePage struct {
+	Messages   []messageTrace `json:"messages"`
+	NextCursor string         `json:"next_cursor"`
+}
+
+// messagesPage traces the message of ?msgid=, or lists the app's recent
+// messages (?cursor= pages back in time).
+func (c *Console) messagesPage(q *req) error {
+	query := q.r.URL.Query()
+	d := messagesData{MsgID: strings.TrimSpace(query.Get("msgid")), Cursor: query.Get("cursor")}
 	if d.MsgID != "" {
 		var t messageTrace
 		err := q.appAPI(http.MethodGet, "/msg/v1/msg", url.Values{"msgid": {d.MsgID}}, nil, &t)
@@ -27,8 +40,18 @@ func (c *Console) tracePage(q *req) error {
 		default:
 			d.Trace = &t
 		}
+		return q.render(http.StatusOK, "messages", "Message trace", "messages", d)
 	}
-	return q.render(http.StatusOK, "messages", "Message trace", "messages", d)
+	list := url.Values{"limit": {strconv.Itoa(messagesPerPage)}}
+	if d.Cursor != "" {
+		list.Set("cursor", d.Cursor)
+	}
+	var page messagePage
+	if err := q.api(http.MethodGet, q.appPath("/messages"), list, nil, &page); err != nil {
+		return err
+	}
+	d.Recent, d.Next = page.Messages, page.NextCursor
+	return q.render(http.StatusOK, "messages", "Messages", "messages", d)
 }
 
 func (c *Console) retract(q *req) (string, error) {

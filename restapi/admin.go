@@ -18,10 +18,12 @@ import (
 
 // Admin listing limits.
 const (
-	DefaultDeviceListLimit = 100
-	MaxDeviceListLimit     = 1000
-	MaxAppNameLen          = 64
-	MasterSecretLen        = 32
+	DefaultDeviceListLimit  = 100
+	MaxDeviceListLimit      = 1000
+	DefaultMessageListLimit = 100
+	MaxMessageListLimit     = 1000
+	MaxAppNameLen           = 64
+	MasterSecretLen         = 32
 )
 
 func (a *API) adminRoutes(g *gin.RouterGroup) {
@@ -37,6 +39,7 @@ func (a *API) adminRoutes(g *gin.RouterGroup) {
 	g.GET("/apps/:key/devices/:name", a.wrap(a.getDevice))
 	g.PATCH("/apps/:key/devices/:name", a.wrap(a.patchDevice))
 	g.DELETE("/apps/:key/devices/:name", a.wrap(a.deleteDevice))
+	g.GET("/apps/:key/messages", a.wrap(a.listMessages))
 	g.GET("/apps/:key/callback", a.wrap(a.getCallback))
 	g.PUT("/apps/:key/callback", a.wrap(a.putCallback))
 	g.GET("/apps/:key/callback/urls", a.wrap(a.listCallbackURLs))
@@ -331,6 +334,40 @@ func (a *API) listDevices(c *gin.Context) error {
 		out[i] = summarize(d)
 	}
 	return writeJSON(c, gin.H{"devices": out, "next_cursor": page.Next})
+}
+
+// listMessages serves GET /admin/v1/apps/{key}/messages?cursor=&limit=:
+// the app's messages newest first, each as GET /msg/v1/msg shows it. The
+// cursor is the msgid to continue below.
+func (a *API) listMessages(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	limit, err := queryLimit(c, DefaultMessageListLimit, MaxMessageListLimit)
+	if err != nil {
+		return err
+	}
+	var before int64
+	if s := c.Query("cursor"); s != "" {
+		if before, err = strconv.ParseInt(s, 10, 64); err != nil || before < 1 {
+			return errInvalid("cursor must be a msgid from next_cursor")
+		}
+	}
+	ms, err := a.store.ListMessages(c.Request.Context(), app.Key, before, limit+1)
+	if err != nil {
+		return fmt.Errorf("list messages: %w", err)
+	}
+	next := ""
+	if len(ms) > limit {
+		ms = ms[:limit]
+		next = strconv.FormatInt(ms[limit-1].ID, 10)
+	}
+	out := make([]messageView, len(ms))
+	for i, m := range ms {
+		out[i] = viewMessage(m)
+	}
+	return writeJSON(c, gin.H{"messages": out, "next_cursor": next})
 }
 
 // patchDevice serves PATCH /admin/v1/apps/{key}/devices/{name}: flag and mark.

@@ -172,5 +172,9 @@ func writeMessage(c *gin.Context, id int64, m store.Message, err error) error {
 	if err != nil {
 		return fmt.Errorf("message %d: %w", id, err)
 	}
-	return writeJSON(c, messageView{m.ID, m.DeviceName, m.State, m.TTL, m.TimeCreate, message.Records(m)})
+	return writeJSON(c, viewMessage(m))
+}
+
+func viewMessage(m store.Message) messageView {
+	return messageView{m.ID, m.DeviceName, m.State, m.TTL, m.TimeCreate, message.Records(m)}
 }

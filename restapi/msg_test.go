@@ -168,3 +168,52 @@ func TestSendQueueLimit(t *testing.T) {
 		t.Fatalf("1001st message: %+v", m)
 	}
 }
+
+// TestListMessages pages through an app's messages newest first, with
+// their current states, and keeps each app to its own.
+func TestListMessages(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("dev-0001", "dev-0002")
+	var ids []int64
+	for i := range 5 {
+		ids = append(ids, e.send(fmt.Sprintf(`{"seq_no":%d,"device_name":"dev-000%d","msg_body":"m%d","ttl":%d}`, i+1, i%2+1, i, 60*(i%2))))
+	}
+	other := e.createApp("other")
+	type page struct {
+		Messages   []messageView
+		NextCursor string `json:"next_cursor"`
+	}
+	list := func(c creds, app, query string) page {
+		t.Helper()
+		r := e.do("GET", "/admin/v1/apps/"+app+"/messages"+query, nil, &c)
+		r.wantOK(t)
+		var p page
+		r.decode(t, &p)
+		return p
+	}
+	p := list(e.appCreds(), e.app.Key, "?limit=2")
+	if len(p.Messages) != 2 || p.Messages[0].Msgid != ids[4] || p.Messages[1].Msgid != ids[3] || p.NextCursor != fmt.Sprint(ids[3]) {
+		t.Fatalf("first page %+v, want %d and %d", p, ids[4], ids[3])
+	}
+	if m := p.Messages[0]; m.DeviceName != "dev-0001" || m.State != "failed" || m.TTL != 0 || len(m.Records) != 3 {
+		t.Errorf("listed message %+v: ttl 0 to an offline device has failed", m)
+	}
+	p = list(adminCreds(), e.app.Key, "?limit=2&cursor="+p.NextCursor)
+	if len(p.Messages) != 2 || p.Messages[0].Msgid != ids[2] || p.Messages[1].Msgid != ids[1] || p.Messages[1].State != "pending" {
+		t.Fatalf("second page %+v", p)
+	}
+	p = list(adminCreds(), e.app.Key, "?limit=2&cursor="+p.NextCursor)
+	if len(p.Messages) != 1 || p.Messages[0].Msgid != ids[0] || p.Messages[0].DeviceName != "dev-0001" || p.NextCursor != "" {
+		t.Fatalf("last page %+v", p)
+	}
+	if p := list(adminCreds(), e.app.Key, ""); len(p.Messages) != 5 || p.NextCursor != "" {
+		t.Fatalf("default page %+v", p)
+	}
+	if p := list(credsOf(other), other.Key, ""); len(p.Messages) != 0 || p.NextCursor != "" {
+		t.Fatalf("another app lists %+v", p)
+	}
+	own := e.appCreds()
+	e.do("GET", "/admin/v1/apps/"+other.Key+"/messages", nil, &own).wantError(t, 401, 1004)
+	e.do("GET", "/admin/v1/apps/"+e.app.Key+"/messages?cursor=x", nil, &own).wantError(t, 400, 1003, "cursor")
+	e.do("GET", "/admin/v1/apps/"+e.app.Key+"/messages?limit=1001", nil, &own).wantError(t, 400, 1003, "limit")
+}

@@ -435,6 +435,11 @@ type Store interface {
 	// PendingMessages returns up to limit of the device's pending
 	// messages in send order.
 	PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]Message, error)
+	// ListMessages returns up to limit of the app's messages with ids
+	// below before (0: from the newest), newest first: every state, for
+	// people browsing what was sent. It reads an index per app, so its
+	// cost grows with what it returns, not with the messages stored.
+	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]Message, error)
 
 	// UpdateMessage applies fn to the app's message and stores the
 	// result, atomically with respect to every other write of the

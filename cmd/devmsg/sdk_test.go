@@ -184,3 +184,45 @@ func TestSim(t *testing.T) {
 		t.Fatalf("sim --secrets-file: %v", err)
 	}
 }
+
+// TestSimCreateTwice runs `devmsg sim --create` twice with the same flags,
+// with one of its devices made beforehand: both runs connect every
+// device, reusing the ones that exist.
+func TestSimCreateTwice(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.createDevice("twice-0002")
+	args := []string{"sim", "--broker", "tcp://" + f.s.mqtt["tcp"], "--app-key", demoKey, "--count", "3", "--prefix", "twice-",
+		"--create", "--api", "http://" + f.s.addr, "--master-secret", demoSecret, "--report-every", "0", "--quiet"}
+	for pass := 1; pass <= 2; pass++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		out := &syncBuffer{}
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, args, out, out) }()
+		waitFor(t, 10*time.Second, fmt.Sprintf("pass %d: 3 devices connected", pass), func() bool {
+			select {
+			case err := <-done:
+				t.Fatalf("pass %d: sim exited: %v\n%s", pass, err, out)
+			default:
+			}
+			return strings.Contains(out.String(), "sim: 3 devices connected, 0 failed")
+		})
+		for i := 1; i <= 3; i++ {
+			name := fmt.Sprintf("twice-%04d", i)
+			waitFor(t, 5*time.Second, fmt.Sprintf("pass %d: %s online", pass, name), func() bool { return f.status(name).Status == 1 })
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("pass %d: %v\n%s", pass, err, out)
+		}
+		for i := 1; i <= 3; i++ {
+			name := fmt.Sprintf("twice-%04d", i)
+			waitFor(t, 5*time.Second, fmt.Sprintf("pass %d: %s offline", pass, name), func() bool { return f.status(name).Status == 0 })
+		}
+	}
+	var page struct{ Devices []struct{ Name string } }
+	f.restOK("GET", "/admin/v1/apps/"+demoKey+"/devices?prefix=twice-", "", &page)
+	if len(page.Devices) != 3 {
+		t.Fatalf("devices after two runs: %+v", page.Devices)
+	}
+}

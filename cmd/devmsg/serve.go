@@ -52,6 +52,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
+	// Every port is bound before anything is created, so a busy one fails
+	// the first start before it generates (and prints) the credentials it
+	// shows only once. Whatever the rest of the start does not hand on is
+	// closed on the way out.
+	httpLn, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("listen http.addr %s: %w", cfg.HTTP.Addr, err)
+	}
+	defer httpLn.Close()
+	mqttLns, err := broker.Listen(broker.Config{TCPAddr: cfg.MQTT.TCPAddr, TLSAddr: cfg.MQTT.TLSAddr, WSAddr: cfg.MQTT.WSAddr})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, ln := range mqttLns {
+			_ = ln.Close()
+		}
+	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
@@ -170,6 +188,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		TCPAddr:       cfg.MQTT.TCPAddr,
 		TLSAddr:       cfg.MQTT.TLSAddr,
 		WSAddr:        cfg.MQTT.WSAddr,
+		Bound:         mqttLns,
 		ServiceTopics: gateway.ServiceTopics,
 	}
 	if cert != nil {
@@ -218,6 +237,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mux.Handle("/console", con)
 	mux.Handle(console.Prefix, con)
 	mux.Handle("/", api.Handler())
+	// A browser pointed at the service finds the console.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, console.Prefix, http.StatusFound)
+	})
 	var handler http.Handler = mux
 	srv := &http.Server{
 		Handler:           handler,
@@ -228,15 +251,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
-	if err != nil {
-		return fmt.Errorf("listen http.addr: %w", err)
-	}
+	ln := httpLn
 	if cfg.HTTP.TLS.Enabled {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 		ln = tls.NewListener(ln, srv.TLSConfig)
 	}
 	log.Info("http listening", "addr", ln.Addr().String(), "tls", cfg.HTTP.TLS.Enabled)
+	base := baseURL(ln.Addr().String(), cfg.HTTP.TLS.Enabled)
+	log.Info("devmsg ready", "console", base+"console/", "api", base)
 	if testHookListening != nil {
 		testHookListening(ln.Addr().String())
 	}
@@ -279,6 +301,23 @@ var (
 	testHookListening func(addr string)
 	testHookMQTT      func(addrs map[string]string)
 )
+
+// baseURL is the URL of the service at the bound HTTP address addr; a
+// wildcard host (":8443", "0.0.0.0", "::") is reached as localhost.
+func baseURL(addr string, tls bool) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/"
+}
 
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level

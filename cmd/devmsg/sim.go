@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +35,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	prefix := fs.String("prefix", "sim-", "device name prefix; devices are PREFIX0001, PREFIX0002, ...")
 	count := fs.Int("count", 10, "number of devices")
 	secretsFile := fs.String("secrets-file", "", "CSV of name,secret lines: simulate exactly these devices")
-	create := fs.Bool("create", false, "create the devices through the REST API first (needs --master-secret)")
+	create := fs.Bool("create", false, "create the devices through the REST API first, reusing those that exist (needs --master-secret)")
 	api := fs.String("api", "https://127.0.0.1:8443", "REST API base URL, for --create")
 	masterSecret := fs.String("master-secret", os.Getenv("DEVMSG_MASTER_SECRET"), "the app's master secret, for --create (env DEVMSG_MASTER_SECRET)")
 	insecure := fs.Bool("insecure", false, "skip TLS certificate checks (the self-signed certificate of a test server)")
@@ -158,34 +160,26 @@ func readSecrets(path string) ([][2]string, error) {
 }
 
 // createSimDevices creates PREFIX0001.. through the REST API, up to 1000
-// per request, and returns their names and secrets.
+// per request, and returns their names and secrets. A device that exists
+// already (3001) is reused: its secret comes from the base-info query, so
+// running sim --create again simulates the same devices.
 func createSimDevices(ctx context.Context, api, appKey, masterSecret, prefix string, count int, tlsConf *tls.Config) ([][2]string, error) {
 	if masterSecret == "" {
 		return nil, errors.New("sim: --create needs --master-secret")
 	}
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConf}}
-	var out [][2]string
+	c := &simAPI{
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConf}},
+		base:   strings.TrimRight(api, "/"), key: appKey, secret: masterSecret,
+	}
+	out := make([][2]string, 0, count)
+	var existing []int // indexes in out of devices that were there already
+	var refused []string
 	for from := 1; from <= count; from += 1000 {
 		var names []map[string]string
 		for i := from; i < min(from+1000, count+1); i++ {
 			names = append(names, map[string]string{"name": fmt.Sprintf("%s%04d", prefix, i)})
 		}
 		body, _ := json.Marshal(map[string]any{"device": names})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(api, "/")+"/device/v1/devices", bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.SetBasicAuth(appKey, masterSecret)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("sim: create devices: %w", err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("sim: create devices: %d %s", resp.StatusCode, b)
-		}
 		var r struct {
 			Resp []struct {
 				DeviceName   string `json:"device_name"`
@@ -194,15 +188,102 @@ func createSimDevices(ctx context.Context, api, appKey, masterSecret, prefix str
 				DeviceSecret string `json:"device_secret"`
 			} `json:"resp"`
 		}
-		if err := json.Unmarshal(b, &r); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/device/v1/devices", body, &r); err != nil {
 			return nil, fmt.Errorf("sim: create devices: %w", err)
 		}
 		for _, d := range r.Resp {
-			if d.Code != 0 {
-				return nil, fmt.Errorf("sim: create %s: %d %s (use --secrets-file for existing devices)", d.DeviceName, d.Code, d.Message)
+			switch d.Code {
+			case 0:
+				out = append(out, [2]string{d.DeviceName, d.DeviceSecret})
+			case 3001: // exists already: reused
+				existing = append(existing, len(out))
+				out = append(out, [2]string{d.DeviceName, ""})
+			default:
+				refused = append(refused, fmt.Sprintf("%s: %d %s", d.DeviceName, d.Code, d.Message))
 			}
-			out = append(out, [2]string{d.DeviceName, d.DeviceSecret})
 		}
 	}
+	if len(refused) > 0 {
+		more := ""
+		if len(refused) > 3 {
+			more = fmt.Sprintf(" (and %d more)", len(refused)-3)
+			refused = refused[:3]
+		}
+		return nil, fmt.Errorf("sim: create %s%s", strings.Join(refused, "; "), more)
+	}
+	// The secrets of the existing devices, a few queries at a time.
+	var mu sync.Mutex
+	var firstErr error
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(8, len(existing)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				var info struct {
+					DeviceSecret string `json:"device_secret"`
+				}
+				err := c.call(ctx, http.MethodGet, "/device/v1/baseinfo?device_name="+url.QueryEscape(out[i][0]), nil, &info)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("sim: existing device %s: %w", out[i][0], err)
+				}
+				out[i][1] = info.DeviceSecret
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, i := range existing {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
 	return out, nil
+}
+
+// simAPI calls the REST API with an app's credentials.
+type simAPI struct {
+	client            *http.Client
+	base, key, secret string
+}
+
+// call sends body (nil: none) and decodes a 200 answer into out. Over the
+// rate limit (429) it waits as Retry-After says and tries again.
+func (c *simAPI) call(ctx context.Context, method, path string, body []byte, out any) error {
+	for {
+		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.SetBasicAuth(c.key, c.secret)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.client.Do(req)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if err != nil || wait < 1 {
+				wait = 1
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(wait) * time.Second):
+			}
+		case resp.StatusCode != http.StatusOK:
+			return fmt.Errorf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
+		default:
+			return json.Unmarshal(b, out)
+		}
+	}
 }

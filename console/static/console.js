@@ -34,4 +34,25 @@
     list.addEventListener('input', count);
     count();
   }
+  // The message box counts UTF-8 bytes, as the API does (maxlength would
+  // count UTF-16 code units), and blocks a send over the limit. Line
+  // breaks count one byte: the console sends them as \n.
+  var body = document.getElementById('device-message-body');
+  if (body && window.TextEncoder) {
+    var max = parseInt(body.getAttribute('data-max-bytes'), 10);
+    var enc = new TextEncoder();
+    var note = document.createElement('p');
+    note.id = 'device-message-bytes';
+    note.className = 'hint';
+    note.setAttribute('aria-live', 'polite');
+    body.insertAdjacentElement('afterend', note);
+    var check = function () {
+      var n = enc.encode(body.value.replace(/\r\n/g, '\n')).length;
+      note.textContent = n + ' / ' + max + ' bytes';
+      note.classList.toggle('warn', n > max);
+      body.setCustomValidity(n > max ? 'The message is ' + n + ' bytes of UTF-8; at most ' + max + ' are allowed.' : '');
+    };
+    body.addEventListener('input', check);
+    check();
+  }
 })();

@@ -59,6 +59,9 @@ const (
 	pCallback = "k/"
 	// l/<app>\0<id> → DeadLetter, id a fixed-width number.
 	pDead = "l/"
+	// r/<app>\0<msgid> → empty. An app's messages in id order, for
+	// ListMessages; written with the message.
+	pAppMsg = "r/"
 )
 
 // stripes is the number of locks that serialise read-check-write
@@ -303,6 +306,10 @@ func outboxKey(seq int64) []byte { return binary.BigEndian.AppendUint64([]byte(p
 
 func seqKey(app string, seq int64) []byte {
 	return binary.BigEndian.AppendUint64(key(pSeq, app, ""), uint64(seq))
+}
+
+func appMsgKey(app string, id int64) []byte {
+	return binary.BigEndian.AppendUint64(key(pAppMsg, app, ""), uint64(id))
 }
 
 func queueKey(app, device string, id int64) []byte {
@@ -1046,6 +1053,9 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 		if err := setJSON(b, msgKey(m.ID), m); err != nil {
 			return err
 		}
+		if err := set(b, appMsgKey(m.AppKey, m.ID), nil); err != nil {
+			return err
+		}
 		if err := s.addOutbox(b, m, 0); err != nil {
 			return err
 		}
@@ -1118,6 +1128,44 @@ func (s *Store) PendingMessages(ctx context.Context, appKey, deviceName string, 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
+	}
+	return out, nil
+}
+
+// ListMessages returns up to limit of the app's messages with ids below
+// before (0: from the newest), newest first, walking the app's index
+// backwards.
+func (s *Store) ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	prefix := key(pAppMsg, appKey, "")
+	upper := prefixEnd(prefix)
+	if before > 0 {
+		upper = appMsgKey(appKey, before)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("messages of %s: %w", appKey, err)
+	}
+	defer it.Close()
+	var out []store.Message
+	for ok := it.Last(); ok && len(out) < limit; ok = it.Prev() {
+		id := int64(binary.BigEndian.Uint64(it.Key()[len(prefix):]))
+		var m store.Message
+		if err := s.getJSON(msgKey(id), &m); errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("messages of %s: index names missing message %d", appKey, id)
+		} else if err != nil {
+			return nil, fmt.Errorf("messages of %s: %w", appKey, err)
+		}
+		out = append(out, m)
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("messages of %s: %w", appKey, err)
 	}
 	return out, nil
 }

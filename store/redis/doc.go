@@ -25,6 +25,8 @@
 //	{P a:<app>}:online         set of online device names
 //	{P a:<app>}:n:<seq_no>     SeqEntry JSON, expiring at its ExpiresAt (PXAT)
 //	{P a:<app>}:m:<id>         Message JSON
+//	{P a:<app>}:msgs           the app's message ids (members as in the queue,
+//	                           score 0), for ListMessages
 //	{P a:<app>}:exp            expiry index of pending messages: score ExpireTime,
 //	                           member as in the queue
 //	{P a:<app>}:outbox         outbox: sorted set of OutboxEntry JSON scored by Seq
@@ -93,8 +95,9 @@
 //   - SetDesired: seq_no check, version check, merge, seq_no record;
 //   - ReportProperties: version check or assignment, merge;
 //   - CreateMessage: seq_no check, device check, queue limit (ZCARD of
-//     the queue against MaxPending), message, queue, expiry index, outbox
-//     entries, seq_no record (PXAT), and off Cluster the global step;
+//     the queue against MaxPending), message, its entry in the app's
+//     message index, queue, expiry index, outbox entries, seq_no record
+//     (PXAT), and off Cluster the global step;
 //   - UpdateMessage's write: compare-and-set of the message JSON as read,
 //     leaving the queue and expiry index, outbox entries;
 //   - RouteOutbox, DeleteCallbacks, MoveCallbacks, PutDeadLetter,

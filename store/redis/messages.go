@@ -52,6 +52,7 @@ func (s *Store) writeMessage(ctx context.Context, m store.Message, seqNo int64, 
 	if inline {
 		keys = append(keys, s.maxIDKey(), s.seqCounterKey(), s.activeKey(activeCB), s.activeKey(activeExp))
 	}
+	keys = append(keys, s.msgsKey(m.AppKey)) // last, wherever the others end
 	args := []any{
 		has, seqData, pxat, boolArg(m.State == store.StatePending), data, idMember(m.ID), m.ExpireTime, store.MaxPending,
 		boolArg(inline), itoa(m.ID), m.AppKey,
@@ -167,6 +168,33 @@ func (s *Store) PendingMessages(ctx context.Context, appKey, deviceName string, 
 	out, err := s.getMessages(ctx, appKey, ids)
 	if err != nil {
 		return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
+	}
+	return out, nil
+}
+
+// ListMessages returns up to limit of the app's messages with ids below
+// before (0: from the newest), newest first, from the app's index.
+func (s *Store) ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	upper := "+"
+	if before > 0 {
+		upper = "(" + idMember(before)
+	}
+	members, err := s.rdb.ZRevRangeByLex(ctx, s.msgsKey(appKey), &goredis.ZRangeBy{Max: upper, Min: "-", Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("messages of %s: %w", appKey, err)
+	}
+	ids := make([]int64, len(members))
+	for i, mem := range members {
+		if ids[i], err = parseIDMember(mem); err != nil {
+			return nil, fmt.Errorf("messages of %s: %w", appKey, err)
+		}
+	}
+	out, err := s.getMessages(ctx, appKey, ids)
+	if err != nil {
+		return nil, fmt.Errorf("messages of %s: %w", appKey, err)
 	}
 	return out, nil
 }

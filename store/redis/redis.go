@@ -149,6 +149,7 @@ func (s *Store) onlineKey(app string) string        { return s.app(app) + "onlin
 func (s *Store) seqKey(app string, n int64) string  { return s.app(app) + "n:" + itoa(n) }
 func (s *Store) msgKey(app string, id int64) string { return s.app(app) + "m:" + itoa(id) }
 func (s *Store) expKey(app string) string           { return s.app(app) + "exp" }
+func (s *Store) msgsKey(app string) string          { return s.app(app) + "msgs" }
 func (s *Store) outboxKey(app string) string        { return s.app(app) + "outbox" }
 func (s *Store) cbQueuesKey(app string) string      { return s.app(app) + "cbqs" }
 func (s *Store) cbQueueKey(app, url string) string  { return s.app(app) + "cbq:" + url }

@@ -181,7 +181,8 @@ end
 // so it asks for no adds afterwards.
 //
 // KEYS: seq_no entry, message, device, queue, expiry index, outbox, cb
-// flag, exp flag; inline also maxid, Seq counter, act:cb, act:exp.
+// flag, exp flag; inline also maxid, Seq counter, act:cb, act:exp; last
+// the app's message index.
 // ARGV: has seq, entry JSON, entry expiry, pending ("1"), message JSON,
 // queue member, expire time, MaxPending, inline ("1"), message id, app,
 // then Seq (0 inline) and JSON of each outbox entry.
@@ -206,6 +207,7 @@ if inline then
 end
 local res = 0
 redis.call('SET', KEYS[2], ARGV[5])
+redis.call('ZADD', KEYS[#KEYS], 0, ARGV[6])
 if pending then
   redis.call('ZADD', KEYS[4], 0, ARGV[6])
   redis.call('ZADD', KEYS[5], ARGV[7], ARGV[6])

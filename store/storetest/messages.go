@@ -426,3 +426,61 @@ func testResetPresenceOfNode(t *testing.T, s store.Store) {
 		t.Fatalf("reset of every node changed %d (%v), want 3", n, err)
 	}
 }
+
+func testListMessages(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	mustDevices(t, s, "other", "dev-1")
+	// Ids whose decimal strings sort differently from the numbers.
+	ids := []int64{9, 10, 100, 1 << 40, 1<<53 - 1}
+	for i, id := range ids {
+		m := msg(id, "app", fmt.Sprintf("dev-%d", i%2+1), store.StatePending)
+		if i == 1 {
+			m.State = store.StateFailed // stored without queueing
+		}
+		must(t, s.CreateMessage(ctx, m, 0, nil))
+	}
+	must(t, s.CreateMessage(ctx, msg(50, "other", "dev-1", store.StatePending), 0, nil))
+	_, err := s.UpdateMessage(ctx, "app", 100, deliver)
+	must(t, err)
+	must(t, s.DeleteDevice(ctx, "app", "dev-2")) // its messages stay listed
+
+	list := func(app string, before int64, limit int) []int64 {
+		t.Helper()
+		ms, err := s.ListMessages(ctx, app, before, limit)
+		must(t, err)
+		got := []int64{}
+		for _, m := range ms {
+			if m.AppKey != app {
+				t.Fatalf("ListMessages(%s) returned %+v", app, m)
+			}
+			got = append(got, m.ID)
+		}
+		return got
+	}
+	for _, c := range []struct {
+		app    string
+		before int64
+		limit  int
+		want   []int64
+	}{
+		{"app", 0, 10, []int64{1<<53 - 1, 1 << 40, 100, 10, 9}},
+		{"app", 0, 2, []int64{1<<53 - 1, 1 << 40}},
+		{"app", 1 << 40, 2, []int64{100, 10}},
+		{"app", 10, 2, []int64{9}},
+		{"app", 9, 2, []int64{}},
+		{"app", 101, 1, []int64{100}},
+		{"app", 0, 0, []int64{}},
+		{"other", 0, 10, []int64{50}},
+		{"nobody", 0, 10, []int64{}},
+	} {
+		if got := list(c.app, c.before, c.limit); !slices.Equal(got, c.want) {
+			t.Errorf("ListMessages(%s, before %d, limit %d) = %v, want %v", c.app, c.before, c.limit, got, c.want)
+		}
+	}
+	ms, err := s.ListMessages(ctx, "app", 101, 2)
+	must(t, err)
+	if ms[0].State != store.StateDelivered || len(ms[0].Records) != 2 || ms[0].DeviceName != "dev-1" || ms[1].State != store.StateFailed {
+		t.Fatalf("listed messages carry their current state: %+v", ms)
+	}
+}

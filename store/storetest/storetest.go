@@ -42,6 +42,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateMessageSeq", testCreateMessageSeq},
 		{"QueueLimit", testQueueLimit},
 		{"LastMessageID", testLastMessageID},
+		{"ListMessages", testListMessages},
 		{"Meta", testMeta},
 		{"ConcurrentSetDesired", testConcurrentSetDesired},
 		{"ConcurrentSetDesiredDevices", testConcurrentSetDesiredDevices},
