@@ -22,7 +22,7 @@ import (
 // Config holds the REST API's settings; cmd/devmsg fills it from the
 // service configuration.
 type Config struct {
-	// NodeID goes into generated msgids and op_ids (0..1023).
+	// NodeID goes into generated msgids and op_ids (0..idgen.MaxNode).
 	NodeID int
 	// DefaultRateLimit is the requests per second allowed per app and
 	// category when the app sets none; 0 means unlimited.

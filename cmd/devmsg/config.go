@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/devmsg/devmsg/internal/idgen"
 )
 
 // Config is the service configuration of DESIGN.md section 5.
@@ -440,8 +442,8 @@ func (c Config) Validate() error {
 	default:
 		return bad("store.type", "%q is not embedded or redis", c.Store.Type)
 	}
-	if c.NodeID < 0 || c.NodeID > 1023 {
-		return bad("node_id", "%d is outside 0..1023", c.NodeID)
+	if c.NodeID < 0 || c.NodeID > idgen.MaxNode {
+		return bad("node_id", "%d is outside 0..%d (7 bits of every msgid and op_id)", c.NodeID, idgen.MaxNode)
 	}
 	if c.Admin.Username == "" {
 		return bad("admin.username", "must not be empty")

@@ -110,9 +110,9 @@ const (
 	validStatus  = `{"status":0,"client_ip":"","last_login_time":"","last_logout_time":""}`
 	validProps   = `{"properties":[{"name":"a","desired_value":1.5,"desired_stime":1},{"name":"b","reported_value":"x","reported_stime":2}],"sdk_ver":"","app_ver":"","last_desired_stime":0,"last_reported_stime":0,"last_desired_version":1,"last_reported_version":0}`
 	validSecret  = "Zq3VhX0mK2pL8sNw1RtY6cB4dF7gH9jA"
-	validMessage = `{"msgid":1188240153776619520,"device_name":"dev-0001","state":"failed","ttl":86400,"time_create":1767225600,"records":[` +
-		`{"type":0,"channelkey":"k","msgid":"1188240153776619520","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600},` +
-		`{"type":3,"channelkey":"k","msgid":"1188240153776619520","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600,"error":{"code":3004,"message":"device queue full"},"params":{"a":1}}]}`
+	validMessage = `{"msgid":150552576000002,"device_name":"dev-0001","state":"failed","ttl":86400,"time_create":1767225600,"records":[` +
+		`{"type":0,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600},` +
+		`{"type":3,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600,"error":{"code":3004,"message":"device queue full"},"params":{"a":1}}]}`
 )
 
 func TestCheck(t *testing.T) {
@@ -192,7 +192,7 @@ func TestCheck(t *testing.T) {
 		{"property version 0", "GET", "/device/v1/property?device_name=dev-0001", "", 200, json,
 			strings.Replace(validProps, `"last_desired_version":1`, `"last_desired_version":0`, 1), "last_desired_version"},
 		{"property set", "POST", "/device/v1/property", `{"seq_no":1,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1},{"name":"b","value":"x"}]}`, 200, json,
-			`{"device_name":"dev-0001","op_code":6003,"op_id":1188240153772425216,"op_status":"version invalid"}`, ""},
+			`{"device_name":"dev-0001","op_code":6003,"op_id":150552576000001,"op_status":"version invalid"}`, ""},
 		{"property set unknown op_code", "POST", "/device/v1/property", `{"seq_no":1,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1}]}`, 200, json,
 			`{"device_name":"dev-0001","op_code":6004,"op_id":1,"op_status":"ok"}`, "op_code"},
 		{"property set bool value accepted", "POST", "/device/v1/property", `{"seq_no":1,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":true}]}`, 200, json,
@@ -201,12 +201,12 @@ func TestCheck(t *testing.T) {
 			`{"device_name":"dev-0001","op_code":0,"op_id":1,"op_status":"ok"}`, "properties"},
 
 		// Messages and records.
-		{"message with records", "GET", "/msg/v1/msg?msgid=1188240153776619520", "", 200, json, validMessage, ""},
+		{"message with records", "GET", "/msg/v1/msg?msgid=150552576000002", "", 200, json, validMessage, ""},
 		{"record type 9", "GET", "/msg/v1/msg?msgid=1", "", 200, json, strings.Replace(validMessage, `"type":0`, `"type":9`, 1), "type"},
 		{"record failure without error", "GET", "/msg/v1/msg?msgid=1", "", 200, json,
 			strings.Replace(validMessage, `,"error":{"code":3004,"message":"device queue full"}`, "", 1), "error"},
 		{"record msgid as number", "GET", "/msg/v1/msg?msgid=1", "", 200, json,
-			strings.Replace(validMessage, `"msgid":"1188240153776619520","userid"`, `"msgid":1188240153776619520,"userid"`, 1), "msgid"},
+			strings.Replace(validMessage, `"msgid":"150552576000002","userid"`, `"msgid":150552576000002,"userid"`, 1), "msgid"},
 		{"unknown state", "GET", "/msg/v1/msg?msgid=1", "", 200, json, strings.Replace(validMessage, `"failed"`, `"lost"`, 1), "state"},
 
 		// Admin.
