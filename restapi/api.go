@@ -179,12 +179,31 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	prof.GET("/trace", gin.WrapF(pprof.Trace))
 	prof.GET("/:name", gin.WrapF(pprof.Index))
 
-	a.handler = r
+	a.handler = headAsGet(r)
 	return a, nil
 }
 
 // Handler returns the HTTP handler serving every route.
 func (a *API) Handler() http.Handler { return a.handler }
+
+// headAsGet answers HEAD like GET without the body (RFC 9110 section
+// 9.3.2): every GET endpoint, with the same status, headers, checks and
+// rate limit.
+func headAsGet(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			get := *r
+			get.Method = http.MethodGet
+			r, w = &get, bodyless{w}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bodyless drops what is written as a response body.
+type bodyless struct{ http.ResponseWriter }
+
+func (bodyless) Write(p []byte) (int, error) { return len(p), nil }
 
 func (a *API) readyz(c *gin.Context) error {
 	if err := a.store.Ping(c.Request.Context()); err != nil {
