@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -678,7 +679,7 @@ func TestMessageAndTrace(t *testing.T) {
 	p := b.post(dev+"/message", url.Values{"msg_body": {"hello"}, "ttl": {"3600"}})
 	p.want(t, 200, "Message stored; msgid")
 	msgid := p.text("device-message-msgid")
-	if _, err := fmt.Sscan(msgid, new(int64)); err != nil || len(msgid) < 16 {
+	if n, err := strconv.ParseInt(msgid, 10, 64); err != nil || n <= 0 || n > 1<<53-1 {
 		t.Fatalf("msgid %q", msgid)
 	}
 	link := regexp.MustCompile(`id="device-message-trace" href="([^"]+)"`).FindStringSubmatch(p.body)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -90,6 +91,7 @@ func newEnv(t *testing.T) *env {
 		AdminUsername:            "admin",
 		AdminPasswordSHA256:      sha256.Sum256([]byte(adminPassword)),
 		CallbackAllowCustomPorts: true, // loopback receivers on any port
+		CallbackAllowedNetworks:  []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		CallbackTimeout:          2 * time.Second,
 		Callbacks:                e.events,
 	}, st, discard, e.reg)

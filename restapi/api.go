@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -48,6 +49,10 @@ type Config struct {
 	// (callback.allow_custom_ports); otherwise only 80 for http and 443
 	// for https.
 	CallbackAllowCustomPorts bool
+	// CallbackAllowedNetworks are exempt from the address guard of
+	// callback URLs (callback.allowed_networks); by default no
+	// verification reaches loopback, private, link-local and the like.
+	CallbackAllowedNetworks []netip.Prefix
 	// CallbackTimeout bounds the echostr verification of a callback URL
 	// (callback.request_timeout); 0 means 10 s.
 	CallbackTimeout time.Duration
@@ -135,7 +140,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	if a.limits == nil {
 		a.limits = newLocalLimiter()
 	}
-	a.verifier = newVerifyClient(cfg.CallbackTimeout)
+	a.verifier = newVerifyClient(cfg.CallbackTimeout, cfg.CallbackAllowedNetworks)
 	a.apps = cfg.Apps
 	if a.apps == nil {
 		a.apps = appcache.New(st, a.now)

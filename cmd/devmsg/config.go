@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/internal/netguard"
 )
 
 // Config is the service configuration of DESIGN.md section 5.
@@ -105,6 +106,9 @@ type CallbackConfig struct {
 	MaxRetries       int      `yaml:"max_retries"`
 	RequestTimeout   Duration `yaml:"request_timeout"`
 	AllowCustomPorts bool     `yaml:"allow_custom_ports"`
+	// AllowedNetworks are CIDRs exempt from the address guard: callback
+	// URLs may reach them although they are loopback, private and so on.
+	AllowedNetworks []string `yaml:"allowed_networks"`
 }
 
 // Duration is a time.Duration written as "10s" in YAML, env and flags.
@@ -482,6 +486,9 @@ func (c Config) Validate() error {
 		return bad("callback.max_retries", "must not be negative")
 	case cb.RequestTimeout <= 0:
 		return bad("callback.request_timeout", "must be positive")
+	}
+	if _, err := netguard.ParseNetworks(cb.AllowedNetworks); err != nil {
+		return bad("callback.allowed_networks", "%v", err)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
@@ -118,6 +119,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cb := cfg.Callback
+	allowedNetworks, _ := netguard.ParseNetworks(cb.AllowedNetworks) // validated with the config
 	// One app cache for the API and the callback worker: a settings
 	// change made through the API applies to the next record.
 	apps := appcache.New(st, time.Now)
@@ -127,6 +129,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RetryInterval:  time.Duration(cb.RetryInterval),
 		MaxRetries:     cb.MaxRetries,
 		RequestTimeout: time.Duration(cb.RequestTimeout),
+
+		AllowedNetworks: allowedNetworks,
 	}, st, apps, log, reg)
 	if err != nil {
 		return err
@@ -152,6 +156,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Devices:             gw,
 
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
+		CallbackAllowedNetworks:  allowedNetworks,
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
 		Apps:                     apps,
