@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -242,6 +243,21 @@ func TestLockout(t *testing.T) {
 			e.clock.advance(LockoutWindow / (LockoutFailures - 1))
 		}
 	})
+}
+
+// TestAPIThrottleShown: when the API's throttle of failed authentication
+// answers 429, the sign-in page says so with a 429, not as a failure of
+// the service.
+func TestAPIThrottleShown(t *testing.T) {
+	e := newEnvWith(t, func(cfg *restapi.Config) { cfg.AuthSourceFailures = 2 })
+	b := e.browser()
+	b.get("/console/login")
+	try := func(user string) page {
+		return b.post("/console/login", url.Values{"mode": {"admin"}, "username": {user}, "password": {"wrong"}})
+	}
+	try("someone").want(t, http.StatusUnauthorized)
+	try("someone-else").want(t, http.StatusUnauthorized) // the second failure from this address locks it
+	try("a-third").want(t, http.StatusTooManyRequests, "Too many failed sign-ins", "retry after")
 }
 
 func TestSessionExpiry(t *testing.T) {

@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,11 @@ type Config struct {
 	// on /admin/v1.
 	AdminUsername       string
 	AdminPasswordSHA256 [32]byte
+	// AuthSourceFailures, AuthIdentityFailures and AuthWindow tune the
+	// throttle of failed authentication; 0 takes the package's constants
+	// of the same names.
+	AuthSourceFailures, AuthIdentityFailures int
+	AuthWindow                               time.Duration
 	// RateLimiter holds the per-app rate limits; nil keeps them in this
 	// process (one node).
 	RateLimiter Limiter
@@ -105,6 +111,7 @@ type API struct {
 	limits   Limiter
 	apps     *appcache.Cache
 	verifier *http.Client // for callback URL verification
+	throttle *authThrottle
 	handler  http.Handler
 	now      func() time.Time
 }
@@ -140,6 +147,8 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	if a.limits == nil {
 		a.limits = newLocalLimiter()
 	}
+	a.throttle = newAuthThrottle(cmp.Or(cfg.AuthSourceFailures, AuthSourceFailures),
+		cmp.Or(cfg.AuthIdentityFailures, AuthIdentityFailures), cmp.Or(cfg.AuthWindow, AuthWindow), a.now)
 	a.verifier = newVerifyClient(cfg.CallbackTimeout, cfg.CallbackAllowedNetworks)
 	a.apps = cfg.Apps
 	if a.apps == nil {
