@@ -101,7 +101,7 @@ func (b *runner) setupCallbacks(ctx context.Context) (*cbReceiver, error) {
 		st, body, err := do(ctx, b.admin, c.method, c.url, b.o.AdminUser, b.o.AdminPassword, []byte(c.body))
 		if err != nil || st != http.StatusOK {
 			r.close()
-			return nil, fmt.Errorf("configure callbacks (the server needs callback.allow_custom_ports): %s", failure(st, body, err))
+			return nil, fmt.Errorf("configure callbacks (the server needs callback.allow_custom_ports, and callback.allowed_networks covering 127.0.0.0/8): %s", failure(st, body, err))
 		}
 	}
 	time.Sleep(1500 * time.Millisecond) // settings reach the worker within a second

@@ -262,7 +262,8 @@ func startServer(ctx context.Context, spec serverSpec) (*server, error) {
 		"DEVMSG_LOG_LEVEL=warn", "DEVMSG_MQTT_TCP_ADDR="+s.mqtt, "DEVMSG_MQTT_TLS_ADDR=", "DEVMSG_MQTT_WS_ADDR=",
 		// The callback workloads' receiver listens on a loopback port, and
 		// holds its first request while a backlog builds.
-		"DEVMSG_CALLBACK_ALLOW_CUSTOM_PORTS=true", "DEVMSG_CALLBACK_REQUEST_TIMEOUT=5m")
+		"DEVMSG_CALLBACK_ALLOW_CUSTOM_PORTS=true", "DEVMSG_CALLBACK_ALLOWED_NETWORKS=127.0.0.0/8",
+		"DEVMSG_CALLBACK_REQUEST_TIMEOUT=5m")
 	s.cmd.Env = append(s.cmd.Env, spec.env...)
 	// Stdout carries the first-start app credentials, of no use here;
 	// warnings and errors go to ours.

@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/store"
 )
 
 // MaxURLBytes bounds a callback URL.
@@ -87,9 +90,14 @@ func CheckURL(raw string, allowCustomPorts bool) error {
 // with the query parameter echostr set to a fresh random string, which
 // passes only if the answer is HTTP 200 with exactly that string as its
 // body (no newline, no whitespace). Redirects are not followed: the URL
-// itself must answer. client bounds the time (nil means one with
-// DefaultVerifyTimeout), as does ctx. Call CheckURL first.
-func Verify(ctx context.Context, client *http.Client, rawURL string) error {
+// itself must answer. The GET carries the headers of the record POSTs:
+// Basic app key and master secret, and the Standard Webhooks signature
+// (of an empty body), so a receiver that checks them on every request
+// accepts it. client bounds the time (nil means one with
+// DefaultVerifyTimeout and the address guard with no exemption), as does
+// ctx. Call CheckURL first. A URL the client's guard refuses gives an
+// error wrapping netguard.ErrNotAllowed.
+func Verify(ctx context.Context, client *http.Client, rawURL string, app store.App) error {
 	echostr := secret.Alnum(echostrLen)
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -102,7 +110,7 @@ func Verify(ctx context.Context, client *http.Client, rawURL string) error {
 	}
 	u.RawQuery += url.Values{"echostr": {echostr}}.Encode()
 
-	c := http.Client{Timeout: DefaultVerifyTimeout}
+	c := http.Client{Timeout: DefaultVerifyTimeout, Transport: netguard.New(nil).Transport()}
 	if client != nil {
 		c = *client
 	}
@@ -117,6 +125,11 @@ func Verify(ctx context.Context, client *http.Client, rawURL string) error {
 		return fmt.Errorf("verification failed: %w", err)
 	}
 	req.Header.Set("User-Agent", "devmsg-callback")
+	req.SetBasicAuth(app.Key, app.MasterSecret)
+	id, ts := "verify_"+echostr, strconv.FormatInt(time.Now().Unix(), 10)
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", ts)
+	req.Header.Set("webhook-signature", Sign(SigningKey(app), id, ts, nil))
 	resp, err := c.Do(req)
 	if err != nil {
 		return verifyError(ctx, err, limit)
@@ -160,9 +173,18 @@ func verifyError(ctx context.Context, err error, limit time.Duration) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("verification failed: %w", ctx.Err())
 	}
+	if errors.Is(err, netguard.ErrNotAllowed) {
+		return netguard.ErrNotAllowed // no address, no dial detail
+	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
+	}
+	// "dial tcp 203.0.113.7:443: connect: connection refused" says the
+	// address the host resolved to; the reason is enough.
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return fmt.Errorf("verification failed: could not connect: %w", oe.Err)
 	}
 	return fmt.Errorf("verification failed: %w", err)
 }

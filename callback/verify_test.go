@@ -2,6 +2,7 @@ package callback_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -146,7 +148,7 @@ func TestVerify(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newEchoServer(t, tc.answer)
-			err := callback.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, srv.URL+"/cb")
+			err := callback.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, srv.URL+"/cb", testApp)
 			switch {
 			case tc.fragment == "" && err != nil:
 				t.Fatalf("Verify = %v, want nil", err)
@@ -161,7 +163,7 @@ func TestVerify(t *testing.T) {
 
 func TestVerifyTrailingNewlineMessage(t *testing.T) {
 	srv := newEchoServer(t, func(w http.ResponseWriter, e string) { io.WriteString(w, e+"\n") })
-	err := callback.Verify(context.Background(), nil, srv.URL)
+	err := callback.Verify(context.Background(), loopback, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "more after the echostr value") {
 		t.Fatalf("Verify = %v, want it to say the body has more after the echostr", err)
 	}
@@ -177,7 +179,7 @@ func TestVerifyEchostrIsFreshAndRandom(t *testing.T) {
 		io.WriteString(w, e)
 	})
 	for range 3 {
-		if err := callback.Verify(context.Background(), nil, srv.URL); err != nil {
+		if err := callback.Verify(context.Background(), loopback, srv.URL, testApp); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -193,14 +195,14 @@ func TestVerifyEchostrIsFreshAndRandom(t *testing.T) {
 
 func TestVerifyKeepsTheQuery(t *testing.T) {
 	srv := newEchoServer(t, func(w http.ResponseWriter, e string) { io.WriteString(w, e) })
-	if err := callback.Verify(context.Background(), nil, srv.URL+"/cb?b=2&a=1&flag&sp=a%20b"); err != nil {
+	if err := callback.Verify(context.Background(), loopback, srv.URL+"/cb?b=2&a=1&flag&sp=a%20b", testApp); err != nil {
 		t.Fatal(err)
 	}
 	q := srv.lastQuery()
 	if !strings.HasPrefix(q, "b=2&a=1&flag&sp=a%20b&echostr=") || len(q) != len("b=2&a=1&flag&sp=a%20b&echostr=")+32 {
 		t.Fatalf("query %q: want the URL's own query unchanged, then &echostr=<32 characters>", q)
 	}
-	if err := callback.Verify(context.Background(), nil, srv.URL+"/cb"); err != nil {
+	if err := callback.Verify(context.Background(), loopback, srv.URL+"/cb", testApp); err != nil {
 		t.Fatal(err)
 	}
 	if q := srv.lastQuery(); !strings.HasPrefix(q, "echostr=") || len(q) != len("echostr=")+32 {
@@ -219,7 +221,7 @@ func TestVerifyTimeout(t *testing.T) {
 	})
 	defer close(release) // before srv.Close, which waits for the handler
 	start := time.Now()
-	err := callback.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL)
+	err := callback.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "verification failed: no response within 200ms") {
 		t.Fatalf("Verify = %v, want no response within 200ms", err)
 	}
@@ -229,7 +231,7 @@ func TestVerifyTimeout(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	err = callback.Verify(ctx, &http.Client{}, srv.URL)
+	err = callback.Verify(ctx, &http.Client{}, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "verification failed: no response within") {
 		t.Fatalf("Verify with a context deadline = %v, want no response within ...", err)
 	}
@@ -249,7 +251,7 @@ func TestVerifySlowBody(t *testing.T) {
 		io.WriteString(w, e)
 	})
 	defer close(release)
-	err := callback.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL)
+	err := callback.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "no response within 200ms") {
 		t.Fatalf("Verify = %v, want no response within 200ms", err)
 	}
@@ -262,7 +264,7 @@ func TestVerifyDoesNotFollowRedirects(t *testing.T) {
 			http.Redirect(w, r, target.URL+"/?"+r.URL.RawQuery, code)
 		}))
 		// A client that would follow redirects: Verify must not.
-		err := callback.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, redirect.URL)
+		err := callback.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, redirect.URL, testApp)
 		redirect.Close()
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("verification failed: HTTP %d", code)) ||
 			!strings.Contains(err.Error(), "redirects are not followed") {
@@ -278,12 +280,12 @@ func TestVerifyUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	addr := srv.URL
 	srv.Close()
-	err := callback.Verify(context.Background(), nil, addr)
+	err := callback.Verify(context.Background(), loopback, addr, testApp)
 	if err == nil || !strings.HasPrefix(err.Error(), "verification failed: ") {
 		t.Fatalf("Verify = %v, want verification failed: ...", err)
 	}
-	if strings.Contains(err.Error(), "echostr=") {
-		t.Errorf("error %q repeats the request URL", err)
+	if strings.Contains(err.Error(), "echostr=") || strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("error %q repeats the request URL or the address dialled", err)
 	}
 }
 
@@ -294,5 +296,50 @@ func TestSigningSecret(t *testing.T) {
 	}
 	if got, want := callback.SigningSecret(app), "whsec_VmI4TnEyTG01WGM3UnQxWnM0SGQ5S2YzSmc2UHcwWWE="; got != want {
 		t.Errorf("SigningSecret = %q, want %q", got, want)
+	}
+}
+
+// testApp is the app whose headers verifications carry.
+var testApp = store.App{Key: "app-key-1", MasterSecret: "master-secret-1", SigningSecret: "signing-secret-1"}
+
+// loopback is a client without the address guard, for receivers on
+// 127.0.0.1 (in the service, callback.allowed_networks exempts them).
+var loopback = &http.Client{Timeout: 5 * time.Second}
+
+// TestVerifySendsAppHeaders: the verification GET carries the Basic app
+// key and master secret and the Standard Webhooks headers of the POSTs,
+// so a receiver that checks them on every request, as a public SDK's
+// callback server does, answers the echostr instead of 401.
+func TestVerifySendsAppHeaders(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := r.BasicAuth()
+		if !ok || user != testApp.Key || pass != testApp.MasterSecret {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		id, ts := r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp")
+		if id == "" || ts == "" || r.Header.Get("webhook-signature") != callback.Sign(callback.SigningKey(testApp), id, ts, nil) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, r.URL.Query().Get("echostr"))
+	}))
+	defer srv.Close()
+	if err := callback.Verify(context.Background(), loopback, srv.URL, testApp); err != nil {
+		t.Fatalf("Verify against a receiver that checks the headers: %v", err)
+	}
+}
+
+// TestVerifyGuardedByDefault: with no client of the caller's, the address
+// guard applies: loopback is refused with netguard.ErrNotAllowed, naming
+// no address.
+func TestVerifyGuardedByDefault(t *testing.T) {
+	srv := newEchoServer(t, func(w http.ResponseWriter, e string) { io.WriteString(w, e) })
+	err := callback.Verify(context.Background(), nil, srv.URL, testApp)
+	if !errors.Is(err, netguard.ErrNotAllowed) {
+		t.Fatalf("Verify(%s) = %v, want netguard.ErrNotAllowed", srv.URL, err)
+	}
+	if strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("error %q names the address", err)
 	}
 }

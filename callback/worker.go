@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -33,6 +35,10 @@ type Config struct {
 	// PollInterval is how often an empty outbox is read again (default
 	// 10 ms); a full read is followed by the next at once.
 	PollInterval time.Duration
+	// AllowedNetworks are exempt from the address guard
+	// (callback.allowed_networks); by default no POST reaches loopback,
+	// private, link-local and the like.
+	AllowedNetworks []netip.Prefix
 }
 
 // routeChunk is how many outbox entries one routing step moves.
@@ -96,7 +102,7 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 	if apps == nil {
 		apps = appcache.New(st, time.Now)
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport := netguard.New(cfg.AllowedNetworks).Transport()
 	transport.MaxIdleConnsPerHost = 8
 	return &Worker{
 		cfg:  cfg,
@@ -645,6 +651,9 @@ func (w *Worker) post(appKey, url, id string, body []byte) (int, error) {
 	req.Header.Set("webhook-timestamp", ts)
 	req.Header.Set("webhook-signature", Sign(SigningKey(app), id, ts, body))
 	resp, err := w.client.Do(req)
+	if errors.Is(err, netguard.ErrNotAllowed) {
+		return 0, netguard.ErrNotAllowed // shown to the app: no address, no dial detail
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -242,6 +244,21 @@ func TestLockout(t *testing.T) {
 			e.clock.advance(LockoutWindow / (LockoutFailures - 1))
 		}
 	})
+}
+
+// TestAPIThrottleShown: when the API's throttle of failed authentication
+// answers 429, the sign-in page says so with a 429, not as a failure of
+// the service.
+func TestAPIThrottleShown(t *testing.T) {
+	e := newEnvWith(t, func(cfg *restapi.Config) { cfg.AuthSourceFailures = 2 })
+	b := e.browser()
+	b.get("/console/login")
+	try := func(user string) page {
+		return b.post("/console/login", url.Values{"mode": {"admin"}, "username": {user}, "password": {"wrong"}})
+	}
+	try("someone").want(t, http.StatusUnauthorized)
+	try("someone-else").want(t, http.StatusUnauthorized) // the second failure from this address locks it
+	try("a-third").want(t, http.StatusTooManyRequests, "Too many failed sign-ins", "retry after")
 }
 
 func TestSessionExpiry(t *testing.T) {
@@ -679,7 +696,7 @@ func TestMessageAndTrace(t *testing.T) {
 	p := b.post(dev+"/message", url.Values{"msg_body": {"hello"}, "ttl": {"3600"}})
 	p.want(t, 200, "Message stored; msgid")
 	msgid := p.text("device-message-msgid")
-	if _, err := fmt.Sscan(msgid, new(int64)); err != nil || len(msgid) < 16 {
+	if n, err := strconv.ParseInt(msgid, 10, 64); err != nil || n <= 0 || n > 1<<53-1 {
 		t.Fatalf("msgid %q", msgid)
 	}
 	link := regexp.MustCompile(`id="device-message-trace" href="([^"]+)"`).FindStringSubmatch(p.body)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -72,7 +73,10 @@ type env struct {
 	sleeps []time.Duration // delays after failed sign-ins
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with the API's configuration changed by tune.
+func newEnvWith(t *testing.T, tune func(*restapi.Config)) *env {
 	t.Helper()
 	st, err := pebble.Open(t.TempDir())
 	if err != nil {
@@ -85,14 +89,23 @@ func newEnv(t *testing.T) *env {
 	})
 	e := &env{t: t, st: st, clock: &clock{t: time.Unix(1_790_000_000, 0)}, reg: prometheus.NewRegistry(), events: &recentDeliveries{}}
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	api, err := restapi.New(restapi.Config{
+	cfg := restapi.Config{
 		DefaultRateLimit:         1000,
 		AdminUsername:            "admin",
 		AdminPasswordSHA256:      sha256.Sum256([]byte(adminPassword)),
 		CallbackAllowCustomPorts: true, // loopback receivers on any port
+		CallbackAllowedNetworks:  []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		CallbackTimeout:          2 * time.Second,
 		Callbacks:                e.events,
-	}, st, discard, e.reg)
+		// The console's own lockout runs on the test clock; the API's
+		// throttle, on real time, must not get in its way.
+		AuthSourceFailures:   1000,
+		AuthIdentityFailures: 1000,
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	api, err := restapi.New(cfg, st, discard, e.reg)
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}

@@ -365,6 +365,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+			// The API's own throttle of failed authentication.
+			d.Error = "Too many failed sign-ins: " + ae.Message
+			c.renderLogin(w, r, http.StatusTooManyRequests, d)
+			return
+		}
 		if errors.As(err, &ae) {
 			d.Error = "The service could not check the credentials: " + ae.Message
 		} else {

@@ -1,11 +1,13 @@
 package restapi
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -22,7 +24,7 @@ import (
 // Config holds the REST API's settings; cmd/devmsg fills it from the
 // service configuration.
 type Config struct {
-	// NodeID goes into generated msgids and op_ids (0..1023).
+	// NodeID goes into generated msgids and op_ids (0..idgen.MaxNode).
 	NodeID int
 	// DefaultRateLimit is the requests per second allowed per app and
 	// category when the app sets none; 0 means unlimited.
@@ -31,6 +33,11 @@ type Config struct {
 	// on /admin/v1.
 	AdminUsername       string
 	AdminPasswordSHA256 [32]byte
+	// AuthSourceFailures, AuthIdentityFailures and AuthWindow tune the
+	// throttle of failed authentication; 0 takes the package's constants
+	// of the same names.
+	AuthSourceFailures, AuthIdentityFailures int
+	AuthWindow                               time.Duration
 	// RateLimiter holds the per-app rate limits; nil keeps them in this
 	// process (one node).
 	RateLimiter Limiter
@@ -48,6 +55,10 @@ type Config struct {
 	// (callback.allow_custom_ports); otherwise only 80 for http and 443
 	// for https.
 	CallbackAllowCustomPorts bool
+	// CallbackAllowedNetworks are exempt from the address guard of
+	// callback URLs (callback.allowed_networks); by default no
+	// verification reaches loopback, private, link-local and the like.
+	CallbackAllowedNetworks []netip.Prefix
 	// CallbackTimeout bounds the echostr verification of a callback URL
 	// (callback.request_timeout); 0 means 10 s.
 	CallbackTimeout time.Duration
@@ -100,6 +111,7 @@ type API struct {
 	limits   Limiter
 	apps     *appcache.Cache
 	verifier *http.Client // for callback URL verification
+	throttle *authThrottle
 	handler  http.Handler
 	now      func() time.Time
 }
@@ -135,7 +147,9 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	if a.limits == nil {
 		a.limits = newLocalLimiter()
 	}
-	a.verifier = newVerifyClient(cfg.CallbackTimeout)
+	a.throttle = newAuthThrottle(cmp.Or(cfg.AuthSourceFailures, AuthSourceFailures),
+		cmp.Or(cfg.AuthIdentityFailures, AuthIdentityFailures), cmp.Or(cfg.AuthWindow, AuthWindow), a.now)
+	a.verifier = newVerifyClient(cfg.CallbackTimeout, cfg.CallbackAllowedNetworks)
 	a.apps = cfg.Apps
 	if a.apps == nil {
 		a.apps = appcache.New(st, a.now)
@@ -179,12 +193,31 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	prof.GET("/trace", gin.WrapF(pprof.Trace))
 	prof.GET("/:name", gin.WrapF(pprof.Index))
 
-	a.handler = r
+	a.handler = headAsGet(r)
 	return a, nil
 }
 
 // Handler returns the HTTP handler serving every route.
 func (a *API) Handler() http.Handler { return a.handler }
+
+// headAsGet answers HEAD like GET without the body (RFC 9110 section
+// 9.3.2): every GET endpoint, with the same status, headers, checks and
+// rate limit.
+func headAsGet(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			get := *r
+			get.Method = http.MethodGet
+			r, w = &get, bodyless{w}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bodyless drops what is written as a response body.
+type bodyless struct{ http.ResponseWriter }
+
+func (bodyless) Write(p []byte) (int, error) { return len(p), nil }
 
 func (a *API) readyz(c *gin.Context) error {
 	if err := a.store.Ping(c.Request.Context()); err != nil {

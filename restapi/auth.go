@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/gin-gonic/gin"
 
@@ -18,25 +19,67 @@ const (
 )
 
 // authApp authenticates the spec's Basic key:master_secret (section 5).
-func (a *API) authApp(c *gin.Context) {
-	app, err := a.appFromBasic(c)
+func (a *API) authApp(c *gin.Context) { a.authenticate(c, false) }
+
+// authAdmin accepts the admin account, or an app's own credentials; the
+// admin handlers then limit an app to itself (see appParam).
+func (a *API) authAdmin(c *gin.Context) { a.authenticate(c, true) }
+
+// authenticate checks the Basic credentials, the admin account's too when
+// admin, and throttles failures (see authThrottle): a source or identity
+// with too many recent failures is answered 429/2002 before its
+// credentials are looked at.
+func (a *API) authenticate(c *gin.Context, admin bool) {
+	user, pass, ok := c.Request.BasicAuth()
+	if !ok {
+		a.writeError(c, errAuth("authentication failed: HTTP Basic credentials (app key and master secret) are required"))
+		return
+	}
+	source := sourceOf(c.Request)
+	if left, bySource := a.throttle.locked(source, user, pass); left > 0 {
+		who := "from your address"
+		if !bySource {
+			who = "for this app key or user"
+		}
+		a.writeError(c, &apiError{
+			status:     http.StatusTooManyRequests,
+			code:       CodeRateLimited,
+			message:    fmt.Sprintf("too many failed authentications %s; retry after %d s", who, retryAfter(left)),
+			retryAfter: retryAfter(left),
+		})
+		return
+	}
+	if admin && user == a.cfg.AdminUsername && a.adminPassword(pass) {
+		a.throttle.succeeded(user, pass)
+		c.Set(ctxAdmin, true)
+		c.Next()
+		return
+	}
+	app, err := a.appFromBasic(c, user, pass)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.code == CodeAuthFailed {
+		a.throttle.failed(source, user)
+	}
 	if err != nil {
 		a.writeError(c, err)
 		return
 	}
+	a.throttle.succeeded(user, pass)
 	c.Set(ctxApp, app)
 	c.Next()
 }
 
-func (a *API) appFromBasic(c *gin.Context) (store.App, error) {
-	key, pass, ok := c.Request.BasicAuth()
-	if !ok {
-		return store.App{}, errAuth("authentication failed: HTTP Basic credentials (app key and master secret) are required")
-	}
+func (a *API) adminPassword(pass string) bool {
+	sum := sha256.Sum256([]byte(pass))
+	return subtle.ConstantTimeCompare(sum[:], a.cfg.AdminPasswordSHA256[:]) == 1
+}
+
+// appFromBasic returns the app whose key and master secret these are.
+func (a *API) appFromBasic(c *gin.Context, key, pass string) (store.App, error) {
 	app, err := a.apps.Get(c.Request.Context(), key)
 	if errors.Is(err, store.ErrNotFound) {
 		// Compare anyway so an unknown key takes as long as a wrong secret.
-		secret.Equal(pass, key)
+		secret.Equal(pass, unknownAppSecret)
 		return store.App{}, errAuth("authentication failed: wrong app key or master secret")
 	}
 	if err != nil {
@@ -48,20 +91,9 @@ func (a *API) appFromBasic(c *gin.Context) (store.App, error) {
 	return app, nil
 }
 
-// authAdmin accepts the admin account, or an app's own credentials; the
-// admin handlers then limit an app to itself (see appParam).
-func (a *API) authAdmin(c *gin.Context) {
-	user, pass, ok := c.Request.BasicAuth()
-	if ok && user == a.cfg.AdminUsername {
-		sum := sha256.Sum256([]byte(pass))
-		if subtle.ConstantTimeCompare(sum[:], a.cfg.AdminPasswordSHA256[:]) == 1 {
-			c.Set(ctxAdmin, true)
-			c.Next()
-			return
-		}
-	}
-	a.authApp(c)
-}
+// unknownAppSecret is what a secret presented with an unknown app key is
+// compared with: of a master secret's length, matching nothing sent.
+const unknownAppSecret = "\x00unknown-app-key-dummy-secret\x00"
 
 func currentApp(c *gin.Context) store.App {
 	v, _ := c.Get(ctxApp)

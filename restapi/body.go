@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 )
@@ -68,28 +70,44 @@ func (o object) int64Field(field string, required bool) (int64, bool, error) {
 		return 0, false, nil
 	}
 	n, err := parseInt(o[field])
+	if errors.Is(err, errIntRange) {
+		return 0, false, errInvalid("%s is out of range: %s is not an integer from %d to %d", field, o[field], int64(math.MinInt64), int64(math.MaxInt64))
+	}
 	if err != nil {
 		return 0, false, errInvalid("%s must be an integer", field)
 	}
 	return n, true, nil
 }
 
+// errIntRange is parseInt's error for an integral number outside int64.
+var errIntRange = errors.New("integer out of int64 range")
+
 // parseInt accepts a JSON number with an integral value in int64 range,
-// including forms like 1e3 or 5.0.
+// including forms like 1e3 or 5.0. An integral value outside that range
+// fails with errIntRange.
 func parseInt(raw json.RawMessage) (int64, error) {
 	if len(raw) == 0 || raw[0] == '"' {
 		return 0, errors.New("not a number")
 	}
-	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err == nil {
 		return n, nil
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, errIntRange
 	}
 	var num json.Number
 	if err := json.Unmarshal(raw, &num); err != nil {
 		return 0, err
 	}
 	f, err := num.Float64()
-	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, errIntRange // 1e999
+	case err != nil || f != math.Trunc(f):
 		return 0, errors.New("not an integer")
+	case f < math.MinInt64 || f >= math.MaxInt64:
+		return 0, errIntRange
 	}
 	return int64(f), nil
 }
@@ -104,6 +122,11 @@ func (o object) stringField(field string, required bool) (string, bool, error) {
 	var s string
 	if err := json.Unmarshal(o[field], &s); err != nil {
 		return "", false, errInvalid("%s must be a string", field)
+	}
+	// json.Unmarshal turns bytes that are not UTF-8, and escaped halves of
+	// a surrogate pair, into U+FFFD: the text would change unseen.
+	if !validJSONText(o[field]) {
+		return "", false, errInvalid("%s must be valid UTF-8 text (it holds bytes that are not UTF-8 or an unpaired \\u surrogate escape)", field)
 	}
 	return s, true, nil
 }
@@ -206,4 +229,44 @@ func (o object) seqTarget() (seqNo int64, device string, err error) {
 	}
 	device, _, err = o.stringField("device_name", true)
 	return seqNo, device, err
+}
+
+// validJSONText reports whether a JSON string literal is valid UTF-8 and
+// escapes no lone UTF-16 surrogate: whether it decodes without U+FFFD
+// standing in for something else.
+func validJSONText(raw json.RawMessage) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	// After a valid Unmarshal every backslash starts an escape.
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(raw) || raw[i] != 'u' {
+			continue
+		}
+		r := hex4(raw[i+1:])
+		i += 4
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xdc00: // high half: a low half must follow
+			if i+6 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
+				return false
+			}
+			if lo := hex4(raw[i+3:]); lo < 0xdc00 || lo > 0xdfff {
+				return false
+			}
+			i += 6
+		case utf16.IsSurrogate(r): // a low half alone
+			return false
+		}
+	}
+	return true
+}
+
+// hex4 reads the four hex digits of a \u escape json.Unmarshal accepted.
+func hex4(b []byte) rune {
+	n, _ := strconv.ParseUint(string(b[:4]), 16, 32)
+	return rune(n)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -28,13 +30,14 @@ const (
 )
 
 // newVerifyClient returns the client of echostr verifications: bounded by
-// timeout (0: callback.DefaultVerifyTimeout), following no redirect, and
-// keeping no idle connection to URLs it may never see again.
-func newVerifyClient(timeout time.Duration) *http.Client {
+// timeout (0: callback.DefaultVerifyTimeout), following no redirect,
+// keeping no idle connection to URLs it may never see again, and
+// connecting only where the address guard allows.
+func newVerifyClient(timeout time.Duration, allowed []netip.Prefix) *http.Client {
 	if timeout <= 0 {
 		timeout = callback.DefaultVerifyTimeout
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport := netguard.New(allowed).Transport()
 	transport.DisableKeepAlives = true
 	return &http.Client{
 		Timeout:       timeout,
@@ -173,9 +176,14 @@ func (a *API) checkURL(u string) error {
 	return nil
 }
 
-// verifyURL performs the echostr verification.
-func (a *API) verifyURL(c *gin.Context, u string) error {
-	if err := callback.Verify(c.Request.Context(), a.verifier, u); err != nil {
+// verifyURL performs the echostr verification, with the app's headers.
+func (a *API) verifyURL(c *gin.Context, app store.App, u string) error {
+	err := callback.Verify(c.Request.Context(), a.verifier, u, app)
+	if errors.Is(err, netguard.ErrNotAllowed) {
+		// DESIGN.md section 4: no address, no dial detail.
+		return errInvalid("URL not allowed: callback URL %q", u)
+	}
+	if err != nil {
 		return errInvalid("callback URL %q: %v", u, err)
 	}
 	return nil
@@ -200,7 +208,7 @@ func (a *API) addCallbackURL(c *gin.Context) error {
 	if err := checkAddable(app.Callback, u); err != nil {
 		return err
 	}
-	if err := a.verifyURL(c, u); err != nil {
+	if err := a.verifyURL(c, app, u); err != nil {
 		return err
 	}
 	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
@@ -245,7 +253,8 @@ func (a *API) setDefaultCallbackURL(c *gin.Context) error {
 // testCallbackURL serves POST .../callback/urls/test: the rules and the
 // echostr verification, for a URL configured or not; nothing is stored.
 func (a *API) testCallbackURL(c *gin.Context) error {
-	if _, err := a.appParam(c); err != nil {
+	app, err := a.appParam(c)
+	if err != nil {
 		return err
 	}
 	obj, err := readBody(c)
@@ -259,7 +268,7 @@ func (a *API) testCallbackURL(c *gin.Context) error {
 	if err := a.checkURL(u); err != nil {
 		return err
 	}
-	if err := a.verifyURL(c, u); err != nil {
+	if err := a.verifyURL(c, app, u); err != nil {
 		return err
 	}
 	return writeJSON(c, gin.H{"url": u, "ok": true})

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -27,6 +28,12 @@ func allowCustomPorts(cfg *restapi.Config) { cfg.CallbackAllowCustomPorts = true
 
 func shortVerifyTimeout(cfg *restapi.Config) { cfg.CallbackTimeout = verifyTimeout }
 
+// allowLoopback exempts 127.0.0.0/8 from the address guard, as
+// callback.allowed_networks does, for receivers on loopback.
+func allowLoopback(cfg *restapi.Config) {
+	cfg.CallbackAllowedNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+}
+
 func callbackEvents(ev restapi.CallbackEvents) envOption {
 	return func(cfg *restapi.Config) { cfg.Callbacks = ev }
 }
@@ -34,7 +41,7 @@ func callbackEvents(ev restapi.CallbackEvents) envOption {
 // callbackEnv is an env whose callback URLs may be loopback receivers on
 // any port, with a short verification timeout.
 func callbackEnv(t *testing.T, opts ...envOption) *env {
-	return newEnv(t, append([]envOption{allowCustomPorts, shortVerifyTimeout}, opts...)...)
+	return newEnv(t, append([]envOption{allowCustomPorts, allowLoopback, shortVerifyTimeout}, opts...)...)
 }
 
 // receiver is a developer's server on loopback answering the echostr
@@ -702,4 +709,67 @@ func TestCallbackDeliveries(t *testing.T) {
 			t.Errorf("got %d %s", r.status, r.body)
 		}
 	})
+}
+
+// TestCallbackAddressGuard: a callback URL whose host is, or resolves to,
+// loopback, link-local or another blocked address is refused with
+// 400/1003 "URL not allowed" and no dial detail, before any byte reaches
+// it; callback.allowed_networks exempts a network.
+func TestCallbackAddressGuard(t *testing.T) {
+	e := newEnv(t, allowCustomPorts, shortVerifyTimeout) // no allowed_networks
+	rcv := newReceiver(t)
+	own := e.appCreds()
+	base := "/admin/v1/apps/" + e.app.Key + "/callback/urls"
+	port := rcv.srv.URL[strings.LastIndex(rcv.srv.URL, ":")+1:]
+	for _, u := range []string{
+		rcv.url("/cb"),                            // 127.0.0.1
+		"http://localhost:" + port + "/cb",        // a name that resolves to loopback
+		"http://[::ffff:127.0.0.1]:" + port + "/", // IPv4-mapped
+		"http://[::1]:" + port + "/",
+		"http://0.0.0.0:" + port + "/",
+		"http://169.254.169.254/latest/meta-data/", // cloud metadata
+		"http://10.0.0.1/cb",
+		"http://[fd00::1]/cb",
+	} {
+		for _, p := range []string{base, base + "/test"} {
+			r := e.do("POST", p, urlBody(u), &own)
+			r.wantError(t, 400, 1003, "URL not allowed")
+			for _, detail := range []string{"dial", "connect", "tcp", "refused"} {
+				if strings.Contains(string(r.body), detail) {
+					t.Errorf("POST %s %s: the error %s gives dial detail %q", p, u, r.body, detail)
+				}
+			}
+		}
+	}
+	if n := rcv.checks.Load(); n != 0 {
+		t.Errorf("the guarded receiver got %d requests", n)
+	}
+	wantURLs(t, e.urls(t, own))
+
+	allowed := newEnv(t, allowCustomPorts, allowLoopback, shortVerifyTimeout)
+	aown := allowed.appCreds()
+	allowed.do("POST", "/admin/v1/apps/"+allowed.app.Key+"/callback/urls", urlBody(rcv.url("/cb")), &aown).wantOK(t)
+}
+
+// TestCallbackVerifyCarriesAuth: the echostr GET carries the Basic header
+// of the record POSTs, so a receiver that answers 401 without it (a public
+// SDK's callback server in its default mode) can be added.
+func TestCallbackVerifyCarriesAuth(t *testing.T) {
+	e := callbackEnv(t)
+	rcv := newReceiver(t)
+	rcv.set(func(w http.ResponseWriter, r *http.Request, echostr string) {
+		user, pass, ok := r.BasicAuth()
+		if !ok || user != e.app.Key || pass != e.app.MasterSecret {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, echostr)
+	})
+	own := e.appCreds()
+	base := "/admin/v1/apps/" + e.app.Key + "/callback/urls"
+	e.do("POST", base+"/test", urlBody(rcv.url("/cb")), &own).wantOK(t)
+	e.do("POST", base, urlBody(rcv.url("/cb")), &own).wantOK(t)
+	// The admin adding it for the app sends the app's credentials too.
+	adm := adminCreds()
+	e.do("POST", base, urlBody(rcv.url("/cb2")), &adm).wantOK(t)
 }

@@ -63,12 +63,19 @@ func (a *API) writeError(c *gin.Context, err error) {
 	if e.retryAfter > 0 {
 		c.Header("Retry-After", strconv.Itoa(e.retryAfter))
 	}
-	var body errorBody
-	body.Error.Code = e.code
-	body.Error.Message = e.message
-	b, _ := json.Marshal(body)
-	c.Data(e.status, "application/json", b)
+	c.Data(e.status, "application/json", ErrorBody(e.code, e.message))
 	c.Abort()
+}
+
+// ErrorBody returns the spec's error body, {"error":{"code","message"}},
+// for the rare answer written outside the API's handlers (plain HTTP sent
+// to the HTTPS port).
+func ErrorBody(code int, message string) []byte {
+	var body errorBody
+	body.Error.Code = code
+	body.Error.Message = message
+	b, _ := json.Marshal(body)
+	return b
 }
 
 // handlerFunc is a handler that reports failure by returning an error.

@@ -3,11 +3,13 @@ package restapi_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,6 +29,8 @@ func FuzzPostBodies(f *testing.F) {
 		`{"device":[null,{},{"name":null}]}`,
 		`{"name":"app"}`,
 		`{"properties":[{"name":"t","type":"int","min":1e308,"max":-1e308}]}`,
+		"{\"seq_no\":3,\"device_name\":\"dev-0001\",\"msg_body\":\"\xff\xfe\"}", // not UTF-8
+		`{"seq_no":4,"device_name":"dev-0001","msg_body":"\ud800"}`,             // a lone surrogate
 		`[]`, `null`, `"x"`, ``, `{`, "\x00",
 	}
 	paths := []string{"/device/v1/devices", "/device/v1/property", "/msg/v1/msg", "/admin/v1/apps"}
@@ -68,6 +72,12 @@ func FuzzPostBodies(f *testing.F) {
 		}
 		if !bytes.HasPrefix(rec.Body.Bytes(), []byte("{")) {
 			t.Fatalf("POST %s %q: body %q is not a JSON object", path, body, rec.Body)
+		}
+		// A message is sent only with the text it was given: never with
+		// U+FFFD standing in for bytes that were not UTF-8.
+		var sent map[string]json.RawMessage
+		if path == "/msg/v1/msg" && rec.Code == http.StatusOK && json.Unmarshal(body, &sent) == nil && !utf8.Valid(sent["msg_body"]) {
+			t.Fatalf("POST %s %q: accepted a msg_body that is not UTF-8", path, body)
 		}
 	})
 }

@@ -69,7 +69,7 @@ func TestSeqNoReplay(t *testing.T) {
 	})
 	t.Run("survives a restart", func(t *testing.T) {
 		// An id from a clock an hour ahead, as if the clock then stepped back.
-		ahead := e.send(`{"seq_no":90,"device_name":"dev-0001","msg_body":"before restart"}`) + int64(time.Hour/time.Millisecond)<<22
+		ahead := e.send(`{"seq_no":90,"device_name":"dev-0001","msg_body":"before restart"}`) + int64(time.Hour/time.Millisecond)<<12 // 7 node + 5 sequence bits
 		if err := e.st.CreateMessage(context.Background(), store.Message{ID: ahead, AppKey: e.app.Key, DeviceName: "dev-0001", Body: "x", State: store.StateFailed}, 0, nil); err != nil {
 			t.Fatal(err)
 		}

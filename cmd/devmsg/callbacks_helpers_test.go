@@ -113,7 +113,7 @@ func (r *receiver) ofMessage(msgid int64) []int {
 // 300 ms flush, a 300 ms retry interval, 2 retries, a 1 s request timeout
 // and loopback receivers on any port.
 func callbackFleet(t *testing.T, args ...string) *fleet {
-	return newFleet(t, append([]string{"--callback.allow_custom_ports=true", "--callback.flush_interval", "300ms",
+	return newFleet(t, append([]string{"--callback.allow_custom_ports=true", "--callback.allowed_networks=127.0.0.0/8", "--callback.flush_interval", "300ms",
 		"--callback.retry_interval", "300ms", "--callback.max_retries", "2", "--callback.request_timeout", "1s"}, args...)...)
 }
 

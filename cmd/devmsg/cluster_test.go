@@ -41,7 +41,7 @@ func TestClusterThreeNodes(t *testing.T) {
 	startNode := func(id int) *proc {
 		return startProc(t, t.TempDir(), "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
 			fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0", "--callback.allow_custom_ports=true",
-			"--callback.flush_interval=200ms", "--callback.retry_interval=500ms", "--callback.request_timeout=2s")
+			"--callback.allowed_networks=127.0.0.0/8", "--callback.flush_interval=200ms", "--callback.retry_interval=500ms", "--callback.request_timeout=2s")
 	}
 	// Node 1 starts first, so it takes the callback lease.
 	for id := 1; id <= 3; id++ {

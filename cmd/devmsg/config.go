@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/internal/netguard"
 )
 
 // Config is the service configuration of DESIGN.md section 5.
@@ -103,6 +106,9 @@ type CallbackConfig struct {
 	MaxRetries       int      `yaml:"max_retries"`
 	RequestTimeout   Duration `yaml:"request_timeout"`
 	AllowCustomPorts bool     `yaml:"allow_custom_ports"`
+	// AllowedNetworks are CIDRs exempt from the address guard: callback
+	// URLs may reach them although they are loopback, private and so on.
+	AllowedNetworks []string `yaml:"allowed_networks"`
 }
 
 // Duration is a time.Duration written as "10s" in YAML, env and flags.
@@ -440,8 +446,8 @@ func (c Config) Validate() error {
 	default:
 		return bad("store.type", "%q is not embedded or redis", c.Store.Type)
 	}
-	if c.NodeID < 0 || c.NodeID > 1023 {
-		return bad("node_id", "%d is outside 0..1023", c.NodeID)
+	if c.NodeID < 0 || c.NodeID > idgen.MaxNode {
+		return bad("node_id", "%d is outside 0..%d (7 bits of every msgid and op_id)", c.NodeID, idgen.MaxNode)
 	}
 	if c.Admin.Username == "" {
 		return bad("admin.username", "must not be empty")
@@ -480,6 +486,9 @@ func (c Config) Validate() error {
 		return bad("callback.max_retries", "must not be negative")
 	case cb.RequestTimeout <= 0:
 		return bad("callback.request_timeout", "must be positive")
+	}
+	if _, err := netguard.ParseNetworks(cb.AllowedNetworks); err != nil {
+		return bad("callback.allowed_networks", "%v", err)
 	}
 	return nil
 }

@@ -63,6 +63,7 @@ func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 		"node_id", "admin.username", "admin.password", "rate_limit.default",
 		"callback.batch_size", "callback.flush_interval", "callback.retry_interval",
 		"callback.max_retries", "callback.request_timeout", "callback.allow_custom_ports",
+		"callback.allowed_networks",
 	}
 	cfg := defaultConfig()
 	var got []string
@@ -126,6 +127,7 @@ func TestConfigLayers(t *testing.T) {
 		"DEVMSG_LOG_FORMAT=json",
 		"DEVMSG_APPS=ignored: apps are file-only",
 		"DEVMSG_RATE_LIMIT_DEFAULT=0",
+		"DEVMSG_CALLBACK_ALLOWED_NETWORKS=127.0.0.0/8, fd00::/8",
 	}
 	cfg, err := loadConfig([]string{"--config", file, "--http.addr", ":3000", "--data_dir=/tmp/x", "--callback.allow_custom_ports"}, env)
 	if err != nil {
@@ -146,6 +148,7 @@ func TestConfigLayers(t *testing.T) {
 		{"bool flag without value", cfg.Callback.AllowCustomPorts, true},
 		{"default", cfg.Callback.MaxRetries, 3},
 		{"env zero means unlimited", cfg.RateLimit.Default, 0},
+		{"env CIDR list", strings.Join(cfg.Callback.AllowedNetworks, ","), "127.0.0.0/8,fd00::/8"},
 		{"apps not taken from env", len(cfg.Apps), 0},
 	}
 	for _, c := range checks {
@@ -162,6 +165,7 @@ func TestConfigLayers(t *testing.T) {
 		{[]string{"--no-such-key=1"}, nil, "no-such-key"},
 		{nil, []string{"DEVMSG_NODE_ID=abc"}, "DEVMSG_NODE_ID"},
 		{nil, []string{"DEVMSG_LOG_LEVEL=loud"}, "log.level"},
+		{nil, []string{"DEVMSG_CALLBACK_ALLOWED_NETWORKS=10.0.0.0/8,intranet"}, `callback.allowed_networks: "intranet" is not a CIDR`},
 		{[]string{"stray"}, nil, "stray"},
 	} {
 		if _, err := loadConfig(bad.args, bad.env); err == nil || !strings.Contains(err.Error(), bad.want) {

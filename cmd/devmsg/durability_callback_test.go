@@ -19,7 +19,7 @@ func TestKill9CallbacksArrive(t *testing.T) {
 	}
 	rcv := newReceiver(t)
 	rcv.delay.Store(int64(150 * time.Millisecond))
-	args := []string{"--callback.allow_custom_ports=true", "--callback.batch_size", "20", "--callback.flush_interval", "200ms",
+	args := []string{"--callback.allow_custom_ports=true", "--callback.allowed_networks=127.0.0.0/8", "--callback.batch_size", "20", "--callback.flush_interval", "200ms",
 		"--callback.retry_interval", "300ms", "--callback.max_retries", "1000", "--callback.request_timeout", "2s"}
 	dir := t.TempDir()
 	p := startProc(t, dir, args...)

@@ -24,6 +24,7 @@ import (
 	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
@@ -143,6 +144,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cb := cfg.Callback
+	allowedNetworks, _ := netguard.ParseNetworks(cb.AllowedNetworks) // validated with the config
 	// One app cache for the API and the callback worker: a settings
 	// change made through the API applies to the next record.
 	apps := appcache.New(st, time.Now)
@@ -152,6 +154,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RetryInterval:  time.Duration(cb.RetryInterval),
 		MaxRetries:     cb.MaxRetries,
 		RequestTimeout: time.Duration(cb.RequestTimeout),
+
+		AllowedNetworks: allowedNetworks,
 	}, st, apps, log, reg)
 	if err != nil {
 		return err
@@ -177,6 +181,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Devices:             gw,
 
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
+		CallbackAllowedNetworks:  allowedNetworks,
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
 		Apps:                     apps,
@@ -254,7 +259,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ln := httpLn
 	if cfg.HTTP.TLS.Enabled {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
-		ln = tls.NewListener(ln, srv.TLSConfig)
+		ln = newHTTPSOnlyListener(ln, srv.TLSConfig)
 	}
 	log.Info("http listening", "addr", ln.Addr().String(), "tls", cfg.HTTP.TLS.Enabled)
 	base := baseURL(ln.Addr().String(), cfg.HTTP.TLS.Enabled)

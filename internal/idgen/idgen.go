@@ -1,6 +1,14 @@
-// Package idgen generates unique, time-ordered int64 ids (msgid, op_id)
-// in the snowflake layout: 41 bits of milliseconds since 2025-01-01 UTC,
-// 10 bits of node id and 12 bits of sequence within the millisecond.
+// Package idgen generates unique, time-ordered ids (msgid, op_id) that
+// every JSON client can hold exactly: positive integers of at most 53 bits
+// (≤ 2^53 − 1, DESIGN.md section 6). The layout, high bits first:
+//
+//	41 bits  milliseconds since 2025-01-01 UTC (good until 2094)
+//	 7 bits  node id, 0..127 (node_id in cluster mode)
+//	 5 bits  sequence within the millisecond, 0..31
+//
+// A node hands out 32 ids per millisecond (32,000 a second sustained); a
+// burst above that borrows the following milliseconds, so ids stay unique
+// and increasing and run ahead of the clock until the burst ends.
 package idgen
 
 import (
@@ -10,10 +18,15 @@ import (
 )
 
 const (
-	nodeBits = 10
-	seqBits  = 12
-	maxNode  = 1<<nodeBits - 1
-	maxSeq   = 1<<seqBits - 1
+	timeBits = 41
+	nodeBits = 7
+	seqBits  = 5
+	// MaxNode is the highest node id.
+	MaxNode = 1<<nodeBits - 1
+	maxSeq  = 1<<seqBits - 1
+	// MaxID is the highest id there can be, 2^53 − 1: the largest integer
+	// a float64 (JavaScript's number, jq's) holds exactly.
+	MaxID = 1<<(timeBits+nodeBits+seqBits) - 1
 )
 
 // epoch is 2025-01-01T00:00:00Z in Unix milliseconds.
@@ -28,10 +41,10 @@ type Generator struct {
 	now    func() time.Time
 }
 
-// New returns a generator for node (0..1023).
+// New returns a generator for node (0..MaxNode).
 func New(node int) (*Generator, error) {
-	if node < 0 || node > maxNode {
-		return nil, fmt.Errorf("node id %d out of range 0..%d", node, maxNode)
+	if node < 0 || node > MaxNode {
+		return nil, fmt.Errorf("node id %d out of range 0..%d", node, MaxNode)
 	}
 	return &Generator{node: int64(node), now: time.Now}, nil
 }
@@ -49,7 +62,7 @@ func (g *Generator) Next() int64 {
 	if ms == g.lastMs {
 		g.seq++
 		if g.seq > maxSeq {
-			// 4096 ids in one millisecond: borrow the next millisecond.
+			// 32 ids in one millisecond: borrow the next millisecond.
 			ms++
 			g.seq = 0
 		}
@@ -66,8 +79,15 @@ func Time(id int64) time.Time {
 }
 
 // Skip makes every later id greater than id, for instance the highest id
-// issued before a restart, whatever the wall clock says.
+// issued before a restart, whatever the wall clock says. An id above
+// MaxID is ignored: it comes from the 63-bit layout of earlier versions
+// (41 bits of milliseconds, 10 of node, 12 of sequence), no id of this
+// layout can equal it, and following it would push every new id past
+// 2^53.
 func (g *Generator) Skip(id int64) {
+	if id > MaxID || id < 0 {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ms := id >> (nodeBits + seqBits)

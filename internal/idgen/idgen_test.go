@@ -51,12 +51,12 @@ func TestClockStepBack(t *testing.T) {
 }
 
 func TestNodeAndTime(t *testing.T) {
-	if _, err := New(1024); err == nil {
-		t.Fatal("node 1024 accepted")
+	if _, err := New(MaxNode + 1); err == nil {
+		t.Fatalf("node %d accepted", MaxNode+1)
 	}
-	g, _ := New(1023)
+	g, _ := New(MaxNode)
 	id := g.Next()
-	if id>>seqBits&maxNode != 1023 {
+	if id>>seqBits&MaxNode != MaxNode {
 		t.Fatalf("node bits of %d wrong", id)
 	}
 	if d := time.Since(Time(id)); d < 0 || d > time.Second {
@@ -78,5 +78,56 @@ func TestSkip(t *testing.T) {
 	g2.Skip(high) // a lower id changes nothing
 	if id := g2.Next(); id <= higher {
 		t.Fatalf("after Skip(%d) got %d", higher, id)
+	}
+}
+
+// TestIDsFitFloat64: ids of two nodes under a burst are at most 2^53 − 1
+// (so JSON parsers that read numbers as doubles keep them exact),
+// increasing per node, and unique across the nodes, also at the end of the
+// layout's time range.
+func TestIDsFitFloat64(t *testing.T) {
+	if MaxID != 1<<53-1 {
+		t.Fatalf("MaxID = %d, want 2^53-1", MaxID)
+	}
+	for _, at := range []time.Time{
+		time.Now(),
+		time.UnixMilli(epoch + 1<<timeBits - 10), // the last milliseconds of 2094
+	} {
+		t.Run(at.Format("2006"), func(t *testing.T) {
+			seen := map[int64]int{}
+			for _, node := range []int{0, MaxNode} {
+				g, _ := New(node)
+				g.now = func() time.Time { return at } // a burst: every id in one millisecond
+				last := int64(0)
+				for range 200 {
+					id := g.Next()
+					if id <= 0 || id > MaxID {
+						t.Fatalf("node %d: id %d outside 1..2^53-1", node, id)
+					}
+					if int64(float64(id)) != id {
+						t.Fatalf("node %d: id %d does not survive a float64", node, id)
+					}
+					if id <= last {
+						t.Fatalf("node %d: id %d not above %d", node, id, last)
+					}
+					last = id
+					if other, ok := seen[id]; ok {
+						t.Fatalf("id %d given by nodes %d and %d", id, other, node)
+					}
+					seen[id] = node
+				}
+			}
+		})
+	}
+}
+
+// TestSkipLegacyID: an id of the old 63-bit layout, read back from an old
+// data_dir, does not push new ids above 2^53 − 1.
+func TestSkipLegacyID(t *testing.T) {
+	g, _ := New(3)
+	legacy := int64(250377693764255744) // a msgid of the 41+10+12 layout
+	g.Skip(legacy)
+	if id := g.Next(); id > MaxID {
+		t.Fatalf("after Skip(%d) got %d > 2^53-1", legacy, id)
 	}
 }

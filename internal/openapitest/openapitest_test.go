@@ -76,10 +76,12 @@ func TestEveryRouteDocumented(t *testing.T) {
 			switch {
 			case slices.Contains(api, route):
 				statuses = append(statuses, "400", "401", "429", "500")
+			// Admin calls are not rate limited, but failed authentication
+			// is throttled with 429 there too.
 			case route == "GET /admin/v1/apps":
-				statuses = append(statuses, "401", "500")
+				statuses = append(statuses, "401", "429", "500")
 			case slices.Contains(admin, route):
-				statuses = append(statuses, "400", "401", "500")
+				statuses = append(statuses, "400", "401", "429", "500")
 			case route == "GET /readyz":
 				statuses = append(statuses, "500")
 			}
@@ -110,9 +112,9 @@ const (
 	validStatus  = `{"status":0,"client_ip":"","last_login_time":"","last_logout_time":""}`
 	validProps   = `{"properties":[{"name":"a","desired_value":1.5,"desired_stime":1},{"name":"b","reported_value":"x","reported_stime":2}],"sdk_ver":"","app_ver":"","last_desired_stime":0,"last_reported_stime":0,"last_desired_version":1,"last_reported_version":0}`
 	validSecret  = "Zq3VhX0mK2pL8sNw1RtY6cB4dF7gH9jA"
-	validMessage = `{"msgid":1188240153776619520,"device_name":"dev-0001","state":"failed","ttl":86400,"time_create":1767225600,"records":[` +
-		`{"type":0,"channelkey":"k","msgid":"1188240153776619520","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600},` +
-		`{"type":3,"channelkey":"k","msgid":"1188240153776619520","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600,"error":{"code":3004,"message":"device queue full"},"params":{"a":1}}]}`
+	validMessage = `{"msgid":150552576000002,"device_name":"dev-0001","state":"failed","ttl":86400,"time_create":1767225600,"records":[` +
+		`{"type":0,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600},` +
+		`{"type":3,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600,"error":{"code":3004,"message":"device queue full"},"params":{"a":1}}]}`
 )
 
 func TestCheck(t *testing.T) {
@@ -157,8 +159,8 @@ func TestCheck(t *testing.T) {
 			http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}, `{"error":{"code":2002,"message":"slow down"}}`, ""},
 		{"429 without Retry-After", "POST", "/msg/v1/msg", `{"seq_no":1,"device_name":"dev-0001","msg_body":"hi"}`, 429, json,
 			`{"error":{"code":2002,"message":"slow down"}}`, "Retry-After"},
-		{"429 on admin", "GET", "/admin/v1/apps", "", 429,
-			http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}, `{"error":{"code":2002,"message":"slow down"}}`, "status is not supported"},
+		{"undocumented status on admin", "GET", "/admin/v1/apps", "", 409,
+			http.Header{"Content-Type": {"application/json"}}, `{"error":{"code":1003,"message":"conflict"}}`, "status is not supported"},
 
 		// Requests: invalid ones may be refused, never accepted.
 		{"invalid request refused", "POST", "/msg/v1/msg", `{"seq_no":1,"device_name":"dev-0001","msg_body":"hi","ttl":604801}`, 400, json,
@@ -192,7 +194,7 @@ func TestCheck(t *testing.T) {
 		{"property version 0", "GET", "/device/v1/property?device_name=dev-0001", "", 200, json,
 			strings.Replace(validProps, `"last_desired_version":1`, `"last_desired_version":0`, 1), "last_desired_version"},
 		{"property set", "POST", "/device/v1/property", `{"seq_no":1,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1},{"name":"b","value":"x"}]}`, 200, json,
-			`{"device_name":"dev-0001","op_code":6003,"op_id":1188240153772425216,"op_status":"version invalid"}`, ""},
+			`{"device_name":"dev-0001","op_code":6003,"op_id":150552576000001,"op_status":"version invalid"}`, ""},
 		{"property set unknown op_code", "POST", "/device/v1/property", `{"seq_no":1,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":1}]}`, 200, json,
 			`{"device_name":"dev-0001","op_code":6004,"op_id":1,"op_status":"ok"}`, "op_code"},
 		{"property set bool value accepted", "POST", "/device/v1/property", `{"seq_no":1,"device_name":"dev-0001","version":1,"properties":[{"name":"a","value":true}]}`, 200, json,
@@ -201,12 +203,12 @@ func TestCheck(t *testing.T) {
 			`{"device_name":"dev-0001","op_code":0,"op_id":1,"op_status":"ok"}`, "properties"},
 
 		// Messages and records.
-		{"message with records", "GET", "/msg/v1/msg?msgid=1188240153776619520", "", 200, json, validMessage, ""},
+		{"message with records", "GET", "/msg/v1/msg?msgid=150552576000002", "", 200, json, validMessage, ""},
 		{"record type 9", "GET", "/msg/v1/msg?msgid=1", "", 200, json, strings.Replace(validMessage, `"type":0`, `"type":9`, 1), "type"},
 		{"record failure without error", "GET", "/msg/v1/msg?msgid=1", "", 200, json,
 			strings.Replace(validMessage, `,"error":{"code":3004,"message":"device queue full"}`, "", 1), "error"},
 		{"record msgid as number", "GET", "/msg/v1/msg?msgid=1", "", 200, json,
-			strings.Replace(validMessage, `"msgid":"1188240153776619520","userid"`, `"msgid":1188240153776619520,"userid"`, 1), "msgid"},
+			strings.Replace(validMessage, `"msgid":"150552576000002","userid"`, `"msgid":150552576000002,"userid"`, 1), "msgid"},
 		{"unknown state", "GET", "/msg/v1/msg?msgid=1", "", 200, json, strings.Replace(validMessage, `"failed"`, `"lost"`, 1), "state"},
 
 		// Admin.
