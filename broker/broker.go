@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net"
 	"strings"
@@ -114,11 +115,17 @@ type Broker struct {
 	handler Handler
 	log     *slog.Logger
 	server  *mqtt.Server
-	nextID  atomic.Uint64
+	nextID  atomic.Uint64 // Session.ID
+	// nextConn numbers the connections for the client ids mochi sees.
+	nextConn atomic.Uint64
 
 	mu       sync.Mutex
 	sessions map[*mqtt.Client]*Session // by connection
 	devices  map[string]*Session       // the current session by "app/device"
+
+	// order serialises the sessions of one device as they establish
+	// (hook.OnSessionEstablished); a device hashes to one of them.
+	order [256]sync.Mutex
 
 	connected atomic.Int64
 	dropped   atomic.Int64
@@ -299,6 +306,14 @@ func (b *Broker) Sessions() []*Session {
 }
 
 func deviceKey(appKey, deviceName string) string { return appKey + "/" + deviceName }
+
+// establishing returns the mutex that orders the sessions of the device
+// with key k.
+func (b *Broker) establishing(k string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(k))
+	return &b.order[h.Sum32()%uint32(len(b.order))]
+}
 
 // parseUsername splits "{app_key}/{device_name}". Device names cannot
 // hold "/", so the last one separates the two.

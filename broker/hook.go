@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -51,6 +52,15 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	// of a device that is gone would only hold memory.
 	cl.Properties.Clean = true
 	cl.Properties.Props.SessionExpiryInterval = 0
+	// mochi keys its clients by client id and disconnects an older client
+	// with the id of a new one, whoever it belongs to. The id is the
+	// device's free choice, so a device of another app could pick it and
+	// kick this one. mochi gets an id of our own instead, unique to this
+	// connection, and the one-connection-per-device rule is kept by
+	// device identity alone (OnSessionEstablished). The client's own id
+	// stays in Session.ClientID; an id mochi assigned to an empty one
+	// still goes back in the v5 CONNACK (Props.AssignedClientID).
+	cl.ID = deviceKey(app, dev) + "#" + strconv.FormatUint(h.b.nextConn.Add(1), 10)
 	return nil
 }
 
@@ -70,10 +80,22 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, _ bool) bool {
 // disconnects any older one (takeover). Doing this after the CONNACK, not
 // in OnConnect, means a connection that fails before it is accepted
 // never displaces a working one.
-func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+//
+// Two connections of one device establish one at a time, each reported
+// (Handler.Connected) before the next replaces it: the handler sees
+// logins in the order the sessions became current, so a slow report of
+// an older session cannot land after a newer one's.
+func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	app, dev, _ := parseUsername(string(cl.Properties.Username))
-	s := newSession(h.b, cl, app, dev)
+	clientID := pk.Connect.ClientIdentifier
+	if clientID == "" {
+		clientID = cl.Properties.Props.AssignedClientID
+	}
+	s := newSession(h.b, cl, app, dev, clientID)
 	k := deviceKey(app, dev)
+	order := h.b.establishing(k)
+	order.Lock()
+	defer order.Unlock()
 	h.b.mu.Lock()
 	old := h.b.devices[k]
 	h.b.devices[k] = s
@@ -84,13 +106,6 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		h.b.disconnect(old.cl, packets.ErrSessionTakenOver)
 	}
 	h.b.handler.Connected(s)
-	// A session with the same client id may have inherited the old one's
-	// subscriptions without a SUBSCRIBE; report them like new ones.
-	for f := range cl.State.Subscriptions.GetAll() {
-		for _, t := range s.subscribe(f) {
-			h.b.handler.Subscribed(s, t)
-		}
-	}
 }
 
 func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {

@@ -23,7 +23,10 @@ type Session struct {
 	ID         uint64
 	AppKey     string
 	DeviceName string
-	ClientID   string
+	// ClientID is the client id the device sent, or the one the broker
+	// assigned when it sent none. It identifies nothing: the broker keys
+	// connections by device (see hook.OnConnect).
+	ClientID string
 	// RemoteIP is the device's address without the port.
 	RemoteIP string
 
@@ -46,7 +49,7 @@ type Session struct {
 	held    []packets.Packet
 }
 
-func newSession(b *Broker, cl *mqtt.Client, appKey, device string) *Session {
+func newSession(b *Broker, cl *mqtt.Client, appKey, device, clientID string) *Session {
 	ip := cl.Net.Remote
 	if h, _, err := net.SplitHostPort(ip); err == nil {
 		ip = h
@@ -55,7 +58,7 @@ func newSession(b *Broker, cl *mqtt.Client, appKey, device string) *Session {
 		ID:         b.nextID.Add(1),
 		AppKey:     appKey,
 		DeviceName: device,
-		ClientID:   cl.ID,
+		ClientID:   clientID,
 		RemoteIP:   ip,
 		b:          b,
 		cl:         cl,

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// conn is a bare paho connection for the tests below, which need what
+// fleet.connect does not offer: another app's device, a chosen source
+// address.
+type conn struct {
+	c    paho.Client
+	lost chan error
+}
+
+// dial connects as user with secret and clientID from the local address
+// bind ("" for any); it returns the connect error.
+func (f *fleet) dial(user, secret, clientID, bind string) (*conn, error) {
+	f.t.Helper()
+	c := &conn{lost: make(chan error, 1)}
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	if bind != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(bind)}
+	}
+	opts := paho.NewClientOptions().AddBroker("tcp://" + f.s.mqtt["tcp"]).SetClientID(clientID).
+		SetUsername(user).SetPassword(secret).SetCleanSession(true).SetDialer(d).
+		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5 * time.Second).
+		SetConnectionLostHandler(func(_ paho.Client, err error) { c.lost <- err })
+	c.c = paho.NewClient(opts)
+	tok := c.c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		return nil, errors.New("connect timed out")
+	}
+	if err := tok.Error(); err != nil {
+		return nil, err
+	}
+	f.t.Cleanup(func() { c.c.Disconnect(0) })
+	return c, nil
+}
+
+// createApp creates an app through the admin API and returns its key and
+// master secret.
+func (f *fleet) createApp(name string) (key, master string) {
+	f.t.Helper()
+	var a struct {
+		Key          string `json:"key"`
+		MasterSecret string `json:"master_secret"`
+	}
+	f.restOK("POST", "/admin/v1/apps", fmt.Sprintf(`{"name":%q}`, name), &a)
+	return a.Key, a.MasterSecret
+}
+
+// TestClientIDIsNotIdentity: a device of another app that connects with
+// the same client id leaves the first device connected and receiving;
+// only the same device connecting again takes over.
+func TestClientIDIsNotIdentity(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secretA := f.createDevice("tenant-a2")
+	keyB, masterB := f.createApp("tenant-b")
+	st, body := f.restAs(keyB, masterB, "POST", "/device/v1/devices", `{"device":[{"name":"tenant-b1"}]}`)
+	if st != 200 {
+		t.Fatalf("create app B's device: %d %s", st, body)
+	}
+	var created struct {
+		Resp []struct {
+			DeviceSecret string `json:"device_secret"`
+		} `json:"resp"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil || len(created.Resp) != 1 {
+		t.Fatalf("create app B's device: %v %s", err, body)
+	}
+
+	devA, err := f.connect("tenant-a2", secretA, devOpts{clientID: "x", topics: []string{"msg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dial(keyB+"/tenant-b1", created.Resp[0].DeviceSecret, "x", ""); err != nil {
+		t.Fatalf("app B's device: %v", err)
+	}
+	// The takeover, had there been one, is written before B's CONNACK
+	// returns; give the close a moment to reach the client.
+	select {
+	case err := <-devA.lost:
+		t.Fatalf("app B's device with the same client id disconnected app A's: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	id := f.send("tenant-a2", "still here", 60)
+	waitFor(t, 5*time.Second, "delivery to app A's device", func() bool { return slices.Equal(devA.received(), ids(id)) })
+	if st := f.status("tenant-a2"); st.Status != 1 {
+		t.Fatalf("app A's device: %+v, want online", st)
+	}
+
+	// The same device connecting again, with the same id or another, takes over.
+	for _, clientID := range []string{"x", "y"} {
+		again, err := f.connect("tenant-a2", secretA, devOpts{clientID: clientID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-devA.lost:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the device's new connection (client id %q) did not take the old one over", clientID)
+		}
+		devA = again
+	}
+}
