@@ -61,6 +61,10 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	// stays in Session.ClientID; an id mochi assigned to an empty one
 	// still goes back in the v5 CONNACK (Props.AssignedClientID).
 	cl.ID = deviceKey(app, dev) + "#" + strconv.FormatUint(h.b.nextConn.Add(1), 10)
+	// A will would be published by mochi straight to subscribers, past
+	// OnPublish and the ACL: a device could inject into any device's
+	// topics. Devices talk to the service only, so wills are dropped.
+	cl.Properties.Will = mqtt.Will{}
 	return nil
 }
 

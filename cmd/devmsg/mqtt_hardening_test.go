@@ -112,3 +112,29 @@ func TestClientIDIsNotIdentity(t *testing.T) {
 		devA = again
 	}
 }
+
+// TestWillIsDropped: a will is published by mochi past OnPublish and the
+// ACL, so a device could inject a message into any device's topics by
+// naming them in its will and dropping the connection. Wills are dropped.
+func TestWillIsDropped(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	victim := f.mustConnect("will-victim", f.createDevice("will-victim"), "msg")
+	secret := f.createDevice("will-sender")
+	opts := paho.NewClientOptions().AddBroker("tcp://"+f.s.mqtt["tcp"]).SetClientID("will-sender").
+		SetUsername(demoKey+"/will-sender").SetPassword(secret).SetAutoReconnect(false).
+		SetWill(victim.prefix+"msg", `{"msgid":"1","msg_body":"spoofed by will"}`, 1, false)
+	c := paho.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	// Publishing outside its prefix ends a 3.1.1 connection: an unclean
+	// end, which is when a broker publishes the will.
+	c.Publish("d/"+demoKey+"/will-victim/msg/click", 1, false, `{}`)
+	waitFor(t, 5*time.Second, "the sender to be disconnected", func() bool { return !c.IsConnectionOpen() })
+	id := f.send("will-victim", "real", 60) // arrives after any will would have
+	waitFor(t, 5*time.Second, "the real message", func() bool { return len(victim.received()) > 0 && slices.Contains(victim.received(), fmt.Sprint(id)) })
+	if got := victim.received(); !slices.Equal(got, ids(id)) {
+		t.Fatalf("the victim received %v, want only the real message %d", got, id)
+	}
+}
