@@ -33,7 +33,16 @@ const (
 	DefaultMaxInflight     = 1024
 	DefaultPublishRate     = 50
 	DefaultPublishBurst    = 100
+	DefaultSubscribeRate   = 1
+	DefaultSubscribeBurst  = 10
 )
+
+// MaxSubscriptions is how many topic filters one connection may hold;
+// SUBSCRIBE is refused for the rest (SUBACK 0x80, v5 0x97 quota
+// exceeded). The protocol needs three at most (msg, property/desired,
+// property/report/reply, or one ".../#"), and every filter held costs
+// broker memory that a device must not be able to grow without bound.
+const MaxSubscriptions = 16
 
 // Config holds the listeners and limits of the broker.
 type Config struct {
@@ -54,6 +63,11 @@ type Config struct {
 	// so one device cannot monopolise the store.
 	PublishRate  float64
 	PublishBurst int
+	// SubscribeRate and SubscribeBurst limit the SUBSCRIBEs of one device
+	// per second (token bucket); every filter of a SUBSCRIBE beyond them
+	// is refused. A SUBSCRIBE makes the service read the device's queue.
+	SubscribeRate  float64
+	SubscribeBurst int
 	// ServiceTopics are the topics under a device's prefix that the
 	// service publishes to; Handler.Subscribed reports SUBSCRIBEs that
 	// match them and Session.Subscribed answers for them.
@@ -75,6 +89,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PublishRate == 0 {
 		c.PublishRate, c.PublishBurst = DefaultPublishRate, DefaultPublishBurst
+	}
+	if c.SubscribeRate == 0 {
+		c.SubscribeRate, c.SubscribeBurst = DefaultSubscribeRate, DefaultSubscribeBurst
 	}
 }
 
@@ -129,6 +146,7 @@ type Broker struct {
 
 	connected atomic.Int64
 	dropped   atomic.Int64
+	refused   atomic.Int64 // filters over MaxSubscriptions or the subscribe rate
 
 	listeners []net.Listener // ours, closed first by Close
 }
@@ -261,6 +279,10 @@ func (b *Broker) Connected() int64 { return b.connected.Load() }
 
 // Dropped returns how many device publishes were dropped over the rate limit.
 func (b *Broker) Dropped() int64 { return b.dropped.Load() }
+
+// SubscriptionsRefused returns how many topic filters were refused over
+// MaxSubscriptions or the subscribe rate limit.
+func (b *Broker) SubscriptionsRefused() int64 { return b.refused.Load() }
 
 // Kick disconnects the device's current session, if any, telling it
 // "not authorized" (MQTT 5) before closing. It reports whether one was

@@ -24,6 +24,7 @@ func (h *hook) Provides(b byte) bool {
 		mqtt.OnACLCheck,
 		mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect,
+		mqtt.OnSubscribe,
 		mqtt.OnSubscribed,
 		mqtt.OnPacketProcessed,
 		mqtt.OnUnsubscribed,
@@ -70,14 +71,45 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 
 func (h *hook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
 
-// OnACLCheck confines a device to topics under d/{app_key}/{device_name}/.
-func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, _ bool) bool {
+// OnACLCheck confines a device to topics under d/{app_key}/{device_name}/,
+// and its subscriptions to MaxSubscriptions filters and the subscribe rate.
+// A shared subscription ($share/...) lies outside the prefix. mochi asks
+// with write false for each filter of a SUBSCRIBE, after adding the ones
+// before it, so the count below is exact (and for fan-out to subscribers,
+// which never happens here: devices' publishes and wills reach no one).
+func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	app, dev, ok := parseUsername(string(cl.Properties.Username))
-	if !ok {
+	if !ok || !ownTopic(app, dev, topic) {
 		return false
 	}
+	if write {
+		return true
+	}
+	s := h.session(cl)
+	if s == nil {
+		return false
+	}
+	_, again := cl.State.Subscriptions.Get(topic) // replaces the one held
+	if s.subThrottled.Load() || (!again && cl.State.Subscriptions.Len() >= MaxSubscriptions) {
+		h.b.refused.Add(1)
+		return false
+	}
+	return true
+}
+
+// ownTopic reports whether topic (or filter) lies under the device's prefix.
+func ownTopic(app, dev, topic string) bool {
 	prefix := TopicPrefix + app + "/" + dev + "/"
 	return strings.HasPrefix(topic, prefix) && len(topic) > len(prefix)
+}
+
+// OnSubscribe takes a token for the SUBSCRIBE; without one, OnACLCheck
+// refuses all its filters.
+func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if s := h.session(cl); s != nil {
+		s.subThrottled.Store(!s.subLimiter.Allow())
+	}
+	return pk
 }
 
 // OnSessionEstablished makes the session the device's current one and
@@ -142,10 +174,27 @@ func (h *hook) session(cl *mqtt.Client) *Session {
 // delivery started, for one) is in place when the device learns it is
 // subscribed; what the handler publishes in answer is held back until
 // the SUBACK is written (OnPacketProcessed), as clients expect.
+//
+// For MQTT 5 it also says why a filter was refused: mochi answers every
+// refusal of OnACLCheck with 0x87 (not authorized), and writes the SUBACK
+// from the codes slice it passes here. A filter of the device's own that
+// was refused was over a limit (0x97, quota exceeded); a shared one gets
+// 0x9E (shared subscriptions not supported). MQTT 3.1.1 has only 0x80.
 func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	s := h.session(cl)
 	if s == nil {
 		return
+	}
+	if cl.Properties.ProtocolVersion >= 5 {
+		for i, f := range pk.Filters {
+			switch {
+			case i >= len(codes) || codes[i] != packets.ErrNotAuthorized.Code:
+			case mqtt.IsSharedFilter(f.Filter):
+				codes[i] = packets.ErrSharedSubscriptionsNotSupported.Code
+			case ownTopic(s.AppKey, s.DeviceName, f.Filter):
+				codes[i] = packets.ErrQuotaExceeded.Code
+			}
+		}
 	}
 	s.hold()
 	for i, f := range pk.Filters {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -34,6 +35,10 @@ type Session struct {
 	cl      *mqtt.Client
 	prefix  string // d/{app}/{device}/
 	limiter *rate.Limiter
+	// subLimiter limits SUBSCRIBEs; subThrottled says the one being
+	// processed is over it (set by hook.OnSubscribe).
+	subLimiter   *rate.Limiter
+	subThrottled atomic.Bool
 
 	mu      sync.Mutex
 	nextPID uint16
@@ -64,6 +69,7 @@ func newSession(b *Broker, cl *mqtt.Client, appKey, device, clientID string) *Se
 		cl:         cl,
 		prefix:     TopicPrefix + appKey + "/" + device + "/",
 		limiter:    rate.NewLimiter(rate.Limit(b.cfg.PublishRate), b.cfg.PublishBurst),
+		subLimiter: rate.NewLimiter(rate.Limit(b.cfg.SubscribeRate), b.cfg.SubscribeBurst),
 	}
 }
 
