@@ -68,6 +68,10 @@ type Config struct {
 	// is refused. A SUBSCRIBE makes the service read the device's queue.
 	SubscribeRate  float64
 	SubscribeBurst int
+	// SourceLoginLimit and IdentityLoginLimit throttle failed logins (see
+	// throttle.go): per device identity from one source, and per device
+	// identity from everywhere.
+	SourceLoginLimit, IdentityLoginLimit LoginLimit
 	// ServiceTopics are the topics under a device's prefix that the
 	// service publishes to; Handler.Subscribed reports SUBSCRIBEs that
 	// match them and Session.Subscribed answers for them.
@@ -92,6 +96,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.SubscribeRate == 0 {
 		c.SubscribeRate, c.SubscribeBurst = DefaultSubscribeRate, DefaultSubscribeBurst
+	}
+	if c.SourceLoginLimit.Every == 0 {
+		c.SourceLoginLimit = DefaultSourceLoginLimit
+	}
+	if c.IdentityLoginLimit.Every == 0 {
+		c.IdentityLoginLimit = DefaultIdentityLoginLimit
 	}
 }
 
@@ -147,6 +157,9 @@ type Broker struct {
 	connected atomic.Int64
 	dropped   atomic.Int64
 	refused   atomic.Int64 // filters over MaxSubscriptions or the subscribe rate
+	throttled atomic.Int64 // logins refused over a failure budget
+
+	logins *loginThrottle
 
 	listeners []net.Listener // ours, closed first by Close
 }
@@ -189,6 +202,7 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 		log:      log,
 		sessions: make(map[*mqtt.Client]*Session),
 		devices:  make(map[string]*Session),
+		logins:   newLoginThrottle(cfg.SourceLoginLimit, cfg.IdentityLoginLimit),
 	}
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
@@ -279,6 +293,10 @@ func (b *Broker) Connected() int64 { return b.connected.Load() }
 
 // Dropped returns how many device publishes were dropped over the rate limit.
 func (b *Broker) Dropped() int64 { return b.dropped.Load() }
+
+// LoginsThrottled returns how many logins were refused, unchecked, because
+// too many had failed before them (see throttle.go).
+func (b *Broker) LoginsThrottled() int64 { return b.throttled.Load() }
 
 // SubscriptionsRefused returns how many topic filters were refused over
 // MaxSubscriptions or the subscribe rate limit.

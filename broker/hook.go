@@ -36,17 +36,18 @@ func (h *hook) Provides(b byte) bool {
 // OnConnect authenticates. Refusals are answered here rather than in
 // OnConnectAuthenticate, whose CONNACK says "bad username or password":
 // DESIGN.md section 3 asks for "not authorized" (3.1.1: 5, v5: 0x87).
+// A login over a failure budget (throttle.go) is refused the same way,
+// unchecked.
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
-	app, dev, ok := parseUsername(string(pk.Connect.Username))
+	user := string(pk.Connect.Username)
+	app, dev, ok := parseUsername(user)
+	if !h.b.logins.Allowed(cl.Net.Remote, user) {
+		h.b.throttled.Add(1)
+		return h.refuse(cl)
+	}
 	if !ok || h.b.handler.Authenticate(app, dev, string(pk.Connect.Password)) != nil {
-		code := packets.ErrNotAuthorized // v5: 0x87
-		if cl.Properties.ProtocolVersion < 5 {
-			// mochi maps this one, and not ErrNotAuthorized, to the
-			// 3.1.1 return code 5, "not authorized".
-			code = packets.ErrBadUsernameOrPassword
-		}
-		_ = h.b.server.SendConnack(cl, code, false, nil)
-		return packets.ErrNotAuthorized
+		h.b.logins.Failed(cl.Net.Remote, user)
+		return h.refuse(cl)
 	}
 	// Every session is clean: the service keeps what must survive a
 	// disconnect (the pending queue) itself, and a broker-side session
@@ -67,6 +68,18 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	// topics. Devices talk to the service only, so wills are dropped.
 	cl.Properties.Will = mqtt.Will{}
 	return nil
+}
+
+// refuse answers CONNACK "not authorized" and ends the connection.
+func (h *hook) refuse(cl *mqtt.Client) error {
+	code := packets.ErrNotAuthorized // v5: 0x87
+	if cl.Properties.ProtocolVersion < 5 {
+		// mochi maps this one, and not ErrNotAuthorized, to the 3.1.1
+		// return code 5, "not authorized".
+		code = packets.ErrBadUsernameOrPassword
+	}
+	_ = h.b.server.SendConnack(cl, code, false, nil)
+	return packets.ErrNotAuthorized
 }
 
 func (h *hook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
