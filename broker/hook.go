@@ -133,7 +133,9 @@ func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 // Two connections of one device establish one at a time, each reported
 // (Handler.Connected) before the next replaces it: the handler sees
 // logins in the order the sessions became current, so a slow report of
-// an older session cannot land after a newer one's.
+// an older session cannot land after a newer one's. The newer is the one
+// whose CONNACK went out later (the greater Session.ID); an older one
+// that comes second is never reported, only closed.
 func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	app, dev, _ := parseUsername(string(cl.Properties.Username))
 	clientID := pk.Connect.ClientIdentifier
@@ -147,6 +149,14 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	defer order.Unlock()
 	h.b.mu.Lock()
 	old := h.b.devices[k]
+	if old != nil && old.ID > s.ID {
+		// A newer connection of the device got here first, while this
+		// one waited: this one is the older, already taken over. (The
+		// mutex wakes waiters in no set order.)
+		h.b.mu.Unlock()
+		h.b.disconnect(cl, packets.ErrSessionTakenOver)
+		return
+	}
 	h.b.devices[k] = s
 	h.b.sessions[cl] = s
 	h.b.mu.Unlock()
