@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net"
 	"strings"
@@ -32,7 +33,16 @@ const (
 	DefaultMaxInflight     = 1024
 	DefaultPublishRate     = 50
 	DefaultPublishBurst    = 100
+	DefaultSubscribeRate   = 1
+	DefaultSubscribeBurst  = 10
 )
+
+// MaxSubscriptions is how many topic filters one connection may hold;
+// SUBSCRIBE is refused for the rest (SUBACK 0x80, v5 0x97 quota
+// exceeded). The protocol needs three at most (msg, property/desired,
+// property/report/reply, or one ".../#"), and every filter held costs
+// broker memory that a device must not be able to grow without bound.
+const MaxSubscriptions = 16
 
 // Config holds the listeners and limits of the broker.
 type Config struct {
@@ -56,6 +66,15 @@ type Config struct {
 	// so one device cannot monopolise the store.
 	PublishRate  float64
 	PublishBurst int
+	// SubscribeRate and SubscribeBurst limit the SUBSCRIBEs of one device
+	// per second (token bucket); every filter of a SUBSCRIBE beyond them
+	// is refused. A SUBSCRIBE makes the service read the device's queue.
+	SubscribeRate  float64
+	SubscribeBurst int
+	// SourceLoginLimit and IdentityLoginLimit throttle failed logins (see
+	// throttle.go): per device identity from one source, and per device
+	// identity from everywhere.
+	SourceLoginLimit, IdentityLoginLimit LoginLimit
 	// ServiceTopics are the topics under a device's prefix that the
 	// service publishes to; Handler.Subscribed reports SUBSCRIBEs that
 	// match them and Session.Subscribed answers for them.
@@ -77,6 +96,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.PublishRate == 0 {
 		c.PublishRate, c.PublishBurst = DefaultPublishRate, DefaultPublishBurst
+	}
+	if c.SubscribeRate == 0 {
+		c.SubscribeRate, c.SubscribeBurst = DefaultSubscribeRate, DefaultSubscribeBurst
+	}
+	if c.SourceLoginLimit.Every == 0 {
+		c.SourceLoginLimit = DefaultSourceLoginLimit
+	}
+	if c.IdentityLoginLimit.Every == 0 {
+		c.IdentityLoginLimit = DefaultIdentityLoginLimit
 	}
 }
 
@@ -117,14 +145,24 @@ type Broker struct {
 	handler Handler
 	log     *slog.Logger
 	server  *mqtt.Server
-	nextID  atomic.Uint64
+	nextID  atomic.Uint64 // Session.ID
+	// nextConn numbers the connections for the client ids mochi sees.
+	nextConn atomic.Uint64
 
 	mu       sync.Mutex
 	sessions map[*mqtt.Client]*Session // by connection
 	devices  map[string]*Session       // the current session by "app/device"
 
+	// order serialises the sessions of one device as they establish
+	// (hook.OnSessionEstablished); a device hashes to one of them.
+	order [256]sync.Mutex
+
 	connected atomic.Int64
 	dropped   atomic.Int64
+	refused   atomic.Int64 // filters over MaxSubscriptions or the subscribe rate
+	throttled atomic.Int64 // logins refused over a failure budget
+
+	logins *loginThrottle
 
 	listeners []net.Listener // ours, closed first by Close
 }
@@ -167,6 +205,7 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 		log:      log,
 		sessions: make(map[*mqtt.Client]*Session),
 		devices:  make(map[string]*Session),
+		logins:   newLoginThrottle(cfg.SourceLoginLimit, cfg.IdentityLoginLimit),
 	}
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
@@ -289,6 +328,14 @@ func (b *Broker) Connected() int64 { return b.connected.Load() }
 // Dropped returns how many device publishes were dropped over the rate limit.
 func (b *Broker) Dropped() int64 { return b.dropped.Load() }
 
+// LoginsThrottled returns how many logins were refused, unchecked, because
+// too many had failed before them (see throttle.go).
+func (b *Broker) LoginsThrottled() int64 { return b.throttled.Load() }
+
+// SubscriptionsRefused returns how many topic filters were refused over
+// MaxSubscriptions or the subscribe rate limit.
+func (b *Broker) SubscriptionsRefused() int64 { return b.refused.Load() }
+
 // Kick disconnects the device's current session, if any, telling it
 // "not authorized" (MQTT 5) before closing. It reports whether one was
 // connected.
@@ -333,6 +380,14 @@ func (b *Broker) Sessions() []*Session {
 }
 
 func deviceKey(appKey, deviceName string) string { return appKey + "/" + deviceName }
+
+// establishing returns the mutex that orders the sessions of the device
+// with key k.
+func (b *Broker) establishing(k string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(k))
+	return &b.order[h.Sum32()%uint32(len(b.order))]
+}
 
 // parseUsername splits "{app_key}/{device_name}". Device names cannot
 // hold "/", so the last one separates the two.

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -23,6 +24,7 @@ func (h *hook) Provides(b byte) bool {
 		mqtt.OnACLCheck,
 		mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect,
+		mqtt.OnSubscribe,
 		mqtt.OnSubscribed,
 		mqtt.OnPacketProcessed,
 		mqtt.OnUnsubscribed,
@@ -34,48 +36,127 @@ func (h *hook) Provides(b byte) bool {
 // OnConnect authenticates. Refusals are answered here rather than in
 // OnConnectAuthenticate, whose CONNACK says "bad username or password":
 // DESIGN.md section 3 asks for "not authorized" (3.1.1: 5, v5: 0x87).
+// A login over a failure budget (throttle.go) is refused the same way,
+// unchecked.
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
-	app, dev, ok := parseUsername(string(pk.Connect.Username))
+	user := string(pk.Connect.Username)
+	app, dev, ok := parseUsername(user)
+	if !h.b.logins.Allowed(cl.Net.Remote, user) {
+		h.b.throttled.Add(1)
+		return h.refuse(cl)
+	}
 	if !ok || h.b.handler.Authenticate(app, dev, string(pk.Connect.Password)) != nil {
-		code := packets.ErrNotAuthorized // v5: 0x87
-		if cl.Properties.ProtocolVersion < 5 {
-			// mochi maps this one, and not ErrNotAuthorized, to the
-			// 3.1.1 return code 5, "not authorized".
-			code = packets.ErrBadUsernameOrPassword
-		}
-		_ = h.b.server.SendConnack(cl, code, false, nil)
-		return packets.ErrNotAuthorized
+		h.b.logins.Failed(cl.Net.Remote, user)
+		return h.refuse(cl)
 	}
 	// Every session is clean: the service keeps what must survive a
 	// disconnect (the pending queue) itself, and a broker-side session
 	// of a device that is gone would only hold memory.
 	cl.Properties.Clean = true
 	cl.Properties.Props.SessionExpiryInterval = 0
+	// mochi keys its clients by client id and disconnects an older client
+	// with the id of a new one, whoever it belongs to. The id is the
+	// device's free choice, so a device of another app could pick it and
+	// kick this one. mochi gets an id of our own instead, unique to this
+	// connection, and the one-connection-per-device rule is kept by
+	// device identity alone (OnSessionEstablished). The client's own id
+	// stays in Session.ClientID; an id mochi assigned to an empty one
+	// still goes back in the v5 CONNACK (Props.AssignedClientID).
+	cl.ID = deviceKey(app, dev) + "#" + strconv.FormatUint(h.b.nextConn.Add(1), 10)
+	// A will would be published by mochi straight to subscribers, past
+	// OnPublish and the ACL: a device could inject into any device's
+	// topics. Devices talk to the service only, so wills are dropped.
+	cl.Properties.Will = mqtt.Will{}
 	return nil
+}
+
+// refuse answers CONNACK "not authorized" and ends the connection.
+func (h *hook) refuse(cl *mqtt.Client) error {
+	code := packets.ErrNotAuthorized // v5: 0x87
+	if cl.Properties.ProtocolVersion < 5 {
+		// mochi maps this one, and not ErrNotAuthorized, to the 3.1.1
+		// return code 5, "not authorized".
+		code = packets.ErrBadUsernameOrPassword
+	}
+	_ = h.b.server.SendConnack(cl, code, false, nil)
+	return packets.ErrNotAuthorized
 }
 
 func (h *hook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
 
-// OnACLCheck confines a device to topics under d/{app_key}/{device_name}/.
-func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, _ bool) bool {
+// OnACLCheck confines a device to topics under d/{app_key}/{device_name}/,
+// and its subscriptions to MaxSubscriptions filters and the subscribe rate.
+// A shared subscription ($share/...) lies outside the prefix. mochi asks
+// with write false for each filter of a SUBSCRIBE, after adding the ones
+// before it, so the count below is exact (and for fan-out to subscribers,
+// which never happens here: devices' publishes and wills reach no one).
+func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	app, dev, ok := parseUsername(string(cl.Properties.Username))
-	if !ok {
+	if !ok || !ownTopic(app, dev, topic) {
 		return false
 	}
+	if write {
+		return true
+	}
+	s := h.session(cl)
+	if s == nil {
+		return false
+	}
+	_, again := cl.State.Subscriptions.Get(topic) // replaces the one held
+	if s.subThrottled.Load() || (!again && cl.State.Subscriptions.Len() >= MaxSubscriptions) {
+		h.b.refused.Add(1)
+		return false
+	}
+	return true
+}
+
+// ownTopic reports whether topic (or filter) lies under the device's prefix.
+func ownTopic(app, dev, topic string) bool {
 	prefix := TopicPrefix + app + "/" + dev + "/"
 	return strings.HasPrefix(topic, prefix) && len(topic) > len(prefix)
+}
+
+// OnSubscribe takes a token for the SUBSCRIBE; without one, OnACLCheck
+// refuses all its filters.
+func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if s := h.session(cl); s != nil {
+		s.subThrottled.Store(!s.subLimiter.Allow())
+	}
+	return pk
 }
 
 // OnSessionEstablished makes the session the device's current one and
 // disconnects any older one (takeover). Doing this after the CONNACK, not
 // in OnConnect, means a connection that fails before it is accepted
 // never displaces a working one.
-func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+//
+// Two connections of one device establish one at a time, each reported
+// (Handler.Connected) before the next replaces it: the handler sees
+// logins in the order the sessions became current, so a slow report of
+// an older session cannot land after a newer one's. The newer is the one
+// whose CONNACK went out later (the greater Session.ID); an older one
+// that comes second is never reported, only closed.
+func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	app, dev, _ := parseUsername(string(cl.Properties.Username))
-	s := newSession(h.b, cl, app, dev)
+	clientID := pk.Connect.ClientIdentifier
+	if clientID == "" {
+		clientID = cl.Properties.Props.AssignedClientID
+	}
+	s := newSession(h.b, cl, app, dev, clientID)
 	k := deviceKey(app, dev)
+	order := h.b.establishing(k)
+	order.Lock()
+	defer order.Unlock()
 	h.b.mu.Lock()
 	old := h.b.devices[k]
+	if old != nil && old.ID > s.ID {
+		// A newer connection of the device got here first, while this
+		// one waited: this one is the older, already taken over. (The
+		// mutex wakes waiters in no set order.)
+		h.b.mu.Unlock()
+		h.b.disconnect(cl, packets.ErrSessionTakenOver)
+		return
+	}
 	h.b.devices[k] = s
 	h.b.sessions[cl] = s
 	h.b.mu.Unlock()
@@ -84,13 +165,6 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		h.b.disconnect(old.cl, packets.ErrSessionTakenOver)
 	}
 	h.b.handler.Connected(s)
-	// A session with the same client id may have inherited the old one's
-	// subscriptions without a SUBSCRIBE; report them like new ones.
-	for f := range cl.State.Subscriptions.GetAll() {
-		for _, t := range s.subscribe(f) {
-			h.b.handler.Subscribed(s, t)
-		}
-	}
 }
 
 func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
@@ -123,10 +197,27 @@ func (h *hook) session(cl *mqtt.Client) *Session {
 // delivery started, for one) is in place when the device learns it is
 // subscribed; what the handler publishes in answer is held back until
 // the SUBACK is written (OnPacketProcessed), as clients expect.
+//
+// For MQTT 5 it also says why a filter was refused: mochi answers every
+// refusal of OnACLCheck with 0x87 (not authorized), and writes the SUBACK
+// from the codes slice it passes here. A filter of the device's own that
+// was refused was over a limit (0x97, quota exceeded); a shared one gets
+// 0x9E (shared subscriptions not supported). MQTT 3.1.1 has only 0x80.
 func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	s := h.session(cl)
 	if s == nil {
 		return
+	}
+	if cl.Properties.ProtocolVersion >= 5 {
+		for i, f := range pk.Filters {
+			switch {
+			case i >= len(codes) || codes[i] != packets.ErrNotAuthorized.Code:
+			case mqtt.IsSharedFilter(f.Filter):
+				codes[i] = packets.ErrSharedSubscriptionsNotSupported.Code
+			case ownTopic(s.AppKey, s.DeviceName, f.Filter):
+				codes[i] = packets.ErrQuotaExceeded.Code
+			}
+		}
 	}
 	s.hold()
 	for i, f := range pk.Filters {

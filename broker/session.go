@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -23,7 +24,10 @@ type Session struct {
 	ID         uint64
 	AppKey     string
 	DeviceName string
-	ClientID   string
+	// ClientID is the client id the device sent, or the one the broker
+	// assigned when it sent none. It identifies nothing: the broker keys
+	// connections by device (see hook.OnConnect).
+	ClientID string
 	// RemoteIP is the device's address without the port.
 	RemoteIP string
 
@@ -31,6 +35,10 @@ type Session struct {
 	cl      *mqtt.Client
 	prefix  string // d/{app}/{device}/
 	limiter *rate.Limiter
+	// subLimiter limits SUBSCRIBEs; subThrottled says the one being
+	// processed is over it (set by hook.OnSubscribe).
+	subLimiter   *rate.Limiter
+	subThrottled atomic.Bool
 
 	mu      sync.Mutex
 	nextPID uint16
@@ -46,7 +54,7 @@ type Session struct {
 	held    []packets.Packet
 }
 
-func newSession(b *Broker, cl *mqtt.Client, appKey, device string) *Session {
+func newSession(b *Broker, cl *mqtt.Client, appKey, device, clientID string) *Session {
 	ip := cl.Net.Remote
 	if h, _, err := net.SplitHostPort(ip); err == nil {
 		ip = h
@@ -55,12 +63,13 @@ func newSession(b *Broker, cl *mqtt.Client, appKey, device string) *Session {
 		ID:         b.nextID.Add(1),
 		AppKey:     appKey,
 		DeviceName: device,
-		ClientID:   cl.ID,
+		ClientID:   clientID,
 		RemoteIP:   ip,
 		b:          b,
 		cl:         cl,
 		prefix:     TopicPrefix + appKey + "/" + device + "/",
 		limiter:    rate.NewLimiter(rate.Limit(b.cfg.PublishRate), b.cfg.PublishBurst),
+		subLimiter: rate.NewLimiter(rate.Limit(b.cfg.SubscribeRate), b.cfg.SubscribeBurst),
 	}
 }
 

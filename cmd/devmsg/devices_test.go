@@ -130,7 +130,7 @@ func TestPresenceAndTakeover(t *testing.T) {
 	if got := first.received(); len(got) != 0 {
 		t.Errorf("the taken-over connection received %v", got)
 	}
-	// Takeover with the same client id (mochi's own takeover path).
+	// Takeover with the same client id.
 	third, err := f.connect("pres-1", secret, devOpts{clientID: "pres-1-second"})
 	if err != nil {
 		t.Fatal(err)

@@ -469,6 +469,8 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *messa
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_subscribed_devices", Help: "Connected devices subscribed to their msg topic."},
 			func() float64 { return float64(d.Stats().Routes) }),
 		counter("devmsg_mqtt_publishes_dropped_total", "Device publishes dropped over the per-device rate limit.", mq.Dropped),
+		counter("devmsg_mqtt_subscriptions_refused_total", "Topic filters refused over the per-connection subscription limits.", mq.SubscriptionsRefused),
+		counter("devmsg_mqtt_logins_throttled_total", "Device logins refused unchecked after too many failed ones.", mq.LoginsThrottled),
 		counter("devmsg_messages_published_total", "Messages written to devices, redeliveries included.", func() int64 { return d.Stats().Published }),
 		counter("devmsg_messages_delivered_total", "Messages acknowledged by their device (record 4).", func() int64 { return d.Stats().Delivered }),
 		counter("devmsg_messages_expired_total", "Messages whose ttl ran out before delivery (record 5, 3005).", func() int64 { return d.Stats().Expired }),
