@@ -49,6 +49,7 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		h.b.logins.Failed(cl.Net.Remote, user)
 		return h.refuse(cl)
 	}
+	h.b.logins.Succeeded(cl.Net.Remote, user)
 	// Every session is clean: the service keeps what must survive a
 	// disconnect (the pending queue) itself, and a broker-side session
 	// of a device that is gone would only hold memory.

@@ -17,6 +17,14 @@ import (
 // There is deliberately no budget for a source address alone: behind a
 // load balancer or a NAT every device shares one, and one bad client
 // would lock the whole fleet out.
+//
+// A source that logged a device in within trustFor is trusted for that
+// device: the identity budget, which an attacker anywhere can spend, does
+// not hold it back, so an attack from elsewhere cannot keep a working
+// device off. Only the (source, identity) budget applies to it, which
+// nobody but a client at that source can spend. The trust depends on the
+// source alone, never on the credentials presented, so a guesser learns
+// nothing from it.
 
 // Default login limits (Config.SourceLoginLimit, Config.IdentityLoginLimit).
 var (
@@ -36,6 +44,10 @@ type LoginLimit struct {
 	Every    time.Duration
 }
 
+// trustFor is how long a successful login trusts its source for that
+// device (see above).
+const trustFor = 24 * time.Hour
+
 // maxThrottled bounds the entries each budget table keeps; an entry goes
 // once its budget has refilled. When a table is full of live entries, new
 // keys go untracked rather than push out the ones being throttled.
@@ -49,6 +61,7 @@ type loginThrottle struct {
 	mu       sync.Mutex
 	source   budgets // by source and identity
 	identity budgets
+	trusted  map[uint64]time.Time // source-and-identity key → last login
 }
 
 func newLoginThrottle(source, identity LoginLimit) *loginThrottle {
@@ -57,6 +70,7 @@ func newLoginThrottle(source, identity LoginLimit) *loginThrottle {
 		seed:     maphash.MakeSeed(),
 		source:   budgets{limit: source, spent: map[uint64]budget{}},
 		identity: budgets{limit: identity, spent: map[uint64]budget{}},
+		trusted:  map[uint64]time.Time{},
 	}
 }
 
@@ -75,7 +89,33 @@ func (t *loginThrottle) Allowed(remote, identity string) bool {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.source.left(s, now) >= 1 && t.identity.left(i, now) >= 1
+	if t.source.left(s, now) < 1 {
+		return false
+	}
+	if last, ok := t.trusted[s]; ok && now.Sub(last) < trustFor {
+		return true
+	}
+	return t.identity.left(i, now) >= 1
+}
+
+// Succeeded records a successful login of identity from remote, which
+// trusts that source for it (see trustFor).
+func (t *loginThrottle) Succeeded(remote, identity string) {
+	s, _ := t.keys(remote, identity)
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.trusted[s]; !ok && len(t.trusted) >= maxThrottled {
+		for k, last := range t.trusted {
+			if now.Sub(last) >= trustFor {
+				delete(t.trusted, k)
+			}
+		}
+		if len(t.trusted) >= maxThrottled {
+			return // full of live trust: the new source is throttled as any
+		}
+	}
+	t.trusted[s] = now
 }
 
 // Failed records a failed login of identity from remote.

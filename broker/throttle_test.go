@@ -74,3 +74,35 @@ func TestLoginThrottleBounded(t *testing.T) {
 		t.Fatalf("%d entries, want the cap %d", n, maxThrottled)
 	}
 }
+
+// A source that logged the device in before is not held back by the
+// identity budget that attackers elsewhere spent, but still by its own.
+func TestLoginThrottleTrustedSource(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	th := newLoginThrottle(LoginLimit{Failures: 3, Every: 10 * time.Second}, LoginLimit{Failures: 5, Every: time.Second})
+	th.now = func() time.Time { return now }
+	const dev = "app/dev"
+	th.Succeeded("10.0.0.1:1000", dev) // the device's own address
+	for i := range 10 {
+		th.Failed("10.0.2."+strconv.Itoa(i)+":1", dev) // an attack from elsewhere
+	}
+	if th.Allowed("10.0.0.9:1", dev) {
+		t.Fatal("an untrusted source passed a spent identity budget")
+	}
+	if !th.Allowed("10.0.0.1:2000", dev) {
+		t.Fatal("the device's own source was held back by failures elsewhere")
+	}
+	for range 3 {
+		th.Failed("10.0.0.1:2001", dev)
+	}
+	if th.Allowed("10.0.0.1:2002", dev) {
+		t.Fatal("a trusted source passed its own spent budget")
+	}
+	now = now.Add(25 * time.Hour) // budgets refilled, trust lapsed
+	for i := range 10 {
+		th.Failed("10.0.3."+strconv.Itoa(i)+":1", dev)
+	}
+	if th.Allowed("10.0.0.1:2003", dev) {
+		t.Fatal("trust outlived trustFor")
+	}
+}
