@@ -36,7 +36,7 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 		return
 	}
 	source := sourceOf(c.Request)
-	if left, bySource := a.throttle.locked(source, user, pass); left > 0 {
+	if left, bySource := a.throttle.locked(source, user); left > 0 {
 		who := "from your address"
 		if !bySource {
 			who = "for this app key or user"
@@ -50,7 +50,7 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 		return
 	}
 	if admin && user == a.cfg.AdminUsername && a.adminPassword(pass) {
-		a.throttle.succeeded(user, pass)
+		a.throttle.succeeded(source, user)
 		c.Set(ctxAdmin, true)
 		c.Next()
 		return
@@ -64,7 +64,7 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 		a.writeError(c, err)
 		return
 	}
-	a.throttle.succeeded(user, pass)
+	a.throttle.succeeded(source, user)
 	c.Set(ctxApp, app)
 	c.Next()
 }

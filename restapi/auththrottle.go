@@ -28,32 +28,41 @@ const (
 	// AuthWindow is the counting window and the lock's length: short, so
 	// an attacker can keep a target locked only by keeping on.
 	AuthWindow = time.Minute
-	// authKnownGoodTTL is how long credentials that authenticated stay
-	// exempt from the locks.
-	authKnownGoodTTL = 24 * time.Hour
-	// authMaxEntries bounds each of the three tables (sources,
-	// identities, known-good credentials): about 100 bytes an entry, so
-	// at most some 20 MB in all. A full table first forgets what has
-	// expired, then arbitrary entries.
+	// authTrustTTL is how long a source that authenticated as an
+	// identity stays trusted for it (see authThrottle).
+	authTrustTTL = 24 * time.Hour
+	// authMaxEntries bounds each of the four tables (sources,
+	// identities, source-and-identity pairs, trusted pairs): about 100
+	// bytes an entry, so at most some 26 MB in all. A full table first
+	// forgets what has expired, then arbitrary entries.
 	authMaxEntries = 65536
 )
 
-// authThrottle keeps the counts. Credentials that authenticated within
-// authKnownGoodTTL pass the locks: an app's backend that has signed in
-// before keeps working while an attacker guesses its secret, also when it
-// shares a source (a NAT, a TCP load balancer in front of devmsg) with the
-// attacker. Presenting them proves knowledge of the secret, so this
-// exemption gives a guesser nothing. Counts are per node.
+// authThrottle keeps the counts. Three locks, each AuthWindow long:
+//   - a source and identity pair, after AuthSourceFailures: nothing
+//     passes it, so no address guesses one secret faster than that;
+//   - a source, after AuthSourceFailures for any identities (spraying
+//     many app keys), and an identity, after AuthIdentityFailures from
+//     any sources: a source that authenticated as that identity within
+//     authTrustTTL passes these two, so an app's backend keeps working
+//     while an attacker elsewhere guesses its secret, or while another
+//     client sharing its address (a NAT) fails.
+//
+// Trust follows the address and the identity, never the credentials
+// presented: a locked request is answered 429 whether its password is
+// right or wrong, so the lock tells a guesser nothing. Counts are per
+// node.
 type authThrottle struct {
 	sourceFailures, identityFailures int
 	window                           time.Duration
 	now                              func() time.Time
-	key                              []byte // HMAC key of the known-good table
+	key                              []byte // hash key of the pair tables
 
 	mu         sync.Mutex
 	sources    map[string]*failCount
 	identities map[[16]byte]*failCount
-	knownGood  map[[32]byte]time.Time // credential MAC → last success
+	pairs      map[[32]byte]*failCount
+	trusted    map[[32]byte]time.Time // pair → last success
 }
 
 // failCount is the failures of one key in the window that started at
@@ -71,7 +80,8 @@ func newAuthThrottle(sourceFailures, identityFailures int, window time.Duration,
 	}
 	return &authThrottle{
 		sourceFailures: sourceFailures, identityFailures: identityFailures, window: window, now: now, key: key,
-		sources: map[string]*failCount{}, identities: map[[16]byte]*failCount{}, knownGood: map[[32]byte]time.Time{},
+		sources: map[string]*failCount{}, identities: map[[16]byte]*failCount{},
+		pairs: map[[32]byte]*failCount{}, trusted: map[[32]byte]time.Time{},
 	}
 }
 
@@ -99,63 +109,73 @@ func identityOf(user string) [16]byte {
 	return [16]byte(sum[:16])
 }
 
-func (t *authThrottle) credMAC(user, pass string) [32]byte {
+// pairOf keys a source and identity; keyed, so that nobody can make two
+// pairs collide.
+func (t *authThrottle) pairOf(source, user string) [32]byte {
 	m := hmac.New(sha256.New, t.key)
-	m.Write([]byte(user))
+	m.Write([]byte(source))
 	m.Write([]byte{0})
-	m.Write([]byte(pass))
+	m.Write([]byte(user))
 	return [32]byte(m.Sum(nil))
 }
 
+// lockedFor is how long f still locks at now, 0 when it does not.
+func lockedFor(f *failCount, ok bool, now time.Time) time.Duration {
+	if !ok || !now.Before(f.until) {
+		return 0
+	}
+	return f.until.Sub(now)
+}
+
 // locked returns how long a request from source for user must wait, 0
-// when it may be checked; whether it was the source or the identity.
-func (t *authThrottle) locked(source, user, pass string) (time.Duration, bool) {
+// when it may be checked; whether a lock of the source (rather than of
+// the identity) holds it.
+func (t *authThrottle) locked(source, user string) (time.Duration, bool) {
 	now := t.now()
+	pair := t.pairOf(source, user)
 	t.mu.Lock()
-	var left time.Duration
-	bySource := false
-	if f, ok := t.sources[source]; ok && now.Before(f.until) {
-		left, bySource = f.until.Sub(now), true
+	defer t.mu.Unlock()
+	f, ok := t.pairs[pair]
+	if left := lockedFor(f, ok, now); left > 0 {
+		return left, true
 	}
-	if f, ok := t.identities[identityOf(user)]; ok && now.Before(f.until) && f.until.Sub(now) > left {
-		left, bySource = f.until.Sub(now), false
-	}
-	t.mu.Unlock()
-	if left == 0 {
+	if seen, ok := t.trusted[pair]; ok && now.Sub(seen) < authTrustTTL {
 		return 0, false
 	}
-	mac := t.credMAC(user, pass)
-	t.mu.Lock()
-	seen, ok := t.knownGood[mac]
-	t.mu.Unlock()
-	if ok && now.Sub(seen) < authKnownGoodTTL {
-		return 0, false
+	f, ok = t.sources[source]
+	bySrc := lockedFor(f, ok, now)
+	f, ok = t.identities[identityOf(user)]
+	byID := lockedFor(f, ok, now)
+	if bySrc >= byID {
+		return bySrc, bySrc > 0
 	}
-	return left, bySource
+	return byID, false
 }
 
 // failed counts a failed authentication of user from source.
 func (t *authThrottle) failed(source, user string) {
 	now := t.now()
+	pair := t.pairOf(source, user)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	count(t.pairs, pair, t.sourceFailures, t.window, now)
 	count(t.sources, source, t.sourceFailures, t.window, now)
 	count(t.identities, identityOf(user), t.identityFailures, t.window, now)
 }
 
-// succeeded remembers credentials that authenticated.
-func (t *authThrottle) succeeded(user, pass string) {
+// succeeded trusts source for user (see authThrottle).
+func (t *authThrottle) succeeded(source, user string) {
 	now := t.now()
-	mac := t.credMAC(user, pass)
+	pair := t.pairOf(source, user)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if seen, ok := t.knownGood[mac]; ok && now.Sub(seen) < time.Minute {
+	if seen, ok := t.trusted[pair]; ok && now.Sub(seen) < time.Minute {
 		return
 	}
-	if _, ok := t.knownGood[mac]; !ok && len(t.knownGood) >= authMaxEntries {
-		evict(t.knownGood, func(seen time.Time) bool { return now.Sub(seen) >= authKnownGoodTTL })
+	if _, ok := t.trusted[pair]; !ok && len(t.trusted) >= authMaxEntries {
+		evict(t.trusted, func(seen time.Time) bool { return now.Sub(seen) >= authTrustTTL })
 	}
-	t.knownGood[mac] = now
+	t.trusted[pair] = now
 }
 
 // count records a failure of key; the limit-th within window locks key

@@ -120,10 +120,12 @@ func TestAuthThrottle(t *testing.T) {
 			want(a.get(attacker, c.path, c.rightUser, c.rightPass), 429, 2002, "right credentials from the locked address")
 			// Another address is not locked.
 			want(a.get(other, c.path, c.rightUser, c.rightPass), 200, 0, "right credentials from another address")
-			// Credentials that have worked pass the lock, even from the
-			// locked address (a NAT or load balancer shared with the
-			// attacker): presenting them proves the secret is known.
-			want(a.get(attacker, c.path, c.rightUser, c.rightPass), 200, 0, "known-good credentials from the locked address")
+			// Trust follows the address, not the credentials: right
+			// credentials that worked elsewhere still wait at the locked
+			// address, else the lock would answer a right guess there.
+			want(a.get(attacker, c.path, c.rightUser, c.rightPass), 429, 2002, "credentials that worked elsewhere, from the locked address")
+			// The address they worked from goes on working.
+			want(a.get(other, c.path, c.rightUser, c.rightPass), 200, 0, "right credentials again from their address")
 			want(a.get(attacker, c.path, c.user, "more"), 429, 2002, "still locked for guesses")
 			// The lock ends after the window.
 			time.Sleep(window + 100*time.Millisecond)
@@ -134,9 +136,9 @@ func TestAuthThrottle(t *testing.T) {
 
 // TestAuthThrottleIdentity: failures for one app key spread over many
 // addresses lock that key (at AuthIdentityFailures, looser than the
-// per-address limit) for addresses whose credentials never worked, while
-// the app's own backend, whose credentials have worked before, keeps
-// working from anywhere. IPv6 addresses count by /64.
+// per-address limit) for addresses that never authenticated as it, while
+// the app's own backend keeps working from the address it authenticated
+// from. IPv6 addresses count by /64.
 func TestAuthThrottleIdentity(t *testing.T) {
 	a := newAuthAPI(t, time.Hour)
 	const path = "/device/v1/baseinfo?device_name=nope"
@@ -151,7 +153,13 @@ func TestAuthThrottleIdentity(t *testing.T) {
 	}
 	wantStatus(t, a.get("198.51.100.200:1", path, a.key, "guess"), 429, 2002, "a new address guessing the locked key")
 	wantStatus(t, a.get("198.51.100.201:1", path, "other-key", "guess"), 401, 1004, "another key is not locked")
-	wantStatus(t, a.get("198.51.100.202:1", path, a.key, a.sec), 400, 1003, "the backend's credentials from a new address")
+	wantStatus(t, a.get("192.0.2.10:2", path, a.key, a.sec), 400, 1003, "the backend, from the address it authenticated from")
+	wantStatus(t, a.get("198.51.100.202:1", path, a.key, a.sec), 429, 2002, "the right secret from an untrusted address (no oracle)")
+	// Guesses from the trusted address itself are still limited.
+	for i := range restapi.AuthSourceFailures {
+		wantStatus(t, a.get("192.0.2.10:3", path, a.key, "guess"+strconv.Itoa(i)), 401, 1004, "guess from the trusted address")
+	}
+	wantStatus(t, a.get("192.0.2.10:4", path, a.key, "guess"), 429, 2002, "the trusted address over its own limit")
 
 	// One IPv6 host's /64 is one source.
 	for i := range restapi.AuthSourceFailures {
