@@ -407,6 +407,19 @@ func (s *sender) run() {
 				continue
 			}
 		}
+		// The read may have seen records whose write (the message's, or
+		// the routing's) is not durable yet: a receiver must never hear
+		// of a message that a crash could take back.
+		if err := w.st.Barrier(w.ctx); err != nil {
+			if w.ctx.Err() != nil {
+				return
+			}
+			w.log.Error("callback: wait for records to be durable", "app", s.q.AppKey, "url", s.q.URL, "err", err)
+			if !s.sleep(time.Second) {
+				return
+			}
+			continue
+		}
 		if !s.deliver(entries) {
 			return
 		}

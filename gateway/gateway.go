@@ -468,13 +468,9 @@ func (g *Gateway) HandleEvent(ctx context.Context, ev cluster.Event) {
 		go func() {
 			// Read and push under the device's lock, so two changes in a
 			// row reach the device in order.
+			// SendDesired sends only what is durable (store.Store.Barrier).
 			defer g.lock(ev.App, ev.Device)()
-			sh, err := g.store.GetShadow(ctx, ev.App, ev.Device)
-			if err != nil {
-				g.log.Error("load desired properties to push", "app", ev.App, "device", ev.Device, "err", err)
-				return
-			}
-			g.sync.Push(s, sh)
+			g.sync.SendDesired(ctx, s, ev.App, ev.Device, false)
 		}()
 	case cluster.KindKick:
 		s := g.broker.Session(ev.App, ev.Device)

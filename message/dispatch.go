@@ -26,9 +26,9 @@ const (
 	ExpiryGrace = 2 * time.Second
 	sweepEvery  = time.Second
 	sweepBatch  = 512
-	// retryAfterAckError is when a message whose delivery could not be
-	// stored is sent again.
-	retryAfterAckError = time.Second
+	// retryAfterStoreError is when a message whose delivery could not be
+	// stored, or that could not be sent for a store error, is sent again.
+	retryAfterStoreError = time.Second
 	// wakeAllAtOnce is how many connections WakeAll wakes before pausing.
 	wakeAllAtOnce = 256
 )
@@ -201,6 +201,7 @@ func (d *Dispatcher) flush(r *route) {
 	}
 	now := d.now().Unix()
 	r.backlog = len(msgs) == n+Window
+	synced := false
 	for _, m := range msgs {
 		if _, ok := r.sent[m.ID]; ok {
 			continue
@@ -216,6 +217,18 @@ func (d *Dispatcher) flush(r *route) {
 		if err != nil {
 			d.log.Error("encode message", "msgid", m.ID, "err", err)
 			continue
+		}
+		// The read may have seen a message whose write is not durable
+		// yet: a device must never get one that a crash could take back
+		// (and its sender, retrying, store again under a new msgid). One
+		// barrier covers the whole read.
+		if !synced {
+			if err := d.store.Barrier(context.Background()); err != nil {
+				d.log.Error("wait for pending messages to be durable", "app", r.app, "device", r.dev, "err", err)
+				time.AfterFunc(retryAfterStoreError, func() { d.Wake(r.app, r.dev) })
+				return
+			}
+			synced = true
 		}
 		// Still under r.mu, so Acked cannot see the PUBACK before the
 		// packet id is recorded.
@@ -275,7 +288,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 		d.log.Error("record delivery", "app", app, "device", dev, "msgid", id, "err", err)
 		// Still pending in the store: send it again on this connection
 		// once the store is back, rather than at the next message.
-		time.AfterFunc(retryAfterAckError, func() { d.Wake(app, dev) })
+		time.AfterFunc(retryAfterStoreError, func() { d.Wake(app, dev) })
 	}
 }
 

@@ -252,3 +252,71 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// orderLog records the order of reads, barriers and publishes.
+type orderLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *orderLog) add(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+// barrierStore logs PendingMessages and Barrier calls.
+type barrierStore struct {
+	store.Store
+	log *orderLog
+}
+
+func (s barrierStore) PendingMessages(ctx context.Context, app, dev string, limit int) ([]store.Message, error) {
+	s.log.add("read")
+	return s.Store.PendingMessages(ctx, app, dev, limit)
+}
+
+func (s barrierStore) Barrier(ctx context.Context) error {
+	s.log.add("barrier")
+	return s.Store.Barrier(ctx)
+}
+
+type loggingConn struct {
+	conn
+	log *orderLog
+}
+
+func (c *loggingConn) Publish(topic string, payload []byte, qos byte) (uint16, error) {
+	c.log.add("publish")
+	return c.conn.Publish(topic, payload, qos)
+}
+
+// TestDispatcherWaitsForDurability checks that a message read from the
+// queue is published only after a Barrier that follows the read: a
+// device must never get a message whose write a crash could still undo.
+func TestDispatcherWaitsForDurability(t *testing.T) {
+	f := newFixture(t)
+	log := &orderLog{}
+	d := NewDispatcher(barrierStore{f.st, log}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for range 3 {
+		f.send(t, 60)
+	}
+	c := &loggingConn{log: log}
+	d.Attach(c, "app", "dev-1")
+	eventually(t, "3 messages sent", func() bool { return len(c.received()) == 3 })
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	synced := false
+	for i, e := range log.events {
+		switch e {
+		case "read":
+			synced = false
+		case "barrier":
+			synced = true
+		case "publish":
+			if !synced {
+				t.Fatalf("event %d: publish with no barrier since the read: %v", i, log.events)
+			}
+		}
+	}
+}

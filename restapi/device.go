@@ -161,7 +161,7 @@ func (a *API) baseInfo(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{
+	return a.writeRead(c, gin.H{
 		"device_secret": d.Secret,
 		"flag":          d.Flag,
 		"time_create":   d.TimeCreate,
@@ -175,7 +175,7 @@ func (a *API) status(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{
+	return a.writeRead(c, gin.H{
 		"status":           d.Status,
 		"client_ip":        d.ClientIP,
 		"last_login_time":  unixString(d.LastLoginTime),
@@ -209,7 +209,7 @@ func (a *API) getProperty(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, props)
+	return a.writeRead(c, props)
 }
 
 // properties loads d's shadow as the device property summary (spec 2.4),

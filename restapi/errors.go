@@ -90,6 +90,17 @@ func (a *API) wrap(h handlerFunc) gin.HandlerFunc {
 }
 
 // writeJSON writes a 200 with v encoded as JSON.
+// writeRead writes v, a 200 built from what the handler read, once every
+// write that read could see is durable: a state reported to a client must
+// not be taken back by a crash (store.Store.Barrier). Answers built from a
+// write's own result need not wait, as the write returned durable.
+func (a *API) writeRead(c *gin.Context, v any) error {
+	if err := a.store.Barrier(c.Request.Context()); err != nil {
+		return fmt.Errorf("wait for durable reads: %w", err)
+	}
+	return writeJSON(c, v)
+}
+
 func writeJSON(c *gin.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -138,6 +138,9 @@ func (a *API) getMessage(c *gin.Context) error {
 		return err
 	}
 	m, err := a.store.GetMessage(c.Request.Context(), currentApp(c).Key, id)
+	if err == nil {
+		err = a.store.Barrier(c.Request.Context())
+	}
 	return writeMessage(c, id, m, err)
 }
 

@@ -56,6 +56,12 @@ func (a *API) replay(c *gin.Context, appKey string, seqNo int64, fp string) (boo
 	if e.Fingerprint != fp {
 		return true, errInvalid("seq_no %d already used within 15 minutes", seqNo)
 	}
+	// The entry may belong to a request still waiting for its write to
+	// be durable: a replayed 200 must not promise what a crash can take
+	// back (store.Store.Barrier).
+	if err := a.store.Barrier(c.Request.Context()); err != nil {
+		return true, err
+	}
 	c.Header("X-Devmsg-Replayed", "true")
 	c.Data(e.Status, "application/json", e.Body)
 	return true, nil

@@ -71,11 +71,11 @@ func DesiredDocument(sh store.Shadow) []byte {
 	return b
 }
 
-// SendDesired publishes the device's desired document to p. With
-// onlyIfSet it sends nothing while no property was ever set (on
-// SUBSCRIBE); a property/get always gets an answer.
+// SendDesired publishes the device's desired document, as stored now,
+// to p. With onlyIfSet it sends nothing while no property was ever set
+// (on SUBSCRIBE); a property/get always gets an answer.
 func (s *Sync) SendDesired(ctx context.Context, p Publisher, appKey, device string, onlyIfSet bool) {
-	sh, err := s.store.GetShadow(ctx, appKey, device)
+	sh, err := s.load(ctx, appKey, device)
 	if err != nil {
 		s.log.Error("load shadow", "app", appKey, "device", device, "err", err)
 		return
@@ -84,6 +84,20 @@ func (s *Sync) SendDesired(ctx context.Context, p Publisher, appKey, device stri
 		return
 	}
 	s.Push(p, sh)
+}
+
+// load reads the device's shadow for the device to see: only once what
+// it reads is durable, so a crash cannot take back a desired version the
+// device has acted on (store.Store.Barrier).
+func (s *Sync) load(ctx context.Context, appKey, device string) (store.Shadow, error) {
+	sh, err := s.store.GetShadow(ctx, appKey, device)
+	if err != nil {
+		return sh, err
+	}
+	if err := s.store.Barrier(ctx); err != nil {
+		return store.Shadow{}, err
+	}
+	return sh, nil
 }
 
 // Push publishes sh's desired document to p if the device subscribed to it.
@@ -142,7 +156,7 @@ func (s *Sync) report(ctx context.Context, app store.App, device string, payload
 	switch {
 	case errors.Is(err, store.ErrVersionConflict):
 		last := int64(0)
-		if cur, gerr := s.store.GetShadow(ctx, app.Key, device); gerr == nil {
+		if cur, gerr := s.load(ctx, app.Key, device); gerr == nil {
 			last = cur.LastReportedVersion
 		}
 		return ReportReply{Version: r.Version, Code: CodeVersionInvalid, Message: fmt.Sprintf("version invalid: %d is not above last_reported_version %d", r.Version, last)}

@@ -517,6 +517,18 @@ type Store interface {
 	// Nodes starting together use it to agree on one generated value.
 	CreateMeta(ctx context.Context, key string, value []byte) error
 
+	// Barrier returns once every write that a read made before the call
+	// could see is durable. A write's method returns only after the write
+	// is durable, but a backend may show it to other readers earlier
+	// (Pebble publishes a batch before its WAL fsync completes), so a
+	// caller that hands what it read to someone outside the process (a
+	// device, a callback receiver, a replayed response) calls Barrier in
+	// between: otherwise a crash could take back what was already told.
+	// Concurrent calls share one sync, and a call with no write in flight
+	// returns at once. Deletions of entries that already count as absent
+	// (expired seq_nos) are exempt; no read can tell them apart.
+	Barrier(ctx context.Context) error
+
 	// Ping reports whether the store can serve requests.
 	Ping(ctx context.Context) error
 	// Close releases the store; pending writes are already durable.

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/storetest"
 )
 
 // clock is a settable time for the sweeper tests.
@@ -245,4 +248,27 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBarrier runs the Barrier suite on a file system that can crash:
+// a crash keeps exactly what Pebble synced, as a power loss would, and
+// unlike a kill it also loses what reached the OS but not the disk.
+func TestBarrier(t *testing.T) {
+	storetest.RunBarrierTests(t, 10, func(t *testing.T) storetest.Crashable {
+		fs := vfs.NewCrashableMem()
+		s := openFS(t, fs)
+		return storetest.Crashable{Store: s, Crash: func(t *testing.T) store.Store {
+			return openFS(t, fs.CrashClone(vfs.CrashCloneCfg{}))
+		}}
+	})
+}
+
+func openFS(t *testing.T, fs vfs.FS) *Store {
+	t.Helper()
+	s, err := Open("db", withFS(fs), WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/devmsg/devmsg/store"
 )
@@ -85,7 +86,8 @@ const sweepChunk = 128
 // until that commit has been synced.
 type Store struct {
 	db *pebble.DB
-	// committing counts synced commits in flight (see WALMinSyncInterval).
+	// committing counts synced commits in flight, from before Pebble
+	// publishes them to after their fsync (see WALMinSyncInterval and Barrier).
 	committing atomic.Int64
 	// outboxSeq is the Seq of the last outbox entry handed out.
 	outboxSeq atomic.Int64
@@ -125,6 +127,7 @@ type config struct {
 	logger     *slog.Logger
 	sweepEvery time.Duration
 	now        func() time.Time
+	fs         vfs.FS
 }
 
 // WithCacheSize sets the size in bytes of Pebble's block cache
@@ -140,6 +143,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // (default one minute); 0 turns the sweeper off. Expired entries count as
 // absent either way; sweeping only reclaims their space.
 func WithSweepInterval(d time.Duration) Option { return func(c *config) { c.sweepEvery = d } }
+
+// withFS replaces the disk in tests, such as with a file system that can
+// simulate a crash.
+func withFS(fs vfs.FS) Option { return func(c *config) { c.fs = fs } }
 
 // withClock replaces time.Now in tests.
 func withClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
@@ -160,6 +167,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		// index blocks large enough to fall out of the cache. 16 MiB
 		// sustained the highest send rate.
 		MemTableSize: 16 << 20,
+		FS:           cfg.fs,
 	}
 	s := &Store{}
 	// Under load, space WAL syncs apart so more concurrent commits share
@@ -438,7 +446,9 @@ func setJSON(b *pebble.Batch, k []byte, v any) error {
 
 // write builds one batch with fill and commits it synced. Pebble makes the
 // batch visible to readers before its fsync completes; callers that must
-// not act on an unsynced write hold a stripe lock across write.
+// not act on an unsynced write hold a stripe lock across write, and
+// readers that pass on what they read call Barrier first. Every synced
+// commit goes through here, so committing counts them for Barrier.
 func (s *Store) write(fill func(b *pebble.Batch) error) error {
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -449,6 +459,35 @@ func (s *Store) write(fill func(b *pebble.Batch) error) error {
 	defer s.committing.Add(-1)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// barrierRecord is the WAL record Barrier writes: a LogData record, which
+// replay skips and no read sees, so it only orders and syncs the log.
+var barrierRecord = []byte("devmsg barrier")
+
+// Barrier returns once every write visible to reads made before the call
+// is durable. A write becomes visible when Pebble publishes its batch,
+// which can come before its WAL fsync; its commit is counted in
+// committing from before it is published until its fsync is done. So
+// with none counted, every visible write is already durable. Otherwise
+// Barrier commits a synced LogData record: Pebble writes WAL records in
+// sequence order before it publishes them (commitPipeline.prepare) and
+// closes and syncs a WAL before starting the next, so the fsync that
+// covers the new record covers every write published before it. The
+// record goes through group commit like any write, so concurrent
+// barriers and writes share fsyncs.
+func (s *Store) Barrier(ctx context.Context) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	if s.committing.Load() == 0 {
+		return nil
+	}
+	if err := s.db.LogData(barrierRecord, pebble.Sync); err != nil {
+		return fmt.Errorf("barrier: %w", err)
 	}
 	return nil
 }

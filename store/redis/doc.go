@@ -131,6 +131,18 @@
 //   - RDB snapshots only, or no persistence: a restart loses everything
 //     since the last snapshot. Not for production.
 //
+// Reads see only durable writes under appendfsync always, which is why
+// Barrier does nothing here: Redis appends a write to the AOF buffer as
+// it runs, and in beforeSleep writes and fsyncs that buffer before it
+// sends the replies of the event loop iteration (server.c, "must be done
+// before handleClientsWithPendingWrites, in case of appendfsync=always";
+// aof.c flushAppendOnlyFile exits rather than reply when the fsync
+// fails). A reply to a read therefore never reflects a write that a crash
+// could take back, and what devmsg sends a device or a receiver after
+// such a read survives a crash. (Pebble shows a write before its fsync;
+// see store.Store.Barrier.) With no-appendfsync-on-rewrite yes Redis skips
+// that fsync during a rewrite, which weakens every write, not only reads.
+//
 // Scripts are written to the AOF and to replicas as their effects wrapped
 // in MULTI/EXEC, so a torn AOF tail loses a whole script or nothing.
 // Replication is asynchronous: after a Sentinel or Cluster failover, the
