@@ -64,6 +64,7 @@ func TestEveryRouteDocumented(t *testing.T) {
 		"POST /admin/v1/apps/{key}/callback/urls/test", "GET /admin/v1/apps/{key}/callback/deliveries",
 		"GET /admin/v1/apps/{key}/callback/deadletters",
 		"POST /admin/v1/apps/{key}/callback/deadletters/{id}/redeliver",
+		"GET /admin/v1/apps/{key}/messages",
 	}
 	ops := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
 	want := slices.Concat(api, admin, ops)
