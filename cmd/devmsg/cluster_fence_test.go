@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,7 +75,7 @@ func TestClusterPausedNodeIsFenced(t *testing.T) {
 	}()
 	time.Sleep(11500 * time.Millisecond) // past the 10 s heartbeat TTL
 	c.nodes = append(c.nodes, startNode(1))
-	stopLoad := c.loadChecked(onTwo, []int{1, 2})
+	stopLoad := c.load(onTwo, []int{1, 2})
 	time.Sleep(time.Second)
 	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -122,40 +121,6 @@ func TestClusterPausedNodeIsFenced(t *testing.T) {
 		d.mu.Unlock()
 	}
 	t.Logf("%d messages acknowledged, each delivered once", len(c.acked))
-}
-
-// loadChecked is load that also fails the test when a msgid is answered
-// twice.
-func (c *testCluster) loadChecked(devs []*clusterDevice, nodes []int) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; ; i += 4 {
-				select {
-				case <-done:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-				d, node := devs[i%len(devs)], nodes[i%len(nodes)]
-				st, b, err := c.nodes[node].tryCall(c.key, c.secret, "POST", "/msg/v1/msg",
-					fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"msg_body":"load","ttl":600}`, c.seq.Add(1), d.name))
-				var r struct{ Msgid json.Number }
-				if err != nil || st != http.StatusOK || json.Unmarshal(b, &r) != nil {
-					continue
-				}
-				c.mu.Lock()
-				if prev, ok := c.acked[r.Msgid.String()]; ok {
-					c.t.Errorf("msgid %s answered twice (%s, then %s)", r.Msgid, prev, d.name)
-				}
-				c.acked[r.Msgid.String()] = d.name
-				c.mu.Unlock()
-			}
-		}()
-	}
-	return func() { close(done); wg.Wait() }
 }
 
 // TestClusterPresenceAfterRedisOutage stalls Redis (SIGSTOP) for longer

@@ -244,6 +244,7 @@ func (c *testCluster) send(node int, device string) {
 // load sends messages to the devices in turn through the given nodes
 // from four goroutines until the returned function is called. Failed
 // requests (a node or Redis down) are not acknowledged and not counted.
+// A msgid answered twice fails the test.
 func (c *testCluster) load(devs []*clusterDevice, nodes []int) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -265,6 +266,9 @@ func (c *testCluster) load(devs []*clusterDevice, nodes []int) (stop func()) {
 					continue
 				}
 				c.mu.Lock()
+				if prev, ok := c.acked[r.Msgid.String()]; ok {
+					c.t.Errorf("msgid %s answered twice (%s, then %s)", r.Msgid, prev, d.name)
+				}
 				c.acked[r.Msgid.String()] = d.name
 				c.mu.Unlock()
 			}
