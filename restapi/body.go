@@ -126,7 +126,7 @@ func (o object) stringField(field string, required bool) (string, bool, error) {
 	// json.Unmarshal turns bytes that are not UTF-8, and escaped halves of
 	// a surrogate pair, into U+FFFD: the text would change unseen.
 	if !validJSONText(o[field]) {
-		return "", false, errInvalid("%s must be valid UTF-8 text (it holds bytes that are not UTF-8 or an unpaired \\u surrogate escape)", field)
+		return "", false, errNotText(field)
 	}
 	return s, true, nil
 }
@@ -231,9 +231,15 @@ func (o object) seqTarget() (seqNo int64, device string, err error) {
 	return seqNo, device, err
 }
 
-// validJSONText reports whether a JSON string literal is valid UTF-8 and
-// escapes no lone UTF-16 surrogate: whether it decodes without U+FFFD
-// standing in for something else.
+// errNotText refuses a field whose JSON holds text that is not UTF-8.
+func errNotText(field string) error {
+	return errInvalid("%s must be valid UTF-8 text (it holds bytes that are not UTF-8 or an unpaired \\u surrogate escape)", field)
+}
+
+// validJSONText reports whether a JSON value (a string literal, or an
+// object or array holding strings) is valid UTF-8 and escapes no lone
+// UTF-16 surrogate: whether it decodes without U+FFFD standing in for
+// something else.
 func validJSONText(raw json.RawMessage) bool {
 	if !utf8.Valid(raw) {
 		return false

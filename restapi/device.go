@@ -321,6 +321,9 @@ func parsePropertyItems(obj object) ([]string, map[string]json.RawMessage, error
 		if err := json.Unmarshal(item["name"], &name); err != nil {
 			return nil, nil, errInvalid("%s must be a string", field)
 		}
+		if !validJSONText(item["name"]) {
+			return nil, nil, errNotText(field)
+		}
 		if err := shadow.ValidateName(name); err != nil {
 			return nil, nil, errInvalid("%s: %v", field, err)
 		}
@@ -333,6 +336,9 @@ func parsePropertyItems(obj object) ([]string, map[string]json.RawMessage, error
 		}
 		if !shadow.IsNumberOrString(v) {
 			return nil, nil, errInvalid("properties[%d].value must be a number or a string", i)
+		}
+		if !validJSONText(v) {
+			return nil, nil, errNotText(fmt.Sprintf("properties[%d].value", i))
 		}
 		names = append(names, name)
 		values[name] = compact(v)

@@ -36,6 +36,25 @@ func TestTextMustBeUTF8(t *testing.T) {
 	}
 }
 
+// TestEveryTextMustBeUTF8: property names and values and callback params
+// are held to UTF-8 like msg_body; they go back out in responses, desired
+// documents and callbacks, where a strict client would choke on them.
+func TestEveryTextMustBeUTF8(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("dev-0001")
+	for _, c := range []struct{ name, path, body, field string }{
+		{"property value", "/device/v1/property", "{\"seq_no\":1,\"device_name\":\"dev-0001\",\"version\":1,\"properties\":[{\"name\":\"s\",\"value\":\"\xff\"}]}", "properties[0].value"},
+		{"property name", "/device/v1/property", "{\"seq_no\":2,\"device_name\":\"dev-0001\",\"version\":1,\"properties\":[{\"name\":\"n\xff\",\"value\":1}]}", "properties[0].name"},
+		{"property value surrogate", "/device/v1/property", `{"seq_no":3,"device_name":"dev-0001","version":1,"properties":[{"name":"s","value":"\ud800"}]}`, "properties[0].value"},
+		{"callback params", "/msg/v1/msg", "{\"seq_no\":4,\"device_name\":\"dev-0001\",\"msg_body\":\"ok\",\"callback\":{\"params\":{\"k\":\"\xff\"}}}", "callback.params"},
+		{"callback params key", "/msg/v1/msg", `{"seq_no":5,"device_name":"dev-0001","msg_body":"ok","callback":{"params":{"\udc00":"v"}}}`, "callback.params"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e.call("POST", c.path, c.body).wantError(t, 400, 1003, c.field, "UTF-8")
+		})
+	}
+}
+
 // TestIntegerOutOfRange: an integral value beyond int64 says it is out of
 // range and names the field; a fraction still says it must be an integer.
 func TestIntegerOutOfRange(t *testing.T) {

@@ -95,6 +95,9 @@ func parseSend(obj object) (message.SendRequest, error) {
 			if len(p) == 0 || p[0] != '{' {
 				return req, errInvalid("callback.params must be a JSON object")
 			}
+			if !validJSONText(p) {
+				return req, errNotText("callback.params")
+			}
 			if len(p) > message.MaxParamsBytes {
 				return req, errInvalid("callback.params must be at most %d bytes of JSON, got %d", message.MaxParamsBytes, len(p))
 			}
