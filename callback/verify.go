@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -176,15 +175,5 @@ func verifyError(ctx context.Context, err error, limit time.Duration) error {
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		return netguard.ErrNotAllowed // no address, no dial detail
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	// "dial tcp 203.0.113.7:443: connect: connection refused" says the
-	// address the host resolved to; the reason is enough.
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
-		return fmt.Errorf("verification failed: could not connect: %w", oe.Err)
-	}
-	return fmt.Errorf("verification failed: %w", err)
+	return fmt.Errorf("verification failed: %s", reason(err))
 }

@@ -509,7 +509,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 		d := Delivery{Time: start, URL: s.q.URL, Records: len(entries), Attempt: attempt, Status: status,
 			LatencyMS: float64(w.now().Sub(start).Microseconds()) / 1000}
 		if lastErr != nil {
-			d.Error = lastErr.Error()
+			d.Error = reason(lastErr)
 		}
 		w.remember(app, d)
 		if lastErr == nil {
@@ -545,7 +545,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 	}
 	d := store.DeadLetter{
 		ID: strconv.FormatInt(entries[0].Seq, 10), AppKey: app, URL: s.q.URL, Entries: entries,
-		Attempts: w.cfg.MaxRetries + 1, LastError: lastErr.Error(), Time: w.now().Unix(),
+		Attempts: w.cfg.MaxRetries + 1, LastError: reason(lastErr), Time: w.now().Unix(),
 	}
 	if err := w.st.PutDeadLetter(w.ctx, d); err != nil {
 		if w.ctx.Err() == nil {
