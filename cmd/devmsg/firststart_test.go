@@ -35,29 +35,9 @@ func TestFirstStartBusyPort(t *testing.T) {
 			args := []string{"serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
 				"--mqtt.tcp_addr", "127.0.0.1:0", "--mqtt.tls_addr", "127.0.0.1:0", "--mqtt.ws_addr", "127.0.0.1:0",
 				flag, busy.Addr().String()}
-			cmd := exec.Command(bin, args...)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			done := make(chan error, 1)
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err = <-done:
-			case <-time.After(20 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("serve with %s busy did not exit; stdout %q stderr:\n%s", flag, stdout.String(), stderr.String())
-			}
-			if err == nil {
-				t.Fatalf("serve with %s busy exited 0", flag)
-			}
-			if !strings.Contains(stderr.String(), busy.Addr().String()) {
-				t.Errorf("the error does not name %s:\n%s", busy.Addr(), stderr.String())
-			}
-			if stdout.Len() != 0 {
-				t.Errorf("a failed start printed %q; shown-once credentials must not be spent", stdout.String())
+			stderr := failedStart(t, bin, args)
+			if !strings.Contains(stderr, busy.Addr().String()) {
+				t.Errorf("the error does not name %s:\n%s", busy.Addr(), stderr)
 			}
 			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 				t.Errorf("a failed start created data_dir (stat: %v)", err)
@@ -71,6 +51,58 @@ func TestFirstStartBusyPort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFirstStartBadCert: a TLS certificate that cannot be loaded fails
+// the first start before the credentials shown once are made.
+func TestFirstStartBadCert(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	t.Parallel()
+	bin := devmsgBinary(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	args := []string{"serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
+		"--mqtt.tcp_addr", "127.0.0.1:0", "--mqtt.tls_addr", "", "--mqtt.ws_addr", ""}
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	stderr := failedStart(t, bin, append(args, "--http.tls.cert_file", missing, "--http.tls.key_file", missing))
+	if !strings.Contains(stderr, missing) {
+		t.Errorf("the error does not name %s:\n%s", missing, stderr)
+	}
+	out := startProcQuiet(t, bin, args).stdout()
+	if len(appLineRE.FindAllString(out, -1)) != 1 || len(adminLineRE.FindAllString(out, -1)) != 1 {
+		t.Fatalf("the start after fixing the certificate printed %q, want the app and the admin password once", out)
+	}
+}
+
+// failedStart runs the binary with args, which must make it fail before
+// it prints anything on stdout (where the credentials shown once go); it
+// returns what it logged.
+func failedStart(t *testing.T, bin string, args []string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("serve %q did not exit; stdout %q stderr:\n%s", args, stdout.String(), stderr.String())
+	}
+	if err == nil {
+		t.Fatalf("serve %q exited 0", args)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("a failed start printed %q; shown-once credentials must not be spent", stdout.String())
+	}
+	return stderr.String()
 }
 
 // startProcQuiet runs the binary with args (no admin password set) and

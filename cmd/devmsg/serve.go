@@ -53,9 +53,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
-	// Every port is bound before anything is created, so a busy one fails
-	// the first start before it generates (and prints) the credentials it
-	// shows only once. Whatever the rest of the start does not hand on is
+	// Every port is bound, and the TLS certificate loaded, before anything
+	// is created, so a busy port or a bad certificate fails the first start
+	// before it generates (and prints) the credentials it shows only once. Whatever the rest of the start does not hand on is
 	// closed on the way out.
 	httpLn, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
@@ -73,6 +73,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
+	}
+	// The certificate too: one that cannot be loaded must fail the start
+	// before the credentials are made.
+	var cert *tls.Certificate
+	if cfg.HTTP.TLS.Enabled || cfg.MQTT.TLSAddr != "" {
+		c, err := loadOrCreateCert(cfg.HTTP.TLS, cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		cert = &c
 	}
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -121,14 +131,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("reset presence: %w", err)
 	} else if n > 0 {
 		log.Info("marked devices offline that were online at the last stop", "devices", n)
-	}
-	var cert *tls.Certificate
-	if cfg.HTTP.TLS.Enabled || cfg.MQTT.TLSAddr != "" {
-		c, err := loadOrCreateCert(cfg.HTTP.TLS, cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		cert = &c
 	}
 
 	dispatcher := message.NewDispatcher(st, log)
