@@ -83,19 +83,40 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	})
 	_, cluster := rdb.(*goredis.ClusterClient)
 	s := &Store{rdb: rdb, prefix: prefix, global: "{" + prefix + "g}", inline: !cluster, now: time.Now}
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := s.check(ctx, opts.Addrs); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("open redis %s: %w", strings.Join(opts.Addrs, ","), err)
-	}
-	if err := checkEviction(ctx, rdb); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("open redis: %w", err)
-	}
-	if err := s.repairActive(ctx); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("open redis: %w", err)
+		return nil, err
 	}
 	return s, nil
+}
+
+// loadingWait is how long Open waits for a Redis that answers LOADING: one
+// restarted at the same time as devmsg (a host reboot) refuses commands
+// until it has read its AOF or snapshot back.
+const loadingWait = 5 * time.Minute
+
+// check makes sure Redis answers and suits the store, waiting up to
+// loadingWait while it is loading its data.
+func (s *Store) check(ctx context.Context, addrs []string) error {
+	deadline := time.Now().Add(loadingWait)
+	for {
+		err := s.rdb.Ping(ctx).Err()
+		if err != nil {
+			err = fmt.Errorf("open redis %s: %w", strings.Join(addrs, ","), err)
+		} else if err = checkEviction(ctx, s.rdb); err != nil {
+			err = fmt.Errorf("open redis: %w", err)
+		} else if err = s.repairActive(ctx); err != nil {
+			err = fmt.Errorf("open redis: %w", err)
+		}
+		if err == nil || !goredis.HasErrorPrefix(err, "LOADING") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // checkEviction refuses a Redis that may evict keys under memory

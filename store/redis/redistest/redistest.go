@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -60,12 +61,28 @@ func (s *Server) Restart() error {
 	return s.start()
 }
 
-func (s *Server) start() error {
-	cmd := exec.Command("redis-server", s.args...)
+// RestartLoading kills the server and starts it again on the same port
+// and files, with extra config arguments, without waiting for it to
+// answer: clients see it as it comes back (LOADING while it reads its
+// files).
+func (s *Server) RestartLoading(extra ...string) error {
+	s.Stop()
+	return s.spawn(extra...)
+}
+
+func (s *Server) spawn(extra ...string) error {
+	cmd := exec.Command("redis-server", append(slices.Clone(s.args), extra...)...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	s.cmd = cmd
+	return nil
+}
+
+func (s *Server) start() error {
+	if err := s.spawn(); err != nil {
+		return err
+	}
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
