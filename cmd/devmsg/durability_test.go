@@ -25,6 +25,15 @@ var (
 )
 
 // devmsgBinary builds the real binary once per test run.
+// TestMain removes the binary devmsgBinary built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 func devmsgBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
