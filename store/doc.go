@@ -1,5 +1,6 @@
 // Package store defines devmsg's storage contract: the record types, the
 // Store interface every backend implements, and the sentinel errors callers
 // check with errors.Is. Backends live in subpackages (store/pebble,
-// store/redis) and are checked by the conformance suite in store/storetest.
+// store/redis, and store/memory for tests) and are checked by the
+// conformance suite in store/storetest.
 package store

@@ -7,4 +7,15 @@
 // until their commit is synced; writes to different devices overlap, so
 // Pebble's group commit lets them share fsyncs. Expired seq_no entries
 // count as absent at once and are deleted by a sweeper once a minute.
+//
+// The package is near 2,000 lines because it is the whole store.Store
+// contract on one key-value engine, with its own key layout, locking and
+// durability; splitting it into packages would only export those
+// internals. Its files split it by concern, with the names store/redis
+// uses: pebble.go (open, close, locks, reads and writes, Barrier, apps,
+// devices, presence, meta), keys.go (the key layout), shadow.go (shadows
+// and seq_no entries), messages.go (messages, queues, the outbox),
+// callbacks.go (delivery queues, dead letters), devicecache.go (the
+// device and pending-count caches) and sweep.go (the seq_no sweeper,
+// which Redis does not need).
 package pebble

@@ -149,4 +149,15 @@
 // new master may lack the last writes the old one acknowledged. Running
 // WAIT numreplicas timeout after a write, on the same connection, would
 // make a write wait for replicas; this package does not do so.
+//
+// # Files
+//
+// The package is over 2,000 lines because it is the whole store.Store
+// contract, each write a Lua script or a transaction that checks before
+// it writes; splitting it into packages would only export its key
+// layout and scripts. Its files split it by concern: redis.go (open,
+// keys, apps, devices, presence, meta), shadow.go (shadows and seq_no
+// entries), messages.go, callbacks.go (outbox, delivery queues, dead
+// letters), scripts.go (the Lua), fence.go (the cluster fence) and
+// active.go (the activity index).
 package redis
