@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -227,15 +225,13 @@ func readRulebook(t *testing.T) *rulebook {
 	return &rb
 }
 
-// listPackages runs `go list -json ./...` with the go command of the
-// toolchain running this test.
+// listPackages runs `go list -json ./...`. The go command is looked up on
+// PATH, where go test puts the bin directory of its own GOROOT first, so
+// the list is made by the toolchain running this test (runtime.GOROOT is
+// deprecated for this).
 func listPackages(t *testing.T) []listedPackage {
 	t.Helper()
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		goCmd = "go"
-	}
-	cmd := exec.Command(goCmd, "list", "-json=ImportPath,Imports,TestImports,XTestImports,Error", "./...")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports,Error", "./...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
