@@ -24,4 +24,12 @@
 // connected to (their load reads "cross-node"), and the server CPU is the
 // nodes' sum. Every process the bench starts is stopped at the end, also
 // on an error or a signal.
+//
+// The package is large (over 2,000 lines) because it is a whole harness
+// of its own, one file per concern: it starts servers, a redis-server and
+// a Mosquitto to compare against, runs MQTT devices on a small client of
+// its own, an HTTP callback receiver, and the REST workloads, and reads
+// the processes' CPU. None of these parts has a second user, and it
+// imports nothing of devmsg's server, so it measures only what a user
+// could; splitting it would add exported names and no clarity.
 package bench
