@@ -5,13 +5,6 @@
 // Redis 6.2 or later (SET ... PXAT) and maxmemory-policy noeviction,
 // which Open checks where CONFIG GET is allowed.
 //
-// The package is large (over 2,000 lines) because it implements the whole
-// store.Store contract, its read-check-write steps as Lua scripts
-// (scripts.go) or WATCH transactions so that each is atomic inside Redis,
-// and because this comment records the key layout and the durability
-// argument. It is split by concern: apps and devices (redis.go),
-// messages, callbacks, shadow, active devices, fence.
-//
 // # Keys
 //
 // Every key starts with Options.Prefix (P, default "devmsg:"). All of an
