@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -102,6 +103,46 @@ func (s *server) stop(t *testing.T) {
 		}
 	case <-time.After(40 * time.Second):
 		t.Error("serve did not stop")
+	}
+}
+
+// TestMainCloseAfterFailedRun: a start that fails after binding its ports
+// (here, on an unreachable store) prints nothing, and Close releases the
+// ports; a second Close, of a failed or a served Main, is harmless.
+func TestMainCloseAfterFailedRun(t *testing.T) {
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	var stdout bytes.Buffer
+	m := NewMain()
+	m.Config = testConfig(t, "--http.addr", addr, "--store.type", "redis", "--store.redis.addrs", "127.0.0.1:1")
+	m.Stdout, m.Stderr = &stdout, io.Discard
+	if err := m.Run(context.Background()); err == nil {
+		m.Close()
+		t.Fatal("Run on an unreachable Redis succeeded")
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("a failed start printed %q", stdout.String())
+	}
+	for range 2 {
+		if err := m.Close(); err != nil {
+			t.Fatalf("Close after a failed Run: %v", err)
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("http.addr still bound after Close: %v", err)
+	}
+	ln.Close()
+
+	// A served Main closes once; a later Close (here the test's cleanup)
+	// returns the first one's result.
+	s := startServer(t, "--http.tls.enabled=false", "--admin.password", "pw")
+	if err := s.m.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }
 
