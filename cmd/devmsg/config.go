@@ -417,9 +417,23 @@ func setScalar(v reflect.Value, s string) error {
 
 // Validate reports the first bad value, naming its key.
 func (c Config) Validate() error {
-	bad := func(key, format string, args ...any) error {
-		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	for _, check := range []func() error{c.validateServer, c.validateApps, c.validateCallback} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// badConfig is the error for a bad value at key.
+func badConfig(key, format string, args ...any) error {
+	return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+}
+
+// validateServer checks the keys of the process: data, log, ports, store,
+// node and accounts.
+func (c Config) validateServer() error {
+	bad := badConfig
 	if c.DataDir == "" {
 		return bad("data_dir", "must not be empty")
 	}
@@ -455,6 +469,12 @@ func (c Config) Validate() error {
 	if c.RateLimit.Default < 0 {
 		return bad("rate_limit.default", "%d is negative (0 means unlimited)", c.RateLimit.Default)
 	}
+	return nil
+}
+
+// validateApps checks the configured apps, each complete and unique.
+func (c Config) validateApps() error {
+	bad := badConfig
 	names, keys := map[string]bool{}, map[string]bool{}
 	for i, a := range c.Apps {
 		key := fmt.Sprintf("apps[%d]", i)
@@ -474,6 +494,12 @@ func (c Config) Validate() error {
 		}
 		names[a.Name], keys[a.Key] = true, true
 	}
+	return nil
+}
+
+// validateCallback checks the callback worker's settings.
+func (c Config) validateCallback() error {
+	bad := badConfig
 	cb := c.Callback
 	switch {
 	case cb.BatchSize < 1 || cb.BatchSize > 1000:

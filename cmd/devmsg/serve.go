@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,7 +43,8 @@ const (
 	shutdownBudget = 30 * time.Second
 )
 
-// runServe is `devmsg serve`.
+// runServe is `devmsg serve`: it runs a Main until ctx is done, the HTTP
+// server fails or, in a cluster, another process takes this node_id.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(args, os.Environ())
 	if errors.Is(err, flag.ErrHelp) {
@@ -52,99 +54,205 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.Log, stderr)
-	// Every port is bound, and the TLS certificate loaded, before anything
-	// is created, so a busy port or a bad certificate fails the first start
-	// before it generates (and prints) the credentials it shows only once. Whatever the rest of the start does not hand on is
-	// closed on the way out.
-	httpLn, err := net.Listen("tcp", cfg.HTTP.Addr)
+	m := NewMain()
+	m.Config, m.Stdout, m.Stderr = cfg, stdout, stderr
+	if err := m.Run(ctx); err != nil {
+		_ = m.Close() // nothing is served yet: Close only releases
+		return err
+	}
+	err = m.Wait(ctx)
+	if cerr := m.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Main is one devmsg service: `devmsg serve` runs one, and tests start
+// whole servers with it. Set the exported fields, call Run, then Close.
+type Main struct {
+	Config Config
+	Stdout io.Writer // the credentials shown once
+	Stderr io.Writer // the log
+
+	log       *slog.Logger
+	httpLn    net.Listener            // bound by listen, served by serveHTTP
+	mqttLns   map[string]net.Listener // bound by listen, served by the broker
+	cert      *tls.Certificate        // nil when neither HTTP nor MQTT uses TLS
+	store     store.Store             // fenced by the node in a cluster
+	redis     *redis.Store            // nil on the embedded store
+	node      *cluster.Node           // nil unless on Redis
+	adminHash [32]byte
+
+	reg        *prometheus.Registry
+	dispatcher *message.Dispatcher
+	gateway    *gateway.Gateway
+	callbacks  *callback.Worker
+	api        *restapi.API
+	broker     *broker.Broker
+	console    *console.Console
+
+	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
+	brokerStarted    bool
+	mqttAddrs        map[string]string
+	httpServer       *http.Server
+	httpAddr         string
+	served           chan error // the result of httpServer.Serve
+	httpDone         bool       // Wait saw the HTTP server end
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewMain returns a Main with the default config, writing to the
+// process's stdout and stderr.
+func NewMain() *Main {
+	return &Main{Config: defaultConfig(), Stdout: os.Stdout, Stderr: os.Stderr}
+}
+
+// HTTPAddr returns the bound address of the REST API and console, once
+// Run has returned.
+func (m *Main) HTTPAddr() string { return m.httpAddr }
+
+// MQTTAddrs returns the bound MQTT listener addresses by id (tcp, tls,
+// ws), once Run has returned.
+func (m *Main) MQTTAddrs() map[string]string { return m.mqttAddrs }
+
+// Run opens everything and starts serving; it returns once the service
+// is ready. Whatever it opened, even when it fails, Close releases.
+//
+// The order is the contract of a start. Every port is bound, and the TLS
+// certificate loaded, before anything is created, so a busy port or a bad
+// certificate fails the first start before it generates (and prints) the
+// credentials it shows only once. A cluster node joins, and fences its
+// writes, before it writes anything.
+func (m *Main) Run(ctx context.Context) error {
+	m.log = newLogger(m.Config.Log, m.Stderr)
+	steps := []func(context.Context) error{
+		m.listen,
+		m.loadCert,
+		m.openStore,
+		m.joinCluster,
+		m.createCredentials,
+		m.resetPresence,
+		m.buildServices,
+		m.startServices,
+		m.serveHTTP,
+	}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listen binds the HTTP and MQTT ports.
+func (m *Main) listen(context.Context) error {
+	cfg := m.Config
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen http.addr %s: %w", cfg.HTTP.Addr, err)
 	}
-	defer httpLn.Close()
-	mqttLns, err := broker.Listen(broker.Config{TCPAddr: cfg.MQTT.TCPAddr, TLSAddr: cfg.MQTT.TLSAddr, WSAddr: cfg.MQTT.WSAddr})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		for _, ln := range mqttLns {
-			_ = ln.Close()
-		}
-	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	m.httpLn = ln
+	m.mqttLns, err = broker.Listen(broker.Config{TCPAddr: cfg.MQTT.TCPAddr, TLSAddr: cfg.MQTT.TLSAddr, WSAddr: cfg.MQTT.WSAddr})
+	return err
+}
+
+// loadCert makes the data_dir and loads (or on the first start, makes)
+// the TLS certificate: one that cannot be loaded must fail the start
+// before the credentials are made.
+func (m *Main) loadCert(context.Context) error {
+	if err := os.MkdirAll(m.Config.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
-	// The certificate too: one that cannot be loaded must fail the start
-	// before the credentials are made.
-	var cert *tls.Certificate
-	if cfg.HTTP.TLS.Enabled || cfg.MQTT.TLSAddr != "" {
-		c, err := loadOrCreateCert(cfg.HTTP.TLS, cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		cert = &c
+	if !m.Config.HTTP.TLS.Enabled && m.Config.MQTT.TLSAddr == "" {
+		return nil
 	}
-	st, err := openStore(ctx, cfg, log)
+	c, err := loadOrCreateCert(m.Config.HTTP.TLS, m.Config.DataDir)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := st.Close(); err != nil {
-			log.Error("close store", "err", err)
-		}
-	}()
-	// On Redis, this process is a node of a cluster: the nodes sharing the
-	// Redis are one service.
-	var node *cluster.Node
-	rs, _ := st.(*redis.Store)
-	if rs != nil {
-		node, err = cluster.Join(ctx, cluster.Config{NodeID: cfg.NodeID, Prefix: rs.Prefix()}, rs.Client(), st, log)
-		if err != nil {
-			return err
-		}
-		// Closed after the broker (deferred later, so run earlier) has
-		// disconnected this node's devices.
-		defer node.Close()
-		// Nothing this process writes may land once another holds its
-		// node_id: Redis checks the claim where it can, and the node's
-		// local lease everywhere.
-		if !rs.SetFence(node.FenceKey(), node.Token()) {
-			log.Info("on Redis Cluster, writes are fenced by the node's local lease only (see docs/operations.md)")
-		}
-		st = node.Fence(st)
-		log.Info("joined the cluster", "node_id", cfg.NodeID)
-	}
-	adminHash, err := adminPassword(ctx, cfg.Admin, st, stdout)
+	m.cert = &c
+	return nil
+}
+
+func (m *Main) openStore(ctx context.Context) error {
+	st, err := openStore(ctx, m.Config, m.log)
 	if err != nil {
 		return err
 	}
-	if err := ensureApps(ctx, cfg.Apps, st, stdout, log); err != nil {
+	m.store = st
+	m.redis, _ = st.(*redis.Store)
+	return nil
+}
+
+// joinCluster makes this process, on Redis, a node of a cluster: the
+// nodes sharing the Redis are one service.
+func (m *Main) joinCluster(ctx context.Context) error {
+	if m.redis == nil {
+		return nil
+	}
+	rs := m.redis
+	node, err := cluster.Join(ctx, cluster.Config{NodeID: m.Config.NodeID, Prefix: rs.Prefix()}, rs.Client(), m.store, m.log)
+	if err != nil {
 		return err
 	}
-	// No connection outlives the process; a crash left no logouts behind.
-	// A cluster node resets only the devices it held itself.
+	m.node = node
+	// Nothing this process writes may land once another holds its
+	// node_id: Redis checks the claim where it can, and the node's local
+	// lease everywhere.
+	if !rs.SetFence(node.FenceKey(), node.Token()) {
+		m.log.Info("on Redis Cluster, writes are fenced by the node's local lease only (see docs/operations.md)")
+	}
+	m.store = node.Fence(m.store)
+	m.log.Info("joined the cluster", "node_id", m.Config.NodeID)
+	return nil
+}
+
+// createCredentials makes, and prints once, the admin password and the
+// default app the first start needs, and creates the configured apps.
+func (m *Main) createCredentials(ctx context.Context) error {
+	hash, err := adminPassword(ctx, m.Config.Admin, m.store, m.Stdout)
+	if err != nil {
+		return err
+	}
+	m.adminHash = hash
+	return ensureApps(ctx, m.Config.Apps, m.store, m.Stdout, m.log)
+}
+
+// resetPresence marks offline the devices online at the last stop: no
+// connection outlives the process, and a crash left no logouts behind. A
+// cluster node resets only the devices it held itself.
+func (m *Main) resetPresence(ctx context.Context) error {
 	resetNode := store.AllNodes
-	if node != nil {
-		resetNode = node.ID()
+	if m.node != nil {
+		resetNode = m.node.ID()
 	}
-	if n, err := st.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix()); err != nil {
+	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix())
+	if err != nil {
 		return fmt.Errorf("reset presence: %w", err)
-	} else if n > 0 {
-		log.Info("marked devices offline that were online at the last stop", "devices", n)
 	}
+	if n > 0 {
+		m.log.Info("marked devices offline that were online at the last stop", "devices", n)
+	}
+	return nil
+}
 
-	dispatcher := message.NewDispatcher(st, log)
-	dispatcher.Start()
-	defer dispatcher.Stop()
-	gw := gateway.New(st, dispatcher, shadow.NewSync(st, log), log)
+// buildServices constructs the domain services, the REST API, the MQTT
+// broker and the console, and registers the metrics; nothing runs yet.
+func (m *Main) buildServices(context.Context) error {
+	cfg, st, log := m.Config, m.store, m.log
+	m.reg = prometheus.NewRegistry()
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	m.dispatcher = message.NewDispatcher(st, log)
+	m.gateway = gateway.New(st, m.dispatcher, shadow.NewSync(st, log), log)
 	var limiter restapi.Limiter // nil: per process
-	if node != nil {
-		gw.SetPeers(node)
-		limiter = cluster.NewRateLimiter(rs.Client(), rs.Prefix())
+	if m.node != nil {
+		m.gateway.SetPeers(m.node)
+		limiter = cluster.NewRateLimiter(m.redis.Client(), m.redis.Prefix())
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cb := cfg.Callback
 	allowedNetworks, _ := netguard.ParseNetworks(cb.AllowedNetworks) // validated with the config
 	// One app cache for the API and the callback worker: a settings
@@ -158,68 +266,59 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RequestTimeout: time.Duration(cb.RequestTimeout),
 
 		AllowedNetworks: allowedNetworks,
-	}, st, apps, log, reg)
+	}, st, apps, log, m.reg)
 	if err != nil {
 		return err
 	}
-	// One node at a time delivers callbacks: the one holding the lease.
-	// Stopped before the store closes (by node.Close in a cluster); what
-	// is not delivered stays queued.
-	if node == nil {
-		if err := callbacks.Start(ctx); err != nil {
-			return err
-		}
-		defer callbacks.Stop()
-	} else {
-		node.Lead(callbackLease, func() error { return callbacks.Start(context.Background()) }, callbacks.Stop)
-	}
-	api, err := restapi.New(restapi.Config{
+	m.callbacks = callbacks
+	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,
 		AdminUsername:       cfg.Admin.Username,
-		AdminPasswordSHA256: adminHash,
-		Router:              gw,
+		AdminPasswordSHA256: m.adminHash,
+		Router:              m.gateway,
 		RateLimiter:         limiter,
-		Devices:             gw,
+		Devices:             m.gateway,
 
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
 		CallbackAllowedNetworks:  allowedNetworks,
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
 		Apps:                     apps,
-	}, st, log, reg)
+	}, st, log, m.reg)
 	if err != nil {
 		return err
 	}
-	brokerCfg := broker.Config{
-		TCPAddr:       cfg.MQTT.TCPAddr,
-		TLSAddr:       cfg.MQTT.TLSAddr,
-		WSAddr:        cfg.MQTT.WSAddr,
-		Bound:         mqttLns,
+
+	m.broker = broker.New(m.brokerConfig(), m.gateway, log)
+	m.gateway.SetBroker(m.broker)
+	m.registerMetrics()
+	// The console calls the API in-process; everything else is the API.
+	// Built last: it samples the metrics registered above at once.
+	m.console, err = console.New(console.Config{API: m.api.Handler(), Gatherer: m.reg, Logger: log})
+	return err
+}
+
+// brokerConfig serves MQTT on the ports listen bound.
+func (m *Main) brokerConfig() broker.Config {
+	c := broker.Config{
+		TCPAddr:       m.Config.MQTT.TCPAddr,
+		TLSAddr:       m.Config.MQTT.TLSAddr,
+		WSAddr:        m.Config.MQTT.WSAddr,
+		Bound:         m.mqttLns,
 		ServiceTopics: gateway.ServiceTopics,
 	}
-	if cert != nil {
-		brokerCfg.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+	if m.cert != nil {
+		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*m.cert}, MinVersion: tls.VersionTLS12}
 	}
-	mq := broker.New(brokerCfg, gw, log)
-	gw.SetBroker(mq)
-	if node != nil {
-		// Listening for other nodes before any device can connect.
-		node.Run(gw)
-	}
-	mqttAddrs, err := mq.Start()
-	if err != nil {
-		return err
-	}
-	// Deferred before the HTTP server exists, so it runs after it stops:
-	// devices are disconnected (and marked offline) while the store is open.
-	defer func() {
-		if err := mq.Close(); err != nil {
-			log.Error("close mqtt broker", "err", err)
-		}
-	}()
-	if node != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	return c
+}
+
+// registerMetrics exports the broker's, the dispatcher's and, in a
+// cluster, the callback lease's state.
+func (m *Main) registerMetrics() {
+	if node := m.node; node != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "devmsg_cluster_callback_worker",
 			Help: "1 while this node holds the callback lease and delivers the cluster's callbacks, else 0.",
 		}, func() float64 {
@@ -229,85 +328,167 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return 0
 		}))
 	}
-	registerDeviceMetrics(reg, mq, dispatcher)
-	log.Info("mqtt listening", "addrs", mqttAddrs)
-	if testHookMQTT != nil {
-		testHookMQTT(mqttAddrs)
+	registerDeviceMetrics(m.reg, m.broker, m.dispatcher)
+}
+
+// startServices starts the message expiry, the callback delivery, the
+// cluster's listening for other nodes and, last, MQTT: devices connect
+// only once everything they reach is running.
+func (m *Main) startServices(ctx context.Context) error {
+	m.dispatcher.Start()
+	// One node at a time delivers callbacks: the one holding the lease.
+	// Stopped before the store closes (by node.Close in a cluster); what
+	// is not delivered stays queued.
+	if m.node == nil {
+		if err := m.callbacks.Start(ctx); err != nil {
+			return err
+		}
+		m.callbacksStarted = true
+	} else {
+		m.node.Lead(callbackLease, func() error { return m.callbacks.Start(context.Background()) }, m.callbacks.Stop)
+		// Listening for other nodes before any device can connect.
+		m.node.Run(m.gateway)
 	}
-	// The console calls the API in-process; everything else is the API.
-	con, err := console.New(console.Config{API: api.Handler(), Gatherer: reg, Logger: log})
+	addrs, err := m.broker.Start()
 	if err != nil {
 		return err
 	}
-	defer con.Close()
+	m.brokerStarted, m.mqttAddrs = true, addrs
+	m.log.Info("mqtt listening", "addrs", addrs)
+	return nil
+}
+
+// serveHTTP serves the REST API and the console on the bound HTTP port,
+// in the background.
+func (m *Main) serveHTTP(context.Context) error {
 	mux := http.NewServeMux()
-	mux.Handle("/console", con)
-	mux.Handle(console.Prefix, con)
-	mux.Handle("/", api.Handler())
+	mux.Handle("/console", m.console)
+	mux.Handle(console.Prefix, m.console)
+	mux.Handle("/", m.api.Handler())
 	// A browser pointed at the service finds the console.
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, console.Prefix, http.StatusFound)
 	})
-	var handler http.Handler = mux
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
-	ln := httpLn
-	if cfg.HTTP.TLS.Enabled {
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+	tlsOn := m.Config.HTTP.TLS.Enabled
+	ln := m.httpLn
+	if tlsOn {
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*m.cert}, MinVersion: tls.VersionTLS12}
 		ln = newHTTPSOnlyListener(ln, srv.TLSConfig)
 	}
-	log.Info("http listening", "addr", ln.Addr().String(), "tls", cfg.HTTP.TLS.Enabled)
-	base := baseURL(ln.Addr().String(), cfg.HTTP.TLS.Enabled)
-	log.Info("devmsg ready", "console", base+"console/", "api", base)
-	if testHookListening != nil {
-		testHookListening(ln.Addr().String())
-	}
+	m.httpAddr = ln.Addr().String()
+	m.log.Info("http listening", "addr", m.httpAddr, "tls", tlsOn)
+	base := baseURL(m.httpAddr, tlsOn)
+	m.log.Info("devmsg ready", "console", base+"console/", "api", base)
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	var lost <-chan struct{} // never closed on a single node
-	if node != nil {
-		lost = node.Lost()
-	}
-	select {
-	case err := <-served:
-		return fmt.Errorf("http server: %w", err)
-	case <-ctx.Done():
-	case <-lost:
-		// Another process serves this node_id now. Refuse REST at once;
-		// the deferred steps disconnect the devices and stop the rest.
-		_ = srv.Close()
-		return fmt.Errorf("node_id %d was taken by another process while this one was paused or cut off; stopping (a restart waits for the node_id again)", cfg.NodeID)
-	}
-	log.Info("shutting down: finishing requests in flight")
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		// Requests still running after the budget are cut off so the
-		// process can exit; their clients see a closed connection.
-		_ = srv.Close()
-		return fmt.Errorf("shutdown after %s: %w", shutdownBudget, err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	log.Info("stopped")
+	m.httpServer, m.served = srv, make(chan error, 1)
+	go func() { m.served <- srv.Serve(ln) }()
 	return nil
 }
 
-// testHookListening, when set by a test, learns the HTTP address;
-// testHookMQTT learns the MQTT listener addresses by id (tcp, tls, ws).
-var (
-	testHookListening func(addr string)
-	testHookMQTT      func(addrs map[string]string)
-)
+// Wait blocks while the service runs. It returns nil once ctx is done,
+// or the error that ended the service: the HTTP server failed, or another
+// process took this node_id.
+func (m *Main) Wait(ctx context.Context) error {
+	var lost <-chan struct{} // never closed on a single node
+	if m.node != nil {
+		lost = m.node.Lost()
+	}
+	select {
+	case err := <-m.served:
+		m.httpDone = true
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+		return nil
+	case <-lost:
+		// Another process serves this node_id now. Refuse REST at once;
+		// Close disconnects the devices and stops the rest.
+		_ = m.httpServer.Close()
+		m.httpDone = true
+		return fmt.Errorf("node_id %d was taken by another process while this one was paused or cut off; stopping (a restart waits for the node_id again)", m.Config.NodeID)
+	}
+}
+
+// Close stops what Run started, in reverse order: requests in flight
+// finish; devices are disconnected (and marked offline) while the store
+// is open and before a cluster node releases its claim; the store closes
+// last. It reports the HTTP server's shutdown error; the others are
+// logged. Calls after the first return the first's result.
+func (m *Main) Close() error {
+	m.closeOnce.Do(func() { m.closeErr = m.close() })
+	return m.closeErr
+}
+
+func (m *Main) close() error {
+	err := m.stopHTTP()
+	if m.console != nil {
+		_ = m.console.Close()
+	}
+	if m.brokerStarted {
+		if err := m.broker.Close(); err != nil {
+			m.log.Error("close mqtt broker", "err", err)
+		}
+	}
+	if m.callbacksStarted {
+		m.callbacks.Stop()
+	}
+	if m.dispatcher != nil {
+		m.dispatcher.Stop()
+	}
+	if m.node != nil {
+		// After the broker has disconnected this node's devices; stops
+		// the callbacks too, when this node delivers them.
+		m.node.Close()
+	}
+	if m.store != nil {
+		if err := m.store.Close(); err != nil {
+			m.log.Error("close store", "err", err)
+		}
+	}
+	m.closeListeners()
+	return err
+}
+
+// stopHTTP lets the requests in flight finish, within shutdownBudget.
+func (m *Main) stopHTTP() error {
+	if m.httpServer == nil || m.httpDone {
+		return nil
+	}
+	m.httpDone = true
+	m.log.Info("shutting down: finishing requests in flight")
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+	defer cancel()
+	if err := m.httpServer.Shutdown(ctx); err != nil {
+		// Requests still running after the budget are cut off so the
+		// process can exit; their clients see a closed connection.
+		_ = m.httpServer.Close()
+		return fmt.Errorf("shutdown after %s: %w", shutdownBudget, err)
+	}
+	if err := <-m.served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	m.log.Info("stopped")
+	return nil
+}
+
+// closeListeners closes the ports Run bound but did not hand on (the
+// served ones are closed already).
+func (m *Main) closeListeners() {
+	for _, ln := range m.mqttLns {
+		_ = ln.Close()
+	}
+	if m.httpLn != nil {
+		_ = m.httpLn.Close()
+	}
+}
 
 // baseURL is the URL of the service at the bound HTTP address addr; a
 // wildcard host (":8443", "0.0.0.0", "::") is reached as localhost.

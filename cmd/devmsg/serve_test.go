@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,14 +20,14 @@ import (
 	"github.com/devmsg/devmsg/store/redis/redistest"
 )
 
-// server is `devmsg serve` running in-process.
+// server is a whole devmsg service running in-process: a Main and what
+// it wrote.
 type server struct {
-	addr   string
+	m      *Main
+	addr   string            // the HTTP address
 	mqtt   map[string]string // MQTT listener addresses: tcp, tls, ws
-	stdout *bytes.Buffer     // complete once addr is known: secrets print before listening
+	stdout *bytes.Buffer     // complete once running: secrets print before listening
 	stderr *syncBuffer       // the slog output, written while serving
-	cancel context.CancelFunc
-	done   chan error
 }
 
 // syncBuffer is a bytes.Buffer the server may write while a test reads.
@@ -47,64 +48,101 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// hookMu serialises servers starting, since testHookListening is global.
-var hookMu sync.Mutex
+// testArgs bind every port on 127.0.0.1:0; the args a test passes come
+// after them and win.
+var testArgs = []string{"--http.addr", "127.0.0.1:0", "--log.level", "warn",
+	"--mqtt.tcp_addr", "127.0.0.1:0", "--mqtt.tls_addr", "127.0.0.1:0", "--mqtt.ws_addr", "127.0.0.1:0"}
 
-// startServer runs `devmsg serve` in-process on 127.0.0.1:0 and returns once
-// it listens; testHookListening tells it the bound address, no log parsing.
-func startServer(t *testing.T, args ...string) *server {
+// testConfig is the config `devmsg serve` would run with testArgs and
+// args, its data in t.TempDir() unless args name a data_dir.
+func testConfig(t *testing.T, args ...string) Config {
 	t.Helper()
-	s, err := tryStartServer(args...)
+	cfg, err := loadConfig(append(append([]string{"--data_dir", t.TempDir()}, testArgs...), args...), os.Environ())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// MustRunMain runs a whole service with cfg in-process and returns once it
+// serves; the test's end closes it. The bound addresses come from Main.
+func MustRunMain(t *testing.T, cfg Config) *server {
+	t.Helper()
+	s := &server{m: NewMain(), stdout: &bytes.Buffer{}, stderr: &syncBuffer{}}
+	s.m.Config, s.m.Stdout, s.m.Stderr = cfg, s.stdout, s.stderr
+	if err := s.m.Run(context.Background()); err != nil {
+		_ = s.m.Close()
+		t.Fatalf("serve: %v\n%s", err, s.stderr)
+	}
+	s.addr, s.mqtt = s.m.HTTPAddr(), s.m.MQTTAddrs()
 	t.Cleanup(func() { s.stop(t) })
 	return s
 }
 
-func tryStartServer(args ...string) (*server, error) {
-	hookMu.Lock()
-	defer hookMu.Unlock()
-	addrs := make(chan string, 1)
-	mqttAddrs := make(chan map[string]string, 1)
-	testHookListening = func(a string) { addrs <- a }
-	testHookMQTT = func(a map[string]string) { mqttAddrs <- a }
-	defer func() { testHookListening, testHookMQTT = nil, nil }()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &server{stdout: &bytes.Buffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		s.done <- run(ctx, append([]string{"serve", "--http.addr", "127.0.0.1:0", "--log.level", "warn",
-			"--mqtt.tcp_addr", "127.0.0.1:0", "--mqtt.tls_addr", "127.0.0.1:0", "--mqtt.ws_addr", "127.0.0.1:0"}, args...), s.stdout, s.stderr)
-	}()
-	select {
-	case s.addr = <-addrs:
-		s.mqtt = <-mqttAddrs // reported before the HTTP address
-		return s, nil
-	case err := <-s.done:
-		cancel()
-		return nil, fmt.Errorf("serve exited before listening: %v\n%s", err, s.stderr)
-	case <-time.After(20 * time.Second):
-		cancel()
-		<-s.done // testHookListening must not be cleared under a running server
-		return nil, fmt.Errorf("serve did not listen within 20s\n%s", s.stderr)
-	}
+// startServer runs `devmsg serve` with args in-process, on 127.0.0.1:0.
+func startServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	return MustRunMain(t, testConfig(t, args...))
 }
 
+// stop closes the server, as a signal to `devmsg serve` would, and fails
+// the test unless it stops cleanly.
 func (s *server) stop(t *testing.T) {
 	t.Helper()
-	if s.cancel == nil {
+	if s.m == nil {
 		return
 	}
-	s.cancel()
-	s.cancel = nil
+	m := s.m
+	s.m = nil
+	done := make(chan error, 1)
+	go func() { done <- m.Close() }()
 	select {
-	case err := <-s.done:
+	case err := <-done:
 		if err != nil {
 			t.Errorf("serve returned %v", err)
 		}
 	case <-time.After(40 * time.Second):
 		t.Error("serve did not stop")
+	}
+}
+
+// TestMainCloseAfterFailedRun: a start that fails after binding its ports
+// (here, on an unreachable store) prints nothing, and Close releases the
+// ports; a second Close, of a failed or a served Main, is harmless.
+func TestMainCloseAfterFailedRun(t *testing.T) {
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	var stdout bytes.Buffer
+	m := NewMain()
+	m.Config = testConfig(t, "--http.addr", addr, "--store.type", "redis", "--store.redis.addrs", "127.0.0.1:1")
+	m.Stdout, m.Stderr = &stdout, io.Discard
+	if err := m.Run(context.Background()); err == nil {
+		m.Close()
+		t.Fatal("Run on an unreachable Redis succeeded")
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("a failed start printed %q", stdout.String())
+	}
+	for range 2 {
+		if err := m.Close(); err != nil {
+			t.Fatalf("Close after a failed Run: %v", err)
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("http.addr still bound after Close: %v", err)
+	}
+	ln.Close()
+
+	// A served Main closes once; a later Close (here the test's cleanup)
+	// returns the first one's result.
+	s := startServer(t, "--http.tls.enabled=false", "--admin.password", "pw")
+	if err := s.m.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }
 
