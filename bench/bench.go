@@ -107,6 +107,13 @@ func (o Options) deviceCount() int {
 const DefaultRate = 5000
 
 func (o Options) validate() error {
+	errs := slices.Concat(o.validateLoad(), o.validateWorkloads(), o.validateDeployment())
+	return errors.Join(errs...)
+}
+
+// validateLoad checks the sizes of the load: connections, devices, rates
+// and durations.
+func (o Options) validateLoad() []error {
 	var errs []error
 	if o.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("concurrency %d: need at least 1", o.Concurrency))
@@ -130,6 +137,13 @@ func (o Options) validate() error {
 	if o.LatencyConns < 1 {
 		errs = append(errs, fmt.Errorf("latency connections %d: need at least 1", o.LatencyConns))
 	}
+	return errs
+}
+
+// validateWorkloads checks the workload names and what each named
+// workload needs of the other options.
+func (o Options) validateWorkloads() []error {
+	var errs []error
 	if len(o.Workloads) == 0 {
 		errs = append(errs, errors.New("no workloads"))
 	}
@@ -147,7 +161,7 @@ func (o Options) validate() error {
 	if o.Target != "" && o.AdminPassword == "" {
 		errs = append(errs, errors.New("--target needs --admin-password"))
 	}
-	return errors.Join(append(errs, o.validateDeployment()...)...)
+	return errs
 }
 
 // validateDeployment checks the store and node options.
@@ -230,12 +244,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 	}
 	o.Target = strings.TrimRight(o.Target, "/")
-	exe := o.Binary
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return err
-		}
+	exe, err := benchBinary(o)
+	if err != nil {
+		return err
 	}
 	b := &runner{o: o, seqBase: rand.Int64N(1 << 40), exe: exe, nodes: []node{{base: o.Target, mqtt: o.MQTTAddr}}}
 	deployed := "store and nodes of the target"
@@ -265,77 +276,136 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		fmt.Fprintf(out, "nodes %s; server CPU is their sum; devices connect to node i mod %d, and delivery sends go through the next node (cross-node)\n",
 			b.nodeList(), len(b.nodes))
 	}
-	var results []Result
-	var devmsg brokerRun // device workloads' numbers, for the Mosquitto comparison
-	closed := map[string]float64{}
-	for i, w := range o.Workloads {
-		if i > 0 {
-			if idle := b.settle(ctx); !idle {
-				fmt.Fprintln(out, "warning: the server was still busy after the previous workload; measuring anyway")
-			}
-		}
-		var r Result
-		var err error
-		switch w {
-		case "deliver-latency":
-			r, err = b.deliverDevmsg(ctx, w, b.deliverRate())
-			devmsg.latency = &r
-		case "deliver":
-			r, err = b.deliverDevmsg(ctx, w, 0)
-			devmsg.deliver = &r
-		case "callback-lag":
-			r, err = b.callbackLag(ctx, w, b.deliverRate())
-		case "callback":
-			r, err = b.callbackDrain(ctx, w, out)
-		case "idle-memory":
-			creds := make([]string, o.IdleDevices)
-			for i := range creds {
-				user := b.key + "/" + deviceName(i)
-				creds[i] = user + "," + b.secrets[i] + ",d/" + user + "/msg"
-			}
-			if devmsg.perDevice, err = idleMemory(ctx, b.exe, b.serverPID, b.nodes[0].mqtt, creds, out, "devmsg"); err != nil {
-				return err
-			}
-			continue
-		case "mosquitto":
-			rs, err := b.compareMosquitto(ctx, out, devmsg)
-			if err != nil {
-				return fmt.Errorf("mosquitto: %w", err)
-			}
-			results = append(results, rs...)
-			continue
-		case "send", "property":
-			r, err = b.closedLoop(ctx, w)
-			closed[w] = r.PerSecond
-		default:
-			base := strings.TrimSuffix(w, "-latency")
-			rate := o.Rate
-			if rate == 0 {
-				rate = int(closed[base] / 2)
-			}
-			if rate == 0 {
-				rate = DefaultRate
-			}
-			r, err = b.openLoop(ctx, w, base, rate)
-		}
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-		fmt.Fprintln(out, r.text())
-		if sent := b.sent.Load(); strings.HasPrefix(w, "send") && sent > int64(o.Devices)*MaxPendingPerDevice && !b.warned {
-			b.warned = true
-			fmt.Fprintf(out, "warning: %d sends to %d devices is over %d per device; those past it were stored as failed (queue full), not enqueued; use more --devices\n",
-				sent, o.Devices, MaxPendingPerDevice)
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	results, err := b.runWorkloads(ctx, out)
+	if err != nil {
+		return err
 	}
 	if o.Markdown {
 		fmt.Fprintln(out)
 		fmt.Fprint(out, markdown(machine, deployed, o, results))
 	}
+	return failedRequests(results)
+}
+
+// benchBinary is the devmsg binary the bench-client processes run:
+// Options.Binary, else the running executable.
+func benchBinary(o Options) (string, error) {
+	if o.Binary != "" {
+		return o.Binary, nil
+	}
+	return os.Executable()
+}
+
+// runWorkloads runs b.o.Workloads in order, printing each result as it
+// comes, and returns the results for the report. Between workloads it
+// waits for the server to go idle, so one workload's backlog does not
+// weigh on the next.
+func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, error) {
+	var results []Result
+	var devmsg brokerRun // device workloads' numbers, for the Mosquitto comparison
+	closed := map[string]float64{}
+	for i, w := range b.o.Workloads {
+		if i > 0 {
+			if idle := b.settle(ctx); !idle {
+				fmt.Fprintln(out, "warning: the server was still busy after the previous workload; measuring anyway")
+			}
+		}
+		switch w {
+		case "idle-memory":
+			perDevice, err := b.idleMemoryDevmsg(ctx, out)
+			if err != nil {
+				return nil, err
+			}
+			devmsg.perDevice = perDevice
+			continue
+		case "mosquitto":
+			rs, err := b.compareMosquitto(ctx, out, devmsg)
+			if err != nil {
+				return nil, fmt.Errorf("mosquitto: %w", err)
+			}
+			results = append(results, rs...)
+			continue
+		}
+		r, err := b.measure(ctx, w, out, &devmsg, closed)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, r)
+		fmt.Fprintln(out, r.text())
+		b.warnQueueFull(w, out)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return results, nil
+}
+
+// measure runs workload w, one that yields a single Result. The delivery
+// workloads' results go to devmsg, for the Mosquitto comparison; the
+// closed loops' rates go to closed, where the open loops that follow
+// take half of them as their rate.
+func (b *runner) measure(ctx context.Context, w string, out io.Writer, devmsg *brokerRun, closed map[string]float64) (Result, error) {
+	var r Result
+	var err error
+	switch w {
+	case "deliver-latency":
+		r, err = b.deliverDevmsg(ctx, w, b.deliverRate())
+		devmsg.latency = &r
+	case "deliver":
+		r, err = b.deliverDevmsg(ctx, w, 0)
+		devmsg.deliver = &r
+	case "callback-lag":
+		r, err = b.callbackLag(ctx, w, b.deliverRate())
+	case "callback":
+		r, err = b.callbackDrain(ctx, w, out)
+	case "send", "property":
+		r, err = b.closedLoop(ctx, w)
+		closed[w] = r.PerSecond
+	default:
+		base := strings.TrimSuffix(w, "-latency")
+		r, err = b.openLoop(ctx, w, base, b.openLoopRate(base, closed))
+	}
+	return r, err
+}
+
+// openLoopRate is the rate of the open loop on base: Options.Rate, else
+// half the closed loop's measured rate, else DefaultRate.
+func (b *runner) openLoopRate(base string, closed map[string]float64) int {
+	rate := b.o.Rate
+	if rate == 0 {
+		rate = int(closed[base] / 2)
+	}
+	if rate == 0 {
+		rate = DefaultRate
+	}
+	return rate
+}
+
+// idleMemoryDevmsg measures the first server's RSS per idle device
+// connected to it.
+func (b *runner) idleMemoryDevmsg(ctx context.Context, out io.Writer) (float64, error) {
+	creds := make([]string, b.o.IdleDevices)
+	for i := range creds {
+		user := b.key + "/" + deviceName(i)
+		creds[i] = user + "," + b.secrets[i] + ",d/" + user + "/msg"
+	}
+	return idleMemory(ctx, b.exe, b.serverPID, b.nodes[0].mqtt, creds, out, "devmsg")
+}
+
+// warnQueueFull warns, once per run, when a send workload has sent more
+// than the devices' queues hold, so the sends past it were stored as
+// failed rather than enqueued.
+func (b *runner) warnQueueFull(w string, out io.Writer) {
+	if sent := b.sent.Load(); strings.HasPrefix(w, "send") && sent > int64(b.o.Devices)*MaxPendingPerDevice && !b.warned {
+		b.warned = true
+		fmt.Fprintf(out, "warning: %d sends to %d devices is over %d per device; those past it were stored as failed (queue full), not enqueued; use more --devices\n",
+			sent, b.o.Devices, MaxPendingPerDevice)
+	}
+}
+
+// failedRequests reports every workload that had failed requests, with
+// its first errors.
+func failedRequests(results []Result) error {
 	var errs []error
 	for _, r := range results {
 		if r.Errors > 0 {

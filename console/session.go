@@ -351,33 +351,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case bad != nil:
-		// The delay holds the attempt open, so the next guess waits too.
-		c.sleep(r, FailureDelay)
-		left := c.failed(key)
-		c.endAttempt(key)
-		if left > 0 {
-			d.Error = lockedMessage(user, left)
-			c.renderLogin(w, r, http.StatusTooManyRequests, d)
-			return
-		}
-		d.Error = bad.msg
-		c.renderLogin(w, r, http.StatusUnauthorized, d)
+		c.refuseCredentials(w, r, key, user, d, bad)
 		return
 	case err != nil:
-		var ae *apiError
-		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
-			// The API's own throttle of failed authentication.
-			d.Error = "Too many failed sign-ins: " + ae.Message
-			c.renderLogin(w, r, http.StatusTooManyRequests, d)
-			return
-		}
-		if errors.As(err, &ae) {
-			d.Error = "The service could not check the credentials: " + ae.Message
-		} else {
-			c.log.Error("console sign-in failed", "err", err)
-			d.Error = "Internal error; try again."
-		}
-		c.renderLogin(w, r, http.StatusBadGateway, d)
+		c.verifyFailed(w, r, d, err)
 		return
 	}
 	c.mu.Lock()
@@ -394,6 +371,41 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		to = Prefix + "apps/" + url.PathEscape(s.appKey)
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// refuseCredentials answers a sign-in refused for its credentials. It
+// counts the failure against key, and says so when that locks the user out.
+func (c *Console) refuseCredentials(w http.ResponseWriter, r *http.Request, key, user string, d loginData, bad *badCreds) {
+	// The delay holds the attempt open, so the next guess waits too.
+	c.sleep(r, FailureDelay)
+	left := c.failed(key)
+	c.endAttempt(key)
+	if left > 0 {
+		d.Error = lockedMessage(user, left)
+		c.renderLogin(w, r, http.StatusTooManyRequests, d)
+		return
+	}
+	d.Error = bad.msg
+	c.renderLogin(w, r, http.StatusUnauthorized, d)
+}
+
+// verifyFailed answers a sign-in whose credentials could not be checked:
+// the API throttled it, refused it for another reason, or was not reached.
+func (c *Console) verifyFailed(w http.ResponseWriter, r *http.Request, d loginData, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+		// The API's own throttle of failed authentication.
+		d.Error = "Too many failed sign-ins: " + ae.Message
+		c.renderLogin(w, r, http.StatusTooManyRequests, d)
+		return
+	}
+	if errors.As(err, &ae) {
+		d.Error = "The service could not check the credentials: " + ae.Message
+	} else {
+		c.log.Error("console sign-in failed", "err", err)
+		d.Error = "Internal error; try again."
+	}
+	c.renderLogin(w, r, http.StatusBadGateway, d)
 }
 
 func lockedMessage(user string, left time.Duration) string {

@@ -1,4 +1,3 @@
-// Package appcache keeps recently used apps in memory for a short time.
 package appcache
 
 import (

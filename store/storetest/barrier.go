@@ -70,101 +70,24 @@ func testBarrierCrash(t *testing.T, c Crashable) {
 	}
 	mustDevices(t, s, "k1", devs...)
 
-	var (
-		next     atomic.Int64 // the last id handed to a writer
-		crashed  atomic.Bool
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		promised []int64
-		failed   = make(chan error, barrierWriters+barrierReaders)
-	)
-	fail := func(err error) {
-		if !crashed.Load() {
-			select {
-			case failed <- err:
-			default:
-			}
-		}
-	}
+	r := &barrierRound{s: s, stop: make(chan struct{}), failed: make(chan error, barrierWriters+barrierReaders)}
 	for w := range barrierWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// Not pending, so no queue fills up however long it runs.
-				m := msg(next.Add(1), "k1", devs[w], store.StateDelivered)
-				if err := s.CreateMessage(ctx, m, 0, nil); err != nil {
-					fail(fmt.Errorf("create message %d: %w", m.ID, err))
-					return
-				}
-			}
-		}()
+		r.wg.Add(1)
+		go r.write(devs[w])
 	}
 	for range barrierReaders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var seen []int64
-				last := next.Load()
-				for id := last; id > last-2*barrierWriters && id > 0; id-- {
-					_, err := s.GetMessage(ctx, "k1", id)
-					if err == nil {
-						seen = append(seen, id)
-					} else if !errors.Is(err, store.ErrNotFound) {
-						fail(fmt.Errorf("get message %d: %w", id, err))
-						return
-					}
-				}
-				if err := s.Barrier(ctx); err != nil {
-					fail(fmt.Errorf("barrier: %w", err))
-					return
-				}
-				mu.Lock()
-				promised = append(promised, seen...)
-				mu.Unlock()
-			}
-		}()
+		r.wg.Add(1)
+		go r.read()
 	}
-	deadline := time.After(20 * time.Second)
-	for {
-		mu.Lock()
-		n := len(promised)
-		mu.Unlock()
-		if n >= barrierPromises {
-			break
-		}
-		select {
-		case err := <-failed:
-			close(stop)
-			wg.Wait()
-			t.Fatal(err)
-		case <-deadline:
-			close(stop)
-			wg.Wait()
-			t.Fatalf("only %d messages read in 20 s", n)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	r.waitForPromises(t)
 	// Every id promised so far had its Barrier return before the crash.
-	mu.Lock()
-	cut := append([]int64(nil), promised...)
-	mu.Unlock()
-	crashed.Store(true)
+	r.mu.Lock()
+	cut := append([]int64(nil), r.promised...)
+	r.mu.Unlock()
+	r.crashed.Store(true)
 	after := c.Crash(t)
-	close(stop)
-	wg.Wait()
+	close(r.stop)
+	r.wg.Wait()
 
 	var lost []int64
 	for _, id := range cut {
@@ -176,7 +99,108 @@ func testBarrierCrash(t *testing.T, c Crashable) {
 	}
 	if len(lost) > 0 {
 		t.Fatalf("%d of %d messages read before a Barrier that returned are gone after a crash (up to id %d written): %v",
-			len(lost), len(cut), next.Load(), lost[:min(len(lost), 20)])
+			len(lost), len(cut), r.next.Load(), lost[:min(len(lost), 20)])
 	}
-	t.Logf("%d messages read and promised before the crash, all kept (%d ids written)", len(cut), next.Load())
+	t.Logf("%d messages read and promised before the crash, all kept (%d ids written)", len(cut), r.next.Load())
+}
+
+// barrierRound is one round of testBarrierCrash: its writers and readers
+// of store s, and the ids the readers were promised.
+type barrierRound struct {
+	s        store.Store
+	next     atomic.Int64 // the last id handed to a writer
+	crashed  atomic.Bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	promised []int64
+	failed   chan error
+}
+
+// fail reports a writer's or reader's error, unless the store crashed
+// (then errors are expected) or one was already reported.
+func (r *barrierRound) fail(err error) {
+	if !r.crashed.Load() {
+		select {
+		case r.failed <- err:
+		default:
+		}
+	}
+}
+
+// stopped tells whether the round is over.
+func (r *barrierRound) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// write stores messages to device dev without pause until the round stops.
+func (r *barrierRound) write(dev string) {
+	defer r.wg.Done()
+	for !r.stopped() {
+		// Not pending, so no queue fills up however long it runs.
+		m := msg(r.next.Add(1), "k1", dev, store.StateDelivered)
+		if err := r.s.CreateMessage(context.Background(), m, 0, nil); err != nil {
+			r.fail(fmt.Errorf("create message %d: %w", m.ID, err))
+			return
+		}
+	}
+}
+
+// read looks up the newest ids, calls Barrier and only then adds the ones
+// it found to the promised, until the round stops.
+func (r *barrierRound) read() {
+	defer r.wg.Done()
+	ctx := context.Background()
+	for !r.stopped() {
+		var seen []int64
+		last := r.next.Load()
+		for id := last; id > last-2*barrierWriters && id > 0; id-- {
+			_, err := r.s.GetMessage(ctx, "k1", id)
+			if err == nil {
+				seen = append(seen, id)
+			} else if !errors.Is(err, store.ErrNotFound) {
+				r.fail(fmt.Errorf("get message %d: %w", id, err))
+				return
+			}
+		}
+		if err := r.s.Barrier(ctx); err != nil {
+			r.fail(fmt.Errorf("barrier: %w", err))
+			return
+		}
+		r.mu.Lock()
+		r.promised = append(r.promised, seen...)
+		r.mu.Unlock()
+	}
+}
+
+// waitForPromises waits until the readers were promised barrierPromises
+// ids; it fails the test, after stopping the round, on a writer's or
+// reader's error or when 20 s pass first.
+func (r *barrierRound) waitForPromises(t *testing.T) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		r.mu.Lock()
+		n := len(r.promised)
+		r.mu.Unlock()
+		if n >= barrierPromises {
+			return
+		}
+		select {
+		case err := <-r.failed:
+			close(r.stop)
+			r.wg.Wait()
+			t.Fatal(err)
+		case <-deadline:
+			close(r.stop)
+			r.wg.Wait()
+			t.Fatalf("only %d messages read in 20 s", n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

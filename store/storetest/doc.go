@@ -5,4 +5,12 @@
 // precedence of its errors (a used seq_no is reported before a version
 // conflict or a full queue, so that a retry is replayed) and the outcome
 // of concurrent writers.
+//
+// The package is over 2,000 lines, all of them in non-test files, because
+// it is the conformance suite every backend runs: each backend's tests
+// (store/memory, store/pebble, store/redis) import it, and no package can
+// import another's _test.go files. It is split by concern: storetest.go
+// (apps, devices, shadows, seq_no, queues, reopen), messages.go (message
+// transitions, outbox, callback queues, dead letters), barrier.go
+// (Barrier across a crash) and bench.go (benchmarks).
 package storetest

@@ -199,20 +199,43 @@ func testOutbox(t *testing.T, s store.Store) {
 	if want := []string{"1-0:0", "1-1:2", "2-0:0", "1-2:4"}; !slices.Equal(desc, want) {
 		t.Fatalf("outbox %v, want %v", desc, want)
 	}
-	e := got[3]
+	checkOutboxEntry(t, got[3])
+	checkOutboxPages(t, s, got)
+	checkRouteNowhere(t, s, got)
+}
+
+// checkOutboxEntry checks e, the delivery record of message 1, carries
+// what its callback needs.
+func checkOutboxEntry(t *testing.T, e store.OutboxEntry) {
+	t.Helper()
 	if e.AppKey != "app" || e.CallbackURL != "https://example.com/cb" || e.Record.ChannelKey != "app" || e.Record.MsgID != "1" ||
 		e.Record.UserID != "dev-1" || e.Record.SenderID != "dev-1" || string(e.Record.Params) != `{"k":1}` {
 		t.Fatalf("entry not filled in: %+v", e)
 	}
+}
+
+// checkOutboxPages reads testOutbox's outbox, whose entries are got, a
+// page at a time (with a limit, and after a Seq), and checks the last
+// entry has a time.
+func checkOutboxPages(t *testing.T, s store.Store, got []store.OutboxEntry) {
+	t.Helper()
+	ctx := context.Background()
 	if first, _ := s.ReadOutbox(ctx, 0, 2); len(first) != 2 || first[0].ID != "1-0" {
 		t.Fatalf("limit 2: %+v", first)
 	}
 	if after, _ := s.ReadOutbox(ctx, got[1].Seq, 100); len(after) != 2 || after[0].ID != "2-0" || after[1].ID != "1-2" {
 		t.Fatalf("after Seq %d: %+v", got[1].Seq, after)
 	}
-	if e.Time == 0 {
+	if e := got[3]; e.Time == 0 {
 		t.Fatalf("entry without a time: %+v", e)
 	}
+}
+
+// checkRouteNowhere routes two of testOutbox's entries got to no URL:
+// they leave the outbox and go to no queue.
+func checkRouteNowhere(t *testing.T, s store.Store, got []store.OutboxEntry) {
+	t.Helper()
+	ctx := context.Background()
 	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: got[0]}, {Entry: got[2]}}))
 	rest, err := s.ReadOutbox(ctx, 0, 100)
 	must(t, err)
@@ -227,6 +250,22 @@ func testOutbox(t *testing.T, s store.Store) {
 // testCallbackQueues routes outbox entries into per-URL queues, reads and
 // deletes them, files a dead letter and redelivers it.
 func testCallbackQueues(t *testing.T, s store.Store) {
+	out, q := routeThreeQueues(t, s)
+	checkReadDeleteCallbacks(t, s, q.a, out[0])
+	checkMoveCallbacks(t, s, q.o, out)
+	d := checkFileDeadLetter(t, s, q.b, out[1])
+	checkRedeliverDeadLetter(t, s, q.b, d, out)
+}
+
+// threeQueues are the queues routeThreeQueues fills: a and b are two URLs
+// of one app, o the same URL as a for another app.
+type threeQueues struct{ a, b, o store.CallbackQueue }
+
+// routeThreeQueues writes three failed messages, routes their outbox
+// entries one to each of three queues, and checks the outbox is empty and
+// the queues are listed.
+func routeThreeQueues(t *testing.T, s store.Store) ([]store.OutboxEntry, threeQueues) {
+	t.Helper()
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1")
 	mustDevices(t, s, "other", "dev-1")
@@ -254,20 +293,33 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 	if !slices.Equal(qs, []store.CallbackQueue{a, b, o}) {
 		t.Fatalf("queues %+v", qs)
 	}
+	return out, threeQueues{a, b, o}
+}
+
+// checkReadDeleteCallbacks reads queue a, whose only entry is want, and
+// deletes it.
+func checkReadDeleteCallbacks(t *testing.T, s store.Store, a store.CallbackQueue, want store.OutboxEntry) {
+	t.Helper()
+	ctx := context.Background()
 	got, err := s.ReadCallbacks(ctx, a, 0, 10)
 	must(t, err)
-	if len(got) != 1 || got[0].ID != out[0].ID || got[0].Seq != out[0].Seq || got[0].Record.Type != out[0].Record.Type {
-		t.Fatalf("queue a: %+v, want %+v", got, out[0])
+	if len(got) != 1 || got[0].ID != want.ID || got[0].Seq != want.Seq || got[0].Record.Type != want.Record.Type {
+		t.Fatalf("queue a: %+v, want %+v", got, want)
 	}
-	if after, _ := s.ReadCallbacks(ctx, a, out[0].Seq, 10); len(after) != 0 {
+	if after, _ := s.ReadCallbacks(ctx, a, want.Seq, 10); len(after) != 0 {
 		t.Fatalf("queue a after its only entry: %+v", after)
 	}
-	must(t, s.DeleteCallbacks(ctx, a, []int64{out[0].Seq, 1 << 40}))
+	must(t, s.DeleteCallbacks(ctx, a, []int64{want.Seq, 1 << 40}))
 	if got, _ := s.ReadCallbacks(ctx, a, 0, 10); len(got) != 0 {
 		t.Fatalf("queue a after delete: %+v", got)
 	}
+}
 
-	// Move: o's entry goes to another URL of its app, with a new Seq.
+// checkMoveCallbacks moves queue o's entry, out[2], to another URL of its
+// app, where it gets a new Seq.
+func checkMoveCallbacks(t *testing.T, s store.Store, o store.CallbackQueue, out []store.OutboxEntry) {
+	t.Helper()
+	ctx := context.Background()
 	moved := store.CallbackQueue{AppKey: "other", URL: "http://c.example/cb"}
 	must(t, s.MoveCallbacks(ctx, o, out[2:3], moved.URL))
 	if got, _ := s.ReadCallbacks(ctx, o, 0, 10); len(got) != 0 {
@@ -276,9 +328,14 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 	if got, _ := s.ReadCallbacks(ctx, moved, 0, 10); len(got) != 1 || got[0].ID != out[2].ID || got[0].Seq <= out[2].Seq {
 		t.Fatalf("moved queue: %+v, want %s with a new Seq", got, out[2].ID)
 	}
+}
 
-	// Dead letter: filed atomically with leaving the queue.
-	d := store.DeadLetter{ID: fmt.Sprint(out[1].Seq), AppKey: "app", URL: b.URL, Entries: []store.OutboxEntry{out[1]}, Attempts: 4, LastError: "HTTP 500", Time: 7}
+// checkFileDeadLetter files queue b's entry e as a dead letter, atomically
+// with leaving the queue, and checks it is listed for its app only.
+func checkFileDeadLetter(t *testing.T, s store.Store, b store.CallbackQueue, e store.OutboxEntry) store.DeadLetter {
+	t.Helper()
+	ctx := context.Background()
+	d := store.DeadLetter{ID: fmt.Sprint(e.Seq), AppKey: "app", URL: b.URL, Entries: []store.OutboxEntry{e}, Attempts: 4, LastError: "HTTP 500", Time: 7}
 	must(t, s.PutDeadLetter(ctx, d))
 	if err := s.PutDeadLetter(ctx, d); !errors.Is(err, store.ErrAlreadyExists) {
 		t.Fatalf("a second dead letter with id %s: %v, want ErrAlreadyExists", d.ID, err)
@@ -297,6 +354,14 @@ func testCallbackQueues(t *testing.T, s store.Store) {
 	if page, _ := s.ListDeadLetters(ctx, "app", d.ID, 10); len(page) != 0 {
 		t.Fatalf("after the cursor: %+v", page)
 	}
+	return d
+}
+
+// checkRedeliverDeadLetter redelivers dead letter d, once and from its own
+// app only, back into queue b with a Seq newer than any of out's.
+func checkRedeliverDeadLetter(t *testing.T, s store.Store, b store.CallbackQueue, d store.DeadLetter, out []store.OutboxEntry) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := s.RedeliverDeadLetter(ctx, "other", d.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("redeliver from another app: %v, want ErrNotFound", err)
 	}

@@ -1,4 +1,3 @@
-// Package redistest starts a real redis-server for tests.
 package redistest
 
 import (
