@@ -1,6 +1,3 @@
-// Command devmsg is the device messaging service: `devmsg serve` runs it,
-// `devmsg sim` simulates devices, `devmsg bench` measures it, `devmsg
-// version` prints the build.
 package main
 
 import (
