@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
@@ -64,7 +65,7 @@ func (a *API) appParam(c *gin.Context) (store.App, error) {
 	}
 	app, err := a.store.GetApp(c.Request.Context(), key)
 	if errors.Is(err, store.ErrNotFound) {
-		return app, errInvalid("app %q not found", key)
+		return app, errdefs.NotFound("app", key)
 	}
 	if err != nil {
 		return app, fmt.Errorf("load app: %w", err)
@@ -409,7 +410,7 @@ func (a *API) patchDevice(c *gin.Context) error {
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("device %q not found", name)
+		return errdefs.NotFound("device", name)
 	}
 	if err != nil {
 		return fmt.Errorf("update device: %w", err)
@@ -479,7 +480,7 @@ func (a *API) deleteDevice(c *gin.Context) error {
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("device %q not found", name)
+		return errdefs.NotFound("device", name)
 	}
 	if err != nil {
 		return fmt.Errorf("disable device: %w", err)
@@ -489,7 +490,7 @@ func (a *API) deleteDevice(c *gin.Context) error {
 	}
 	err = a.store.DeleteDevice(ctx, app.Key, name)
 	if errors.Is(err, store.ErrNotFound) { // a concurrent delete won
-		return errInvalid("device %q not found", name)
+		return errdefs.NotFound("device", name)
 	}
 	if err != nil {
 		return fmt.Errorf("delete device: %w", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
 )
@@ -160,7 +161,7 @@ func urlField(obj object) (string, error) {
 // too many.
 func checkAddable(cb store.CallbackSettings, u string) error {
 	if cb.Has(u) {
-		return errInvalid("callback URL %q is already configured", u)
+		return errdefs.Conflict("callback URL", u, "is already configured")
 	}
 	if len(cb.URLs) >= store.MaxCallbackURLs {
 		return errInvalid("at most %d callback URLs can be configured; delete one first", store.MaxCallbackURLs)
@@ -394,7 +395,7 @@ func (a *API) redeliverDeadLetter(c *gin.Context) error {
 	id := c.Param("id")
 	d, err := a.store.RedeliverDeadLetter(c.Request.Context(), app.Key, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("dead letter %q not found", id)
+		return errdefs.NotFound("dead letter", id)
 	}
 	if err != nil {
 		return fmt.Errorf("redeliver dead letter: %w", err)

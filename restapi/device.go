@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
@@ -147,7 +148,7 @@ func (a *API) loadDevice(c *gin.Context, appKey, name string) (store.Device, err
 	}
 	d, err := a.store.GetDevice(c.Request.Context(), appKey, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return d, errInvalid("device %q not found", name)
+		return d, errdefs.NotFound("device", name)
 	}
 	if err != nil {
 		return d, fmt.Errorf("load device: %w", err)
@@ -217,7 +218,7 @@ func (a *API) getProperty(c *gin.Context) error {
 func (a *API) properties(c *gin.Context, d store.Device) (gin.H, error) {
 	sh, err := a.store.GetShadow(c.Request.Context(), d.AppKey, d.Name)
 	if errors.Is(err, store.ErrNotFound) { // deleted since loadDevice
-		return nil, errInvalid("device %q not found", d.Name)
+		return nil, errdefs.NotFound("device", d.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load shadow: %w", err)
@@ -282,7 +283,7 @@ func (a *API) setProperty(c *gin.Context) error {
 	case errors.Is(err, store.ErrSeqUsed):
 		return a.replayUsed(c, app.Key, seqNo, fp)
 	case errors.Is(err, store.ErrNotFound):
-		return errInvalid("device %q not found", name)
+		return errdefs.NotFound("device", name)
 	case errors.Is(err, store.ErrVersionConflict):
 		return a.respondRecorded(c, app.Key, seqNo, fp, propertyResult{name, shadow.CodeVersionInvalid, opID, shadow.CodeText(shadow.CodeVersionInvalid)})
 	case err != nil:

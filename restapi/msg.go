@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
@@ -44,7 +45,7 @@ func (a *API) sendMessage(c *gin.Context) error {
 		return a.replayUsed(c, app.Key, seqNo, fp)
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("device %q not found", name) // deleted since it was loaded
+		return errdefs.NotFound("device", name) // deleted since it was loaded
 	}
 	if err != nil {
 		return fmt.Errorf("send message: %w", err)
@@ -173,7 +174,7 @@ func msgidParam(c *gin.Context) (int64, error) {
 
 func writeMessage(c *gin.Context, id int64, m store.Message, err error) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("message %d not found", id)
+		return errdefs.NotFound("message", id)
 	}
 	if err != nil {
 		return fmt.Errorf("message %d: %w", id, err)

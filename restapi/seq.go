@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -54,7 +55,7 @@ func (a *API) replay(c *gin.Context, appKey string, seqNo int64, fp string) (boo
 		return false, err
 	}
 	if e.Fingerprint != fp {
-		return true, errInvalid("seq_no %d already used within 15 minutes", seqNo)
+		return true, errdefs.Conflict("seq_no", seqNo, "already used within 15 minutes")
 	}
 	// The entry may belong to a request still waiting for its write to
 	// be durable: a replayed 200 must not promise what a crash can take
