@@ -447,7 +447,7 @@ func (a *API) getDevice(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	props, err := a.properties(c, d)
+	props, err := a.shadows.Summary(c.Request.Context(), app.Key, d.Name)
 	if err != nil {
 		return err
 	}

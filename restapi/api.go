@@ -16,8 +16,8 @@ import (
 
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/appcache"
-	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -41,8 +41,13 @@ type Config struct {
 	// RateLimiter holds the per-app rate limits; nil keeps them in this
 	// process (one node).
 	RateLimiter Limiter
-	// Router delivers queued messages to connected devices; nil means no
-	// device is ever online (tests of the REST API alone).
+	// Messages and Shadows hold the rules of messages and properties;
+	// cmd/devmsg builds them. nil: New builds them on its store, with
+	// Router and Devices, for tests of the REST API alone.
+	Messages *message.Service
+	Shadows  *shadow.Service
+	// Router delivers queued messages to connected devices when New
+	// builds Messages; nil means no device is ever online.
 	Router message.Router
 	// Devices hears of REST changes that connected devices must see; nil
 	// ignores them.
@@ -106,8 +111,8 @@ type API struct {
 	cfg      Config
 	store    store.Store
 	log      *slog.Logger
-	ids      *idgen.Generator
 	messages *message.Service
+	shadows  *shadow.Service
 	limits   Limiter
 	apps     *appcache.Cache
 	verifier *http.Client // for callback URL verification
@@ -119,15 +124,6 @@ type API struct {
 // New builds the API. Its metrics are registered with reg, which /metrics
 // serves.
 func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry) (*API, error) {
-	ids, err := idgen.New(cfg.NodeID)
-	if err != nil {
-		return nil, err
-	}
-	last, err := st.LastMessageID(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("read last msgid: %w", err)
-	}
-	ids.Skip(last)
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -136,13 +132,21 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		cfg:      cfg,
 		store:    st,
 		log:      log,
-		ids:      ids,
-		messages: message.NewService(st, ids, cfg.Router),
+		messages: cfg.Messages,
+		shadows:  cfg.Shadows,
 		limits:   cfg.RateLimiter,
 		now:      time.Now,
 	}
 	if a.cfg.Devices == nil {
 		a.cfg.Devices = noDeviceEvents{}
+	}
+	if a.messages == nil || a.shadows == nil {
+		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
+		if err != nil {
+			return nil, err
+		}
+		a.messages = message.NewService(st, ids, cfg.Router)
+		a.shadows = shadow.NewService(st, ids, a.cfg.Devices)
 	}
 	if a.limits == nil {
 		a.limits = newLocalLimiter()

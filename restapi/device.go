@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"unicode/utf8"
 
@@ -192,58 +191,17 @@ func unixString(t int64) string {
 	return strconv.FormatInt(t, 10)
 }
 
-type propertyInfo struct {
-	Name          string          `json:"name"`
-	DesiredValue  json.RawMessage `json:"desired_value,omitempty"`
-	DesiredSTime  int64           `json:"desired_stime,omitempty"`
-	ReportedValue json.RawMessage `json:"reported_value,omitempty"`
-	ReportedSTime int64           `json:"reported_stime,omitempty"`
-}
-
 // getProperty serves GET /device/v1/property (spec 4.4).
 func (a *API) getProperty(c *gin.Context) error {
-	d, err := a.deviceParam(c)
+	name, ok := c.GetQuery("device_name")
+	if !ok || name == "" {
+		return errMissing("device_name")
+	}
+	sum, err := a.shadows.Summary(c.Request.Context(), currentApp(c).Key, name)
 	if err != nil {
 		return err
 	}
-	props, err := a.properties(c, d)
-	if err != nil {
-		return err
-	}
-	return a.writeRead(c, props)
-}
-
-// properties loads d's shadow as the device property summary (spec 2.4),
-// properties sorted by name.
-func (a *API) properties(c *gin.Context, d store.Device) (gin.H, error) {
-	sh, err := a.store.GetShadow(c.Request.Context(), d.AppKey, d.Name)
-	if errors.Is(err, store.ErrNotFound) { // deleted since loadDevice
-		return nil, errdefs.NotFound("device", d.Name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load shadow: %w", err)
-	}
-	props := make([]propertyInfo, 0, len(sh.Properties))
-	for name, p := range sh.Properties {
-		props = append(props, propertyInfo{name, p.DesiredValue, p.DesiredSTime, p.ReportedValue, p.ReportedSTime})
-	}
-	sort.Slice(props, func(i, j int) bool { return props[i].Name < props[j].Name })
-	return gin.H{
-		"properties":            props,
-		"sdk_ver":               sh.SDKVer,
-		"app_ver":               sh.AppVer,
-		"last_desired_stime":    sh.LastDesiredSTime,
-		"last_reported_stime":   sh.LastReportedSTime,
-		"last_desired_version":  sh.LastDesiredVersion,
-		"last_reported_version": sh.LastReportedVersion,
-	}, nil
-}
-
-type propertyResult struct {
-	DeviceName string `json:"device_name"`
-	OpCode     int    `json:"op_code"`
-	OpID       int64  `json:"op_id"`
-	OpStatus   string `json:"op_status"`
+	return a.writeRead(c, sum)
 }
 
 // setProperty serves POST /device/v1/property (spec 4.1).
@@ -264,33 +222,19 @@ func (a *API) setProperty(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	if name == "" {
+		return errMissing("device_name")
+	}
 	app := currentApp(c)
 	fp := fingerprint("POST /device/v1/property", obj)
-	if dev, err := a.loadSeqDevice(c, app.Key, name, seqNo, fp); err != nil || dev == nil {
-		return err
-	}
-	opID := a.ids.Next()
-	if cerr := shadow.Check(app.Properties, names, values); cerr != nil {
-		return a.respondRecorded(c, app.Key, seqNo, fp, propertyResult{name, cerr.Code, opID, shadow.CodeText(cerr.Code)})
-	}
-	body, err := json.Marshal(propertyResult{name, shadow.CodeOK, opID, shadow.CodeText(shadow.CodeOK)})
+	req := shadow.SetRequest{Device: name, Version: version, Names: names, Values: values}
+	res, err := a.shadows.SetDesired(c.Request.Context(), app, req, seqNo, func(r shadow.SetResult) *store.SeqEntry {
+		return a.seqEntry(fp, mustJSON(r))
+	})
 	if err != nil {
-		return err
+		return a.seqFailed(c, app.Key, seqNo, fp, err)
 	}
-	u := store.DesiredUpdate{AppKey: app.Key, DeviceName: name, Version: version, Properties: values, Time: a.now().UnixMilli()}
-	sh, err := a.store.SetDesired(c.Request.Context(), u, seqNo, a.seqEntry(fp, body))
-	switch {
-	case errors.Is(err, store.ErrSeqUsed):
-		return a.replayUsed(c, app.Key, seqNo, fp)
-	case errors.Is(err, store.ErrNotFound):
-		return errdefs.NotFound("device", name)
-	case errors.Is(err, store.ErrVersionConflict):
-		return a.respondRecorded(c, app.Key, seqNo, fp, propertyResult{name, shadow.CodeVersionInvalid, opID, shadow.CodeText(shadow.CodeVersionInvalid)})
-	case err != nil:
-		return fmt.Errorf("set desired: %w", err)
-	}
-	a.cfg.Devices.DesiredChanged(c.Request.Context(), app.Key, name, sh)
-	c.Data(200, "application/json", body)
+	c.Data(200, "application/json", mustJSON(res))
 	return nil
 }
 

@@ -78,24 +78,6 @@ func (a *API) seqEntry(fp string, body []byte) *store.SeqEntry {
 	}
 }
 
-// respondRecorded writes a 200 whose operation changed nothing, after
-// recording it under the seq_no so a retry replays it.
-func (a *API) respondRecorded(c *gin.Context, appKey string, seqNo int64, fp string, v any) error {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	err = a.store.PutSeq(c.Request.Context(), appKey, seqNo, *a.seqEntry(fp, body))
-	if errors.Is(err, store.ErrSeqUsed) {
-		return a.replayUsed(c, appKey, seqNo, fp)
-	}
-	if err != nil {
-		return err
-	}
-	c.Data(http.StatusOK, "application/json", body)
-	return nil
-}
-
 // replayUsed answers a request whose write found its seq_no already
 // recorded: by an earlier request, or a concurrent one that won the race.
 func (a *API) replayUsed(c *gin.Context, appKey string, seqNo int64, fp string) error {
@@ -107,18 +89,29 @@ func (a *API) replayUsed(c *gin.Context, appKey string, seqNo int64, fp string) 
 	return err
 }
 
-// loadSeqDevice loads the target device of a request that carries a
-// seq_no. The seq_no itself is checked atomically with the write, which
-// saves a lookup per request; only when the device is missing is the
-// seq_no looked at first, so a retry still replays after the device is
-// gone. A nil device with a nil error means the replay was written.
-func (a *API) loadSeqDevice(c *gin.Context, appKey, name string, seqNo int64, fp string) (*store.Device, error) {
-	dev, err := a.loadDevice(c, appKey, name)
-	if err == nil {
-		return &dev, nil
+// seqFailed answers a request carrying a seq_no whose service call
+// failed. A seq_no recorded meanwhile (store.ErrSeqUsed) is answered from
+// its record. An unknown device is looked up under the seq_no first, so
+// a retry still replays after the device is gone. The seq_no itself is
+// checked atomically with the write, which saves a lookup per request.
+func (a *API) seqFailed(c *gin.Context, appKey string, seqNo int64, fp string, err error) error {
+	if errors.Is(err, store.ErrSeqUsed) {
+		return a.replayUsed(c, appKey, seqNo, fp)
 	}
-	if done, rerr := a.replay(c, appKey, seqNo, fp); done || rerr != nil {
-		return nil, rerr
+	var nf *errdefs.NotFoundError
+	if errors.As(err, &nf) {
+		if done, rerr := a.replay(c, appKey, seqNo, fp); done || rerr != nil {
+			return rerr
+		}
 	}
-	return nil, err
+	return err
+}
+
+// mustJSON encodes v, a type that always encodes.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("encode " + fmt.Sprintf("%T", v) + ": " + err.Error())
+	}
+	return b
 }
