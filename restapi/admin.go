@@ -12,7 +12,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/devmsg/devmsg/errdefs"
-	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
@@ -23,8 +22,6 @@ const (
 	MaxDeviceListLimit      = 1000
 	DefaultMessageListLimit = 100
 	MaxMessageListLimit     = 1000
-	MaxAppNameLen           = 64
-	MasterSecretLen         = 32
 )
 
 func (a *API) adminRoutes(g *gin.RouterGroup) {
@@ -103,14 +100,10 @@ func (a *API) createApp(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	if name == "" || len(name) > MaxAppNameLen {
-		return errInvalid("name must be 1 to %d bytes", MaxAppNameLen)
+	app, err := a.appSvc.Create(c.Request.Context(), name)
+	if err != nil {
+		return err
 	}
-	app := NewApp(name)
-	if err := a.store.CreateApp(c.Request.Context(), app); err != nil {
-		return fmt.Errorf("create app: %w", err)
-	}
-	a.apps.Forget(app.Key)
 	return writeJSON(c, gin.H{"name": app.Name, "key": app.Key, "master_secret": app.MasterSecret})
 }
 
@@ -172,13 +165,9 @@ func (a *API) rotateMasterSecret(c *gin.Context) error {
 	if confirm != app.Key {
 		return errInvalid("confirm must equal the app key")
 	}
-	newSecret := secret.Alnum(MasterSecretLen)
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		app.MasterSecret = newSecret
-		return nil
-	})
+	app, err = a.appSvc.RotateMasterSecret(c.Request.Context(), app.Key)
 	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+		return err
 	}
 	return writeJSON(c, gin.H{"key": app.Key, "master_secret": app.MasterSecret})
 }

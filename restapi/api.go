@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/message"
@@ -46,6 +47,9 @@ type Config struct {
 	// Router and Devices, for tests of the REST API alone.
 	Messages *message.Service
 	Shadows  *shadow.Service
+	// AppService creates apps and changes their credentials; nil: New
+	// builds it on its store and Apps.
+	AppService *application.Service
 	// Router delivers queued messages to connected devices when New
 	// builds Messages; nil means no device is ever online.
 	Router message.Router
@@ -113,6 +117,7 @@ type API struct {
 	log      *slog.Logger
 	messages *message.Service
 	shadows  *shadow.Service
+	appSvc   *application.Service
 	limits   Limiter
 	apps     *appcache.Cache
 	verifier *http.Client // for callback URL verification
@@ -157,6 +162,10 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	a.apps = cfg.Apps
 	if a.apps == nil {
 		a.apps = appcache.New(st, a.now)
+	}
+	a.appSvc = cfg.AppService
+	if a.appSvc == nil {
+		a.appSvc = application.NewService(st, a.apps)
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/cluster"
@@ -173,12 +174,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		node.Lead(callbackLease, func() error { return callbacks.Start(context.Background()) }, callbacks.Stop)
 	}
+	ids, err := message.NewIDs(ctx, cfg.NodeID, st)
+	if err != nil {
+		return err
+	}
 	api, err := restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,
 		AdminUsername:       cfg.Admin.Username,
 		AdminPasswordSHA256: adminHash,
-		Router:              gw,
+		Messages:            message.NewService(st, ids, gw),
+		Shadows:             shadow.NewService(st, ids, gw),
+		AppService:          application.NewService(st, apps),
 		RateLimiter:         limiter,
 		Devices:             gw,
 
@@ -400,7 +407,7 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		if len(existing) > 0 {
 			return nil
 		}
-		app := restapi.NewApp("default")
+		app := application.New("default")
 		// Nodes of a cluster starting together on an empty store agree on
 		// one default app: the first to claim the key creates it.
 		err = st.CreateMeta(ctx, metaDefaultApp, []byte(app.Key))
@@ -426,7 +433,7 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		return nil
 	}
 	for _, a := range apps {
-		app := restapi.NewApp(a.Name)
+		app := application.New(a.Name)
 		app.Key, app.MasterSecret = a.Key, a.MasterSecret
 		err := st.CreateApp(ctx, app)
 		if errors.Is(err, store.ErrAlreadyExists) {

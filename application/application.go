@@ -1,0 +1,95 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Limits of an app.
+const (
+	// MaxNameLen bounds an app's name, in bytes.
+	MaxNameLen = 64
+	// KeyLen, MasterSecretLen and SigningSecretLen are the lengths of the
+	// generated credentials.
+	KeyLen           = 24
+	MasterSecretLen  = 32
+	SigningSecretLen = 32
+)
+
+// New returns a new app with a generated key, master secret and callback
+// signing secret. The caller stores it.
+func New(name string) store.App {
+	return store.App{
+		Key:           secret.Alnum(KeyLen),
+		Name:          name,
+		MasterSecret:  NewMasterSecret(),
+		SigningSecret: secret.Alnum(SigningSecretLen),
+		CreatedAt:     time.Now().Unix(),
+	}
+}
+
+// NewMasterSecret returns a new generated master secret.
+func NewMasterSecret() string { return secret.Alnum(MasterSecretLen) }
+
+// Store is what the Service needs of the store.
+type Store interface {
+	CreateApp(ctx context.Context, app store.App) error
+}
+
+// Cache holds apps read before and changes them through to the store, so
+// that a change applies at once to every reader of the cache
+// (*appcache.Cache is one).
+type Cache interface {
+	// Forget drops key, which a new app's key must not stay cached as
+	// missing.
+	Forget(key string)
+	// Update is store.Store.UpdateApp, keeping the cache in step.
+	Update(ctx context.Context, key string, fn func(*store.App) error) (store.App, error)
+}
+
+// Service creates apps.
+type Service struct {
+	store Store
+	cache Cache
+}
+
+// NewService returns a Service that creates apps in st and changes them
+// through cache.
+func NewService(st Store, cache Cache) *Service {
+	return &Service{store: st, cache: cache}
+}
+
+// Create stores a new app named name and returns it, credentials
+// included. A *errdefs.InvalidError for a name that is empty or longer
+// than MaxNameLen bytes.
+func (s *Service) Create(ctx context.Context, name string) (store.App, error) {
+	if name == "" || len(name) > MaxNameLen {
+		return store.App{}, errdefs.Invalid("name", "must be 1 to %d bytes", MaxNameLen)
+	}
+	app := New(name)
+	if err := s.store.CreateApp(ctx, app); err != nil {
+		return store.App{}, fmt.Errorf("create app: %w", err)
+	}
+	s.cache.Forget(app.Key)
+	return app, nil
+}
+
+// RotateMasterSecret gives the app key a new master secret and returns
+// the app. The old secret stops working at once here, and on other nodes
+// within appcache.TTL.
+func (s *Service) RotateMasterSecret(ctx context.Context, key string) (store.App, error) {
+	secret := NewMasterSecret()
+	app, err := s.cache.Update(ctx, key, func(app *store.App) error {
+		app.MasterSecret = secret
+		return nil
+	})
+	if err != nil {
+		return store.App{}, fmt.Errorf("update app: %w", err)
+	}
+	return app, nil
+}
