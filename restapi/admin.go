@@ -1,7 +1,6 @@
 package restapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
@@ -367,45 +367,26 @@ func (a *API) patchDevice(c *gin.Context) error {
 		return err
 	}
 	name := c.Param("name")
-	var flag *int
+	var ch devices.Change
 	if n, ok, err := obj.int64Field("flag", false); err != nil {
 		return err
 	} else if ok {
-		if n != store.FlagEnabled && n != store.FlagDisabled {
-			return errInvalid("flag must be 0 (enabled) or 1 (disabled)")
+		if err := devices.ValidateFlag(n); err != nil {
+			return err
 		}
-		flag = new(int(n))
+		ch.Flag = new(int(n))
 	}
-	mark, setMark, err := obj.stringField("mark", false)
+	if mark, ok, err := obj.stringField("mark", false); err != nil {
+		return err
+	} else if ok {
+		if err := devices.ValidateMark(mark); err != nil {
+			return err
+		}
+		ch.Mark = &mark
+	}
+	d, err := a.devices.Update(c.Request.Context(), app.Key, name, ch)
 	if err != nil {
 		return err
-	}
-	if setMark {
-		if err := validateMark(mark); err != nil {
-			return errInvalid("%v", err)
-		}
-	}
-	// Only the fields given change, under the device's lock, so presence
-	// and other writers are not overwritten.
-	var disabled bool
-	d, err := a.store.UpdateDevice(c.Request.Context(), app.Key, name, func(d *store.Device) error {
-		disabled = flag != nil && *flag == store.FlagDisabled && d.Flag != store.FlagDisabled
-		if flag != nil {
-			d.Flag = *flag
-		}
-		if setMark {
-			d.Mark = mark
-		}
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.NotFound("device", name)
-	}
-	if err != nil {
-		return fmt.Errorf("update device: %w", err)
-	}
-	if disabled {
-		a.cfg.Devices.Disabled(c.Request.Context(), app.Key, name)
 	}
 	return writeJSON(c, summarize(d))
 }
@@ -450,39 +431,15 @@ func (a *API) getDevice(c *gin.Context) error {
 }
 
 // deleteDevice serves DELETE /admin/v1/apps/{key}/devices/{name}
-// (DESIGN.md section 5). The steps are ordered so that no message is
-// left pending for a device that is gone: the device is disabled first,
-// so from then on it cannot connect and sends to it fail with record 1;
-// then it is disconnected and its pending messages fail with record 5
-// (3007); only then is it removed. Its messages stay readable by msgid.
+// (DESIGN.md section 5; devices.Service.Delete orders the steps).
 func (a *API) deleteDevice(c *gin.Context) error {
 	app, err := a.appParam(c)
 	if err != nil {
 		return err
 	}
 	name := c.Param("name")
-	// A client that hangs up mid-way must not leave the device disabled
-	// but not deleted: once begun, the steps run to the end.
-	ctx := context.WithoutCancel(c.Request.Context())
-	_, err = a.store.UpdateDevice(ctx, app.Key, name, func(d *store.Device) error {
-		d.Flag = store.FlagDisabled
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.NotFound("device", name)
-	}
-	if err != nil {
-		return fmt.Errorf("disable device: %w", err)
-	}
-	if err := a.cfg.Devices.Deleted(ctx, app.Key, name); err != nil {
-		return fmt.Errorf("delete device: %w", err)
-	}
-	err = a.store.DeleteDevice(ctx, app.Key, name)
-	if errors.Is(err, store.ErrNotFound) { // a concurrent delete won
-		return errdefs.NotFound("device", name)
-	}
-	if err != nil {
-		return fmt.Errorf("delete device: %w", err)
+	if err := a.devices.Delete(c.Request.Context(), app.Key, name); err != nil {
+		return err
 	}
 	return writeJSON(c, gin.H{"device_name": name, "deleted": true})
 }

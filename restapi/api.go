@@ -16,6 +16,7 @@ import (
 
 	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/shadow"
@@ -47,6 +48,9 @@ type Config struct {
 	// Router and Devices, for tests of the REST API alone.
 	Messages *message.Service
 	Shadows  *shadow.Service
+	// DeviceService creates, changes and deletes devices; nil: New
+	// builds it on its store, telling Devices.
+	DeviceService *devices.Service
 	// AppService creates apps and changes their credentials; nil: New
 	// builds it on its store and Apps.
 	AppService *application.Service
@@ -118,6 +122,7 @@ type API struct {
 	messages *message.Service
 	shadows  *shadow.Service
 	appSvc   *application.Service
+	devices  *devices.Service
 	limits   Limiter
 	apps     *appcache.Cache
 	verifier *http.Client // for callback URL verification
@@ -162,6 +167,10 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	a.apps = cfg.Apps
 	if a.apps == nil {
 		a.apps = appcache.New(st, a.now)
+	}
+	a.devices = cfg.DeviceService
+	if a.devices == nil {
+		a.devices = devices.NewService(st, a.cfg.Devices)
 	}
 	a.appSvc = cfg.AppService
 	if a.appSvc == nil {

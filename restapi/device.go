@@ -2,48 +2,23 @@ package restapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/devmsg/devmsg/errdefs"
-	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
 
-// Limits of spec section 8 and DESIGN.md section 2.
+// Limits of spec section 8 and DESIGN.md section 2, and the result code
+// of a device name that is taken.
 const (
 	MaxBatchDevices     = 1000
-	MaxMarkChars        = 128
 	MaxPropertiesPerSet = 100
-	DeviceSecretLen     = 32
 	CodeDeviceExists    = 3001
 )
-
-// validateDeviceName applies spec 2.1: 4 to 24 characters of digits,
-// letters and - _ @ . only.
-func validateDeviceName(name string) error {
-	if len(name) < 4 || len(name) > 24 {
-		return fmt.Errorf("device name %q must be 4 to 24 characters", name)
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '@' || r == '.') {
-			return fmt.Errorf("device name %q has %q; only digits, letters and - _ @ . are allowed", name, r)
-		}
-	}
-	return nil
-}
-
-func validateMark(mark string) error {
-	if n := utf8.RuneCountInString(mark); n > MaxMarkChars {
-		return fmt.Errorf("mark must be 0 to %d characters, got %d", MaxMarkChars, n)
-	}
-	return nil
-}
 
 type createResult struct {
 	DeviceName   string `json:"device_name"`
@@ -68,35 +43,29 @@ func (a *API) createDevices(c *gin.Context) error {
 	if len(elems) == 0 || len(elems) > MaxBatchDevices {
 		return errInvalid("device must hold 1 to %d objects, got %d", MaxBatchDevices, len(elems))
 	}
-	app := currentApp(c)
-	now := a.now().Unix()
 	results := make([]createResult, len(elems))
-	devices := make([]store.Device, 0, len(elems))
-	index := make([]int, 0, len(elems)) // devices[j] answers results[index[j]]
+	news := make([]devices.NewDevice, 0, len(elems))
+	index := make([]int, 0, len(elems)) // news[j] answers results[index[j]]
 	for i, raw := range elems {
 		d, code, reason := parseNewDevice(raw)
 		results[i] = createResult{DeviceName: d.Name, Code: code, Message: reason}
 		if code != 0 {
 			continue
 		}
-		d.AppKey, d.Secret, d.TimeCreate, d.Flag = app.Key, secret.Alnum(DeviceSecretLen), now, store.FlagEnabled
-		devices = append(devices, d)
+		news = append(news, d)
 		index = append(index, i)
 	}
-	if len(devices) > 0 {
-		errs, err := a.store.CreateDevices(c.Request.Context(), app.Key, devices)
+	if len(news) > 0 {
+		created, errs, err := a.devices.Create(c.Request.Context(), currentApp(c).Key, news)
 		if err != nil {
-			return fmt.Errorf("create devices: %w", err)
+			return err
 		}
 		for j, e := range errs {
 			r := &results[index[j]]
-			switch {
-			case e == nil:
-				r.DeviceSecret = devices[j].Secret
-			case errors.Is(e, store.ErrAlreadyExists):
-				r.Code, r.Message = CodeDeviceExists, "device name "+strconv.Quote(devices[j].Name)+" already exists"
-			default:
-				return fmt.Errorf("create device %q: %w", devices[j].Name, e)
+			if e != nil {
+				r.Code, r.Message = CodeDeviceExists, e.Error()
+			} else {
+				r.DeviceSecret = created[j].Secret
 			}
 		}
 	}
@@ -105,27 +74,27 @@ func (a *API) createDevices(c *gin.Context) error {
 
 // parseNewDevice reads one element of a batch create; a non-zero code says
 // why it cannot be created.
-func parseNewDevice(raw json.RawMessage) (store.Device, int, string) {
+func parseNewDevice(raw json.RawMessage) (devices.NewDevice, int, string) {
 	obj, err := parseObject(raw, "device element")
 	if err != nil {
-		return store.Device{}, CodeInvalidParam, "device element must be a JSON object"
+		return devices.NewDevice{}, CodeInvalidParam, "device element must be a JSON object"
 	}
 	name, ok, err := obj.stringField("name", true)
 	if err != nil {
 		if ok || obj.has("name") {
-			return store.Device{}, CodeInvalidParam, err.Error()
+			return devices.NewDevice{}, CodeInvalidParam, err.Error()
 		}
-		return store.Device{}, CodeMissingParam, err.Error()
+		return devices.NewDevice{}, CodeMissingParam, err.Error()
 	}
-	d := store.Device{Name: name}
-	if err := validateDeviceName(name); err != nil {
+	d := devices.NewDevice{Name: name}
+	if err := devices.ValidateName(name); err != nil {
 		return d, CodeInvalidParam, err.Error()
 	}
 	mark, _, err := obj.stringField("mark", false)
 	if err != nil {
 		return d, CodeInvalidParam, err.Error()
 	}
-	if err := validateMark(mark); err != nil {
+	if err := devices.ValidateMark(mark); err != nil {
 		return d, CodeInvalidParam, err.Error()
 	}
 	d.Mark = mark
@@ -145,14 +114,7 @@ func (a *API) loadDevice(c *gin.Context, appKey, name string) (store.Device, err
 	if name == "" {
 		return store.Device{}, errMissing("device_name")
 	}
-	d, err := a.store.GetDevice(c.Request.Context(), appKey, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return d, errdefs.NotFound("device", name)
-	}
-	if err != nil {
-		return d, fmt.Errorf("load device: %w", err)
-	}
-	return d, nil
+	return a.devices.Get(c.Request.Context(), appKey, name)
 }
 
 // baseInfo serves GET /device/v1/baseinfo (spec 4.3).

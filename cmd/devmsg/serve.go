@@ -23,6 +23,7 @@ import (
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/console"
+	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/netguard"
@@ -186,6 +187,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Messages:            message.NewService(st, ids, gw),
 		Shadows:             shadow.NewService(st, ids, gw),
 		AppService:          application.NewService(st, apps),
+		DeviceService:       devices.NewService(st, gw),
 		RateLimiter:         limiter,
 		Devices:             gw,
 
