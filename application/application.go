@@ -7,6 +7,7 @@ import (
 
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -52,16 +53,30 @@ type Cache interface {
 	Update(ctx context.Context, key string, fn func(*store.App) error) (store.App, error)
 }
 
-// Service creates apps.
+// Config holds the app rules that the service configuration sets.
+type Config struct {
+	// DefaultRateLimit is the requests per second allowed per app and
+	// category when the app sets none; 0 means unlimited.
+	DefaultRateLimit int
+}
+
+// RateCategories are the categories of requests rate-limited per app.
+var RateCategories = []string{store.CategoryCreate, store.CategoryProperty, store.CategoryMessage, store.CategoryQuery}
+
+// MaxRateLimit bounds a category's limit, in requests per second.
+const MaxRateLimit = 1_000_000
+
+// Service creates apps and changes their settings.
 type Service struct {
+	cfg   Config
 	store Store
 	cache Cache
 }
 
 // NewService returns a Service that creates apps in st and changes them
 // through cache.
-func NewService(st Store, cache Cache) *Service {
-	return &Service{store: st, cache: cache}
+func NewService(cfg Config, st Store, cache Cache) *Service {
+	return &Service{cfg: cfg, store: st, cache: cache}
 }
 
 // Create stores a new app named name and returns it, credentials
@@ -92,4 +107,59 @@ func (s *Service) RotateMasterSecret(ctx context.Context, key string) (store.App
 		return store.App{}, fmt.Errorf("update app: %w", err)
 	}
 	return app, nil
+}
+
+// SetModel replaces the app's property model; a *errdefs.InvalidError
+// names the first entry that breaks a rule (shadow.ValidateModel).
+func (s *Service) SetModel(ctx context.Context, key string, model []store.PropertyDef) error {
+	if err := shadow.ValidateModel(model); err != nil {
+		return err
+	}
+	_, err := s.cache.Update(ctx, key, func(app *store.App) error {
+		app.Properties = model
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update app: %w", err)
+	}
+	return nil
+}
+
+// RateLimits returns the app's limit of every category, the default
+// where the app sets none.
+func (s *Service) RateLimits(app store.App) map[string]int {
+	out := make(map[string]int, len(RateCategories))
+	for _, cat := range RateCategories {
+		n, ok := app.RateLimits[cat]
+		if !ok {
+			n = s.cfg.DefaultRateLimit
+		}
+		out[cat] = n
+	}
+	return out
+}
+
+// SetRateLimits sets the limits of the categories in changes and returns
+// every category's. They are applied to the stored app under its lock,
+// so concurrent changes to different categories both land. A
+// *errdefs.InvalidError for a limit outside 0 (unlimited) to
+// MaxRateLimit.
+func (s *Service) SetRateLimits(ctx context.Context, key string, changes map[string]int64) (map[string]int, error) {
+	for _, cat := range RateCategories {
+		if n, ok := changes[cat]; ok && (n < 0 || n > MaxRateLimit) {
+			return nil, errdefs.Invalid(cat, "must be 0 (unlimited) to %d requests per second", MaxRateLimit)
+		}
+	}
+	app, err := s.cache.Update(ctx, key, func(app *store.App) error {
+		limits := s.RateLimits(*app)
+		for cat, n := range changes {
+			limits[cat] = int(n)
+		}
+		app.RateLimits = limits
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update app: %w", err)
+	}
+	return app.RateLimits, nil
 }

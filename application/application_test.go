@@ -3,6 +3,7 @@ package application_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -43,7 +44,7 @@ func TestCreate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, cache := &fakeStore{}, &fakeCache{}
-			app, err := application.NewService(st, cache).Create(context.Background(), tc.appName)
+			app, err := application.NewService(application.Config{}, st, cache).Create(context.Background(), tc.appName)
 			if tc.wantErr != "" {
 				var iv *errdefs.InvalidError
 				if !errors.As(err, &iv) || iv.Field != "name" || err.Error() != tc.wantErr || len(st.apps) != 0 {
@@ -66,8 +67,40 @@ func TestCreate(t *testing.T) {
 
 func TestRotateMasterSecret(t *testing.T) {
 	cache := &fakeCache{app: store.App{Key: "k", MasterSecret: "old"}}
-	app, err := application.NewService(&fakeStore{}, cache).RotateMasterSecret(context.Background(), "k")
+	app, err := application.NewService(application.Config{}, &fakeStore{}, cache).RotateMasterSecret(context.Background(), "k")
 	if err != nil || app.MasterSecret == "old" || len(app.MasterSecret) != application.MasterSecretLen {
 		t.Fatalf("rotate: %+v %v", app, err)
+	}
+}
+
+func TestRateLimits(t *testing.T) {
+	cache := &fakeCache{app: store.App{Key: "k", RateLimits: map[string]int{store.CategoryQuery: 5}}}
+	svc := application.NewService(application.Config{DefaultRateLimit: 10}, &fakeStore{}, cache)
+	ctx := context.Background()
+	var iv *errdefs.InvalidError
+	if _, err := svc.SetRateLimits(ctx, "k", map[string]int64{store.CategoryCreate: application.MaxRateLimit + 1}); !errors.As(err, &iv) ||
+		err.Error() != "create must be 0 (unlimited) to 1000000 requests per second" {
+		t.Fatalf("over the maximum: %v", err)
+	}
+	got, err := svc.SetRateLimits(ctx, "k", map[string]int64{store.CategoryCreate: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{store.CategoryCreate: 0, store.CategoryProperty: 10, store.CategoryMessage: 10, store.CategoryQuery: 5}
+	if !maps.Equal(got, want) {
+		t.Fatalf("limits %v, want %v", got, want)
+	}
+}
+
+func TestSetModelNamesTheEntry(t *testing.T) {
+	cache := &fakeCache{app: store.App{Key: "k"}}
+	svc := application.NewService(application.Config{}, &fakeStore{}, cache)
+	err := svc.SetModel(context.Background(), "k", []store.PropertyDef{{Name: "mode", Type: "text"}})
+	var iv *errdefs.InvalidError
+	if !errors.As(err, &iv) || iv.Field != "properties[0].type" || err.Error() != `properties[0].type: "text" is not int, double or string` {
+		t.Fatalf("bad type: %v", err)
+	}
+	if cache.app.Properties != nil {
+		t.Fatal("an invalid model was stored")
 	}
 }

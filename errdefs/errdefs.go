@@ -41,17 +41,20 @@ func Conflict(kind string, id any, reason string) error { return &ConflictError{
 // InvalidError says that a value given by the caller breaks a rule.
 type InvalidError struct {
 	// Field names the value as the caller spelt it: "name",
-	// "properties[2].value".
+	// "properties[2].type".
 	Field string
-	// Reason follows the field in the message: "must be 1 to 64 bytes".
-	Reason string
+	// Message is the whole message, which names the field:
+	// "name must be 1 to 64 bytes".
+	Message string
 }
 
-func (e *InvalidError) Error() string { return e.Field + " " + e.Reason }
+func (e *InvalidError) Error() string { return e.Message }
 
-// Invalid returns an *InvalidError for field, its reason formatted.
+// Invalid returns an *InvalidError for field whose message is the field
+// followed by the formatted reason: Invalid("name", "must be 1 to %d
+// bytes", 64).
 func Invalid(field, format string, args ...any) error {
-	return &InvalidError{field, fmt.Sprintf(format, args...)}
+	return &InvalidError{field, field + " " + fmt.Sprintf(format, args...)}
 }
 
 func render(id any) string {

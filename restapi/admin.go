@@ -4,15 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/errdefs"
-	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -145,7 +144,7 @@ func (a *API) getApp(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, appView{app.Name, app.Key, app.MasterSecret, app.CreatedAt, a.effectiveLimits(app)})
+	return writeJSON(c, appView{app.Name, app.Key, app.MasterSecret, app.CreatedAt, a.appSvc.RateLimits(app)})
 }
 
 // rotateMasterSecret serves POST /admin/v1/apps/{key}/master_secret: a
@@ -197,34 +196,13 @@ func (a *API) putModel(c *gin.Context) error {
 	if err := json.Unmarshal(obj["properties"], &model); err != nil {
 		return errInvalid("properties must be an array of {name, type, min, max, max_length}: %v", err)
 	}
-	if err := shadow.ValidateModel(model); err != nil {
-		return errInvalid("%v", err)
-	}
-	_, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		app.Properties = model
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+	if err := a.appSvc.SetModel(c.Request.Context(), app.Key, model); err != nil {
+		return err
 	}
 	if model == nil {
 		model = []store.PropertyDef{}
 	}
 	return writeJSON(c, gin.H{"properties": model})
-}
-
-var rateCategories = []string{store.CategoryCreate, store.CategoryProperty, store.CategoryMessage, store.CategoryQuery}
-
-func (a *API) effectiveLimits(app store.App) map[string]int {
-	out := make(map[string]int, len(rateCategories))
-	for _, cat := range rateCategories {
-		n, ok := app.RateLimits[cat]
-		if !ok {
-			n = a.cfg.DefaultRateLimit
-		}
-		out[cat] = n
-	}
-	return out
 }
 
 // getRateLimits serves GET /admin/v1/apps/{key}/ratelimits: requests per
@@ -234,7 +212,7 @@ func (a *API) getRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, a.effectiveLimits(app))
+	return writeJSON(c, a.appSvc.RateLimits(app))
 }
 
 // putRateLimits sets some or all categories' limits; only the admin may
@@ -247,35 +225,24 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	changes := make(map[string]int, len(obj))
+	changes := make(map[string]int64, len(obj))
 	for field := range obj {
-		if !slices.Contains(rateCategories, field) {
+		if !slices.Contains(application.RateCategories, field) {
 			return errInvalid("unknown rate-limit category %q (want create, property, message or query)", field)
 		}
 		n, ok, err := obj.int64Field(field, false)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue // null: unchanged, as for every optional field
+		if ok { // null: unchanged, as for every optional field
+			changes[field] = n
 		}
-		if n < 0 || n > 1_000_000 {
-			return errInvalid("%s must be 0 (unlimited) to 1000000 requests per second", field)
-		}
-		changes[field] = int(n)
 	}
-	// Applied to the stored app under its lock, so concurrent changes to
-	// different categories both land.
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		limits := a.effectiveLimits(*app)
-		maps.Copy(limits, changes)
-		app.RateLimits = limits
-		return nil
-	})
+	limits, err := a.appSvc.SetRateLimits(c.Request.Context(), app.Key, changes)
 	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+		return err
 	}
-	return writeJSON(c, app.RateLimits)
+	return writeJSON(c, limits)
 }
 
 type deviceSummary struct {

@@ -174,7 +174,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	}
 	a.appSvc = cfg.AppService
 	if a.appSvc == nil {
-		a.appSvc = application.NewService(st, a.apps)
+		a.appSvc = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, a.apps)
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -186,7 +186,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		AdminPasswordSHA256: adminHash,
 		Messages:            message.NewService(st, ids, gw),
 		Shadows:             shadow.NewService(st, ids, gw),
-		AppService:          application.NewService(st, apps),
+		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
 		DeviceService:       devices.NewService(st, gw),
 		RateLimiter:         limiter,
 		Devices:             gw,
