@@ -3,6 +3,7 @@ package application
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/devmsg/devmsg/errdefs"
@@ -162,4 +163,96 @@ func (s *Service) SetRateLimits(ctx context.Context, key string, changes map[str
 		return nil, fmt.Errorf("update app: %w", err)
 	}
 	return app.RateLimits, nil
+}
+
+// CallbackChange changes an app's callback switch and record types; nil
+// fields stay.
+type CallbackChange struct {
+	Enabled *bool
+	// Types, when not nil, replaces the record types sent ([] sends
+	// none).
+	Types []int
+}
+
+// SetCallback applies ch to the app's callback settings and returns the
+// app.
+func (s *Service) SetCallback(ctx context.Context, key string, ch CallbackChange) (store.App, error) {
+	return s.update(ctx, key, func(app *store.App) error {
+		if ch.Enabled != nil {
+			app.Callback.Enabled = *ch.Enabled
+		}
+		if ch.Types != nil {
+			app.Callback.Types = ch.Types
+		}
+		return nil
+	})
+}
+
+// CheckAddable refuses a callback URL that cb has already (a
+// *errdefs.ConflictError) or that would be one too many (a
+// *errdefs.InvalidError).
+func CheckAddable(cb store.CallbackSettings, u string) error {
+	if cb.Has(u) {
+		return errdefs.Conflict("callback URL", u, "is already configured")
+	}
+	if len(cb.URLs) >= store.MaxCallbackURLs {
+		return &errdefs.InvalidError{Field: "url", Message: fmt.Sprintf("at most %d callback URLs can be configured; delete one first", store.MaxCallbackURLs)}
+	}
+	return nil
+}
+
+// AddCallbackURL adds u, which the caller has checked and verified, to
+// the app's callback URLs; the first URL becomes the default. CheckAddable
+// is applied again under the app's lock, as a concurrent change may have
+// made the caller's check stale.
+func (s *Service) AddCallbackURL(ctx context.Context, key, u string) (store.App, error) {
+	return s.update(ctx, key, func(app *store.App) error {
+		if err := CheckAddable(app.Callback, u); err != nil {
+			return err
+		}
+		app.Callback.URLs = append(app.Callback.URLs, store.CallbackURL{URL: u, Default: len(app.Callback.URLs) == 0})
+		return nil
+	})
+}
+
+// SetDefaultCallbackURL makes u, which must be configured, the only
+// default.
+func (s *Service) SetDefaultCallbackURL(ctx context.Context, key, u string) (store.App, error) {
+	return s.update(ctx, key, func(app *store.App) error {
+		if !app.Callback.Has(u) {
+			return notConfigured(u)
+		}
+		for i := range app.Callback.URLs {
+			app.Callback.URLs[i].Default = app.Callback.URLs[i].URL == u
+		}
+		return nil
+	})
+}
+
+// DeleteCallbackURL removes u, any configured URL but the default.
+func (s *Service) DeleteCallbackURL(ctx context.Context, key, u string) (store.App, error) {
+	return s.update(ctx, key, func(app *store.App) error {
+		i := slices.IndexFunc(app.Callback.URLs, func(cu store.CallbackURL) bool { return cu.URL == u })
+		if i < 0 {
+			return notConfigured(u)
+		}
+		if app.Callback.URLs[i].Default {
+			return &errdefs.InvalidError{Field: "url", Message: "the default URL cannot be deleted; make another URL the default first"}
+		}
+		app.Callback.URLs = slices.Delete(app.Callback.URLs, i, i+1)
+		return nil
+	})
+}
+
+func notConfigured(u string) error {
+	return &errdefs.InvalidError{Field: "url", Message: fmt.Sprintf("callback URL %q is not configured", u)}
+}
+
+// update applies fn to the app through the cache.
+func (s *Service) update(ctx context.Context, key string, fn func(*store.App) error) (store.App, error) {
+	app, err := s.cache.Update(ctx, key, fn)
+	if err != nil {
+		return store.App{}, fmt.Errorf("update app: %w", err)
+	}
+	return app, nil
 }
