@@ -51,6 +51,9 @@ type Config struct {
 	// DeviceService creates, changes and deletes devices; nil: New
 	// builds it on its store, telling Devices.
 	DeviceService *devices.Service
+	// DeadLetters redelivers dead letters; nil: New builds it on its
+	// store, telling Callbacks.
+	DeadLetters *callback.DeadLetters
 	// AppService creates apps and changes their credentials; nil: New
 	// builds it on its store and Apps.
 	AppService *application.Service
@@ -116,19 +119,20 @@ func (noDeviceEvents) Deleted(context.Context, string, string) error            
 // API serves the spec's REST API, the admin API, /healthz, /readyz and
 // /metrics.
 type API struct {
-	cfg      Config
-	store    store.Store
-	log      *slog.Logger
-	messages *message.Service
-	shadows  *shadow.Service
-	appSvc   *application.Service
-	devices  *devices.Service
-	limits   Limiter
-	apps     *appcache.Cache
-	verifier *http.Client // for callback URL verification
-	throttle *authThrottle
-	handler  http.Handler
-	now      func() time.Time
+	cfg         Config
+	store       store.Store
+	log         *slog.Logger
+	messages    *message.Service
+	shadows     *shadow.Service
+	appSvc      *application.Service
+	devices     *devices.Service
+	deadLetters *callback.DeadLetters
+	limits      Limiter
+	apps        *appcache.Cache
+	verifier    *http.Client // for callback URL verification
+	throttle    *authThrottle
+	handler     http.Handler
+	now         func() time.Time
 }
 
 // New builds the API. Its metrics are registered with reg, which /metrics
@@ -171,6 +175,10 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	a.devices = cfg.DeviceService
 	if a.devices == nil {
 		a.devices = devices.NewService(st, a.cfg.Devices)
+	}
+	a.deadLetters = cfg.DeadLetters
+	if a.deadLetters == nil {
+		a.deadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
 	}
 	a.appSvc = cfg.AppService
 	if a.appSvc == nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
-	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
 )
@@ -353,16 +352,9 @@ func (a *API) redeliverDeadLetter(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	id := c.Param("id")
-	d, err := a.store.RedeliverDeadLetter(c.Request.Context(), app.Key, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.NotFound("dead letter", id)
-	}
+	d, err := a.deadLetters.Redeliver(c.Request.Context(), app.Key, c.Param("id"))
 	if err != nil {
-		return fmt.Errorf("redeliver dead letter: %w", err)
-	}
-	if a.cfg.Callbacks != nil {
-		a.cfg.Callbacks.Redelivered(app.Key, d.URL, len(d.Entries))
+		return err
 	}
 	return writeJSON(c, gin.H{"id": d.ID, "records": len(d.Entries)})
 }

@@ -188,6 +188,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Shadows:             shadow.NewService(st, ids, gw),
 		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
 		DeviceService:       devices.NewService(st, gw),
+		DeadLetters:         callback.NewDeadLetters(st, callbacks),
 		RateLimiter:         limiter,
 		Devices:             gw,
 
