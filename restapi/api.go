@@ -60,8 +60,8 @@ type Config struct {
 	// Router delivers queued messages to connected devices when New
 	// builds Messages; nil means no device is ever online.
 	Router message.Router
-	// Devices hears of REST changes that connected devices must see; nil
-	// ignores them.
+	// Devices hears of REST changes that connected devices must see, when
+	// New builds the services; nil ignores them.
 	Devices DeviceEvents
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
@@ -78,8 +78,8 @@ type Config struct {
 	// CallbackTimeout bounds the echostr verification of a callback URL
 	// (callback.request_timeout); 0 means 10 s.
 	CallbackTimeout time.Duration
-	// Callbacks hears of dead letters put back for delivery; nil ignores
-	// them.
+	// Callbacks lists an app's recent deliveries, and hears of dead
+	// letters put back when New builds DeadLetters; nil: none.
 	Callbacks CallbackEvents
 }
 
@@ -142,25 +142,24 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	if cfg.Apps == nil {
+		cfg.Apps = appcache.New(st, time.Now)
+	}
+	if cfg, err = withDefaultServices(cfg, st); err != nil {
+		return nil, err
+	}
 	a := &API{
-		cfg:      cfg,
-		store:    st,
-		log:      log,
-		messages: cfg.Messages,
-		shadows:  cfg.Shadows,
-		limits:   cfg.RateLimiter,
-		now:      time.Now,
-	}
-	if a.cfg.Devices == nil {
-		a.cfg.Devices = noDeviceEvents{}
-	}
-	if a.messages == nil || a.shadows == nil {
-		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
-		if err != nil {
-			return nil, err
-		}
-		a.messages = message.NewService(st, ids, cfg.Router)
-		a.shadows = shadow.NewService(st, ids, a.cfg.Devices)
+		cfg:         cfg,
+		store:       st,
+		log:         log,
+		messages:    cfg.Messages,
+		shadows:     cfg.Shadows,
+		appSvc:      cfg.AppService,
+		devices:     cfg.DeviceService,
+		deadLetters: cfg.DeadLetters,
+		limits:      cfg.RateLimiter,
+		apps:        cfg.Apps,
+		now:         time.Now,
 	}
 	if a.limits == nil {
 		a.limits = newLocalLimiter()
@@ -168,22 +167,6 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	a.throttle = newAuthThrottle(cmp.Or(cfg.AuthSourceFailures, AuthSourceFailures),
 		cmp.Or(cfg.AuthIdentityFailures, AuthIdentityFailures), cmp.Or(cfg.AuthWindow, AuthWindow), a.now)
 	a.verifier = newVerifyClient(cfg.CallbackTimeout, cfg.CallbackAllowedNetworks)
-	a.apps = cfg.Apps
-	if a.apps == nil {
-		a.apps = appcache.New(st, a.now)
-	}
-	a.devices = cfg.DeviceService
-	if a.devices == nil {
-		a.devices = devices.NewService(st, a.cfg.Devices)
-	}
-	a.deadLetters = cfg.DeadLetters
-	if a.deadLetters == nil {
-		a.deadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
-	}
-	a.appSvc = cfg.AppService
-	if a.appSvc == nil {
-		a.appSvc = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, a.apps)
-	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
@@ -225,6 +208,36 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 
 	a.handler = headAsGet(r)
 	return a, nil
+}
+
+// withDefaultServices fills the services cfg leaves nil with ones built on
+// st, as a test of the API alone needs; cmd/devmsg builds them all.
+func withDefaultServices(cfg Config, st store.Store) (Config, error) {
+	if cfg.Devices == nil {
+		cfg.Devices = noDeviceEvents{}
+	}
+	if cfg.Messages == nil || cfg.Shadows == nil {
+		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
+		if err != nil {
+			return cfg, err
+		}
+		if cfg.Messages == nil {
+			cfg.Messages = message.NewService(st, ids, cfg.Router)
+		}
+		if cfg.Shadows == nil {
+			cfg.Shadows = shadow.NewService(st, ids, cfg.Devices)
+		}
+	}
+	if cfg.DeviceService == nil {
+		cfg.DeviceService = devices.NewService(st, cfg.Devices)
+	}
+	if cfg.DeadLetters == nil {
+		cfg.DeadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
+	}
+	if cfg.AppService == nil {
+		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
+	}
+	return cfg, nil
 }
 
 // Handler returns the HTTP handler serving every route.
