@@ -184,11 +184,11 @@ func (a *API) setProperty(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	if name == "" {
-		return errMissing("device_name")
-	}
 	app := currentApp(c)
 	fp := fingerprint("POST /device/v1/property", obj)
+	if name == "" {
+		return a.seqFailed(c, app.Key, seqNo, fp, errMissing("device_name"))
+	}
 	req := shadow.SetRequest{Device: name, Version: version, Names: names, Values: values}
 	res, err := a.shadows.SetDesired(c.Request.Context(), app, req, seqNo, func(r shadow.SetResult) *store.SeqEntry {
 		return a.seqEntry(fp, mustJSON(r))

@@ -28,11 +28,11 @@ func (a *API) sendMessage(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	if name == "" {
-		return errMissing("device_name")
-	}
 	app := currentApp(c)
 	fp := fingerprint("POST /msg/v1/msg", obj)
+	if name == "" {
+		return a.seqFailed(c, app.Key, seqNo, fp, errMissing("device_name"))
+	}
 	m, err := a.messages.SendTo(c.Request.Context(), app, name, req, seqNo, func(msgid int64) *store.SeqEntry {
 		return a.seqEntry(fp, sendAnswer(msgid))
 	})

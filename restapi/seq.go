@@ -89,17 +89,21 @@ func (a *API) replayUsed(c *gin.Context, appKey string, seqNo int64, fp string) 
 	return err
 }
 
-// seqFailed answers a request carrying a seq_no whose service call
-// failed. A seq_no recorded meanwhile (store.ErrSeqUsed) is answered from
-// its record. An unknown device is looked up under the seq_no first, so
-// a retry still replays after the device is gone. The seq_no itself is
+// seqFailed answers a request carrying a seq_no that failed: its service
+// call, or before it, the want of a device name (errMissing). A seq_no
+// recorded meanwhile (store.ErrSeqUsed) is answered from its record. A
+// missing or unknown device is looked up under the seq_no first, so a
+// retry still replays after the device is gone. The seq_no itself is
 // checked atomically with the write, which saves a lookup per request.
 func (a *API) seqFailed(c *gin.Context, appKey string, seqNo int64, fp string, err error) error {
 	if errors.Is(err, store.ErrSeqUsed) {
 		return a.replayUsed(c, appKey, seqNo, fp)
 	}
-	var nf *errdefs.NotFoundError
-	if errors.As(err, &nf) {
+	var (
+		nf *errdefs.NotFoundError
+		ae *apiError
+	)
+	if errors.As(err, &nf) || errors.As(err, &ae) && ae.code == CodeMissingParam {
 		if done, rerr := a.replay(c, appKey, seqNo, fp); done || rerr != nil {
 			return rerr
 		}
