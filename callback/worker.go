@@ -313,10 +313,10 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, int64, error)
 			w.metrics.dropped.WithLabelValues(e.AppKey, "no app").Inc()
 		case !cb.Enabled:
 			w.metrics.dropped.WithLabelValues(e.AppKey, "switch off").Inc()
-		case !cb.Sends(e.Record.Type):
+		case !sends(cb, e.Record.Type):
 			w.metrics.dropped.WithLabelValues(e.AppKey, "type not selected").Inc()
 		default:
-			if routes[i].URL = cb.Target(e.CallbackURL); routes[i].URL == "" {
+			if routes[i].URL = target(cb, e.CallbackURL); routes[i].URL == "" {
 				w.metrics.dropped.WithLabelValues(e.AppKey, "no url").Inc()
 			} else {
 				queued[store.CallbackQueue{AppKey: e.AppKey, URL: routes[i].URL}]++
@@ -577,28 +577,28 @@ func (s *sender) current(entries []store.OutboxEntry) (_ []store.OutboxEntry, ok
 	}
 	cb := app.Callback
 	var reason string
-	switch target := cb.Target(s.q.URL); {
+	switch to := target(cb, s.q.URL); {
 	case err != nil:
 		reason = "no app"
 	case !cb.Enabled:
 		reason = "switch off"
-	case target == "":
+	case to == "":
 		reason = "no url"
-	case target != s.q.URL:
+	case to != s.q.URL:
 		// The URL was deleted: what was routed to it goes where a
 		// record without a configured URL goes, the default.
-		if err := w.st.MoveCallbacks(w.ctx, s.q, entries, target); err != nil {
+		if err := w.st.MoveCallbacks(w.ctx, s.q, entries, to); err != nil {
 			w.log.Error("callback: move records of a deleted URL", "app", s.q.AppKey, "err", err)
 			return nil, false
 		}
-		w.notify(store.CallbackQueue{AppKey: s.q.AppKey, URL: target}, false)
+		w.notify(store.CallbackQueue{AppKey: s.q.AppKey, URL: to}, false)
 		return nil, true
 	}
 	keep, drop := entries, []int64(nil)
 	if reason == "" {
 		keep = entries[:0:0]
 		for _, e := range entries {
-			if cb.Sends(e.Record.Type) {
+			if sends(cb, e.Record.Type) {
 				keep = append(keep, e)
 			} else {
 				drop = append(drop, e.Seq)

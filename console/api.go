@@ -5,29 +5,37 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
+
+	"github.com/devmsg/devmsg/errdefs"
 )
 
 // creds are HTTP Basic credentials: the admin account, or an app key and
 // its master secret.
 type creds struct{ user, pass string }
 
-// apiError is an error answer of the API: {"error":{"code","message"}}.
+// apiError is an error answer of the API: {"error":{"code","message"}},
+// and the domain's typed error behind it, if the API reported one.
 type apiError struct {
 	Status  int
 	Code    int
 	Message string
+	cause   error
 }
 
 func (e *apiError) Error() string { return e.Message }
 
-// notFound tells an unknown app, device, message or dead letter, which the
-// API reports as 400/1003 "... not found", from other refusals.
+// Unwrap returns the typed error (package errdefs) behind the answer.
+func (e *apiError) Unwrap() error { return e.cause }
+
+// notFound tells an unknown app, device, message or dead letter from
+// other refusals.
 func (e *apiError) notFound() bool {
-	return e.Status == http.StatusBadRequest && strings.Contains(e.Message, "not found")
+	var nf *errdefs.NotFoundError
+	return errors.As(e.cause, &nf)
 }
 
 // recorder collects the API's answer to an in-process request.
@@ -65,7 +73,8 @@ func (c *Console) call(r *http.Request, cr creds, method, path string, query url
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(r.Context(), method, target, bytes.NewReader(raw))
+	ctx, cause := errdefs.WithRecorder(r.Context())
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(raw))
 	if err != nil {
 		return fmt.Errorf("build %s %s: %w", method, path, err)
 	}
@@ -88,9 +97,9 @@ func (c *Console) call(r *http.Request, cr creds, method, path string, query url
 			} `json:"error"`
 		}
 		if json.Unmarshal(rec.body.Bytes(), &eb) != nil || eb.Error.Message == "" {
-			return &apiError{rec.status, 0, fmt.Sprintf("%s %s answered HTTP %d", method, path, rec.status)}
+			return &apiError{rec.status, 0, fmt.Sprintf("%s %s answered HTTP %d", method, path, rec.status), cause.Err()}
 		}
-		return &apiError{rec.status, eb.Error.Code, eb.Error.Message}
+		return &apiError{rec.status, eb.Error.Code, eb.Error.Message, cause.Err()}
 	}
 	if out == nil {
 		return nil

@@ -983,3 +983,15 @@ func TestMessageBoxBytes(t *testing.T) {
 	b.post(dev+"/message", url.Values{"msg_body": {strings.Repeat("é", 1024)}}).want(t, 200, "Message stored; msgid")
 	b.post(dev+"/message", url.Values{"msg_body": {strings.Repeat("é", 1025)}}).want(t, 200, "msg_body must be 1 to 2048 bytes, got 2050")
 }
+
+// A refusal whose text merely contains "not found" is not an unknown
+// thing: the console tells them apart by the API's typed error, not its
+// words.
+func TestRefusalMentioningNotFoundIsNotA404(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	b := e.browser()
+	b.loginApp(a)
+	p := b.get("/console/apps/" + a.Key + "/callbacks?cursor=" + url.QueryEscape("not found"))
+	p.want(t, http.StatusBadRequest, `cursor must be the next value of a previous page, got &#34;not found&#34;`)
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/store"
 )
@@ -47,9 +49,17 @@ type Router interface {
 	Notify(m store.Message, dev store.Device)
 }
 
+// Store is what the Service needs of the store.
+type Store interface {
+	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
+	CreateMessage(ctx context.Context, m store.Message, seqNo int64, seq *store.SeqEntry) error
+	GetMessage(ctx context.Context, appKey string, id int64) (store.Message, error)
+	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
+}
+
 // Service accepts, retracts and tracks messages.
 type Service struct {
-	store  store.Store
+	store  Store
 	ids    *idgen.Generator
 	router Router
 	now    func() time.Time
@@ -57,11 +67,30 @@ type Service struct {
 
 // NewService returns a Service that stores in st, numbers messages with
 // ids and hands queued ones to router (nil: no device is ever online).
-func NewService(st store.Store, ids *idgen.Generator, router Router) *Service {
+func NewService(st Store, ids *idgen.Generator, router Router) *Service {
 	if router == nil {
 		router = offline{}
 	}
 	return &Service{store: st, ids: ids, router: router, now: time.Now}
+}
+
+// NewIDs returns the generator of the msgids and op_ids of node nodeID
+// (0..idgen.MaxNode), past every msgid st holds, so a restarted node never
+// hands out an id again even if its clock went back.
+func NewIDs(ctx context.Context, nodeID int, st interface {
+	LastMessageID(context.Context) (int64, error)
+},
+) (*idgen.Generator, error) {
+	ids, err := idgen.New(nodeID)
+	if err != nil {
+		return nil, err
+	}
+	last, err := st.LastMessageID(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read last msgid: %w", err)
+	}
+	ids.Skip(last)
+	return ids, nil
 }
 
 // Local returns the Router of a node on its own: d alone, with no other
@@ -77,6 +106,23 @@ type offline struct{}
 
 func (offline) Online(store.Device) bool           { return false }
 func (offline) Notify(store.Message, store.Device) {}
+
+// SendTo loads the app's device named device and sends it req, as Send.
+// A *errdefs.NotFoundError for an unknown device, whether missing before
+// the send or deleted meanwhile.
+func (s *Service) SendTo(ctx context.Context, app store.App, device string, req SendRequest, seqNo int64, seqFor func(msgid int64) *store.SeqEntry) (store.Message, error) {
+	dev, err := s.store.GetDevice(ctx, app.Key, device)
+	if err == nil {
+		var m store.Message
+		if m, err = s.Send(ctx, app, dev, req, seqNo, seqFor); err == nil {
+			return m, nil
+		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Message{}, errdefs.NotFound("device", device)
+	}
+	return store.Message{}, fmt.Errorf("send to device %q: %w", device, err)
+}
 
 // Send stores a message for dev. The message is pending for an enabled
 // device with room in its queue; otherwise it is stored as failed with
@@ -126,12 +172,29 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 	return m, err
 }
 
+// Get returns the app's message id; a *errdefs.NotFoundError if the app
+// has no such message.
+func (s *Service) Get(ctx context.Context, appKey string, id int64) (store.Message, error) {
+	m, err := s.store.GetMessage(ctx, appKey, id)
+	return m, messageErr(id, err)
+}
+
+func messageErr(id int64, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return errdefs.NotFound("message", id)
+	}
+	return fmt.Errorf("message %d: %w", id, err)
+}
+
 // Retract withdraws the app's message id: a pending message becomes
 // retracted (record 7); any other gets record 8 saying why not (3008
 // delivered, 3009 expired, retracted or failed) and keeps its state.
-// store.ErrNotFound if the app has no such message.
+// A *errdefs.NotFoundError if the app has no such message.
 func (s *Service) Retract(ctx context.Context, appKey string, id int64) (store.Message, error) {
-	return s.store.UpdateMessage(ctx, appKey, id, func(m *store.Message) error {
+	m, err := s.store.UpdateMessage(ctx, appKey, id, func(m *store.Message) error {
 		now := s.now()
 		switch m.State {
 		case store.StatePending:
@@ -144,4 +207,5 @@ func (s *Service) Retract(ctx context.Context, appKey string, id int64) (store.M
 		}
 		return nil
 	})
+	return m, messageErr(id, err)
 }

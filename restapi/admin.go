@@ -1,18 +1,17 @@
 package restapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/devmsg/devmsg/internal/secret"
-	"github.com/devmsg/devmsg/shadow"
+	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -22,8 +21,6 @@ const (
 	MaxDeviceListLimit      = 1000
 	DefaultMessageListLimit = 100
 	MaxMessageListLimit     = 1000
-	MaxAppNameLen           = 64
-	MasterSecretLen         = 32
 )
 
 func (a *API) adminRoutes(g *gin.RouterGroup) {
@@ -64,7 +61,7 @@ func (a *API) appParam(c *gin.Context) (store.App, error) {
 	}
 	app, err := a.store.GetApp(c.Request.Context(), key)
 	if errors.Is(err, store.ErrNotFound) {
-		return app, errInvalid("app %q not found", key)
+		return app, errdefs.NotFound("app", key)
 	}
 	if err != nil {
 		return app, fmt.Errorf("load app: %w", err)
@@ -102,14 +99,10 @@ func (a *API) createApp(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	if name == "" || len(name) > MaxAppNameLen {
-		return errInvalid("name must be 1 to %d bytes", MaxAppNameLen)
+	app, err := a.appSvc.Create(c.Request.Context(), name)
+	if err != nil {
+		return err
 	}
-	app := NewApp(name)
-	if err := a.store.CreateApp(c.Request.Context(), app); err != nil {
-		return fmt.Errorf("create app: %w", err)
-	}
-	a.apps.Forget(app.Key)
 	return writeJSON(c, gin.H{"name": app.Name, "key": app.Key, "master_secret": app.MasterSecret})
 }
 
@@ -151,7 +144,7 @@ func (a *API) getApp(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, appView{app.Name, app.Key, app.MasterSecret, app.CreatedAt, a.effectiveLimits(app)})
+	return writeJSON(c, appView{app.Name, app.Key, app.MasterSecret, app.CreatedAt, a.appSvc.RateLimits(app)})
 }
 
 // rotateMasterSecret serves POST /admin/v1/apps/{key}/master_secret: a
@@ -171,13 +164,9 @@ func (a *API) rotateMasterSecret(c *gin.Context) error {
 	if confirm != app.Key {
 		return errInvalid("confirm must equal the app key")
 	}
-	newSecret := secret.Alnum(MasterSecretLen)
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		app.MasterSecret = newSecret
-		return nil
-	})
+	app, err = a.appSvc.RotateMasterSecret(c.Request.Context(), app.Key)
 	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+		return err
 	}
 	return writeJSON(c, gin.H{"key": app.Key, "master_secret": app.MasterSecret})
 }
@@ -207,34 +196,13 @@ func (a *API) putModel(c *gin.Context) error {
 	if err := json.Unmarshal(obj["properties"], &model); err != nil {
 		return errInvalid("properties must be an array of {name, type, min, max, max_length}: %v", err)
 	}
-	if err := shadow.ValidateModel(model); err != nil {
-		return errInvalid("%v", err)
-	}
-	_, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		app.Properties = model
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+	if err := a.appSvc.SetModel(c.Request.Context(), app.Key, model); err != nil {
+		return err
 	}
 	if model == nil {
 		model = []store.PropertyDef{}
 	}
 	return writeJSON(c, gin.H{"properties": model})
-}
-
-var rateCategories = []string{store.CategoryCreate, store.CategoryProperty, store.CategoryMessage, store.CategoryQuery}
-
-func (a *API) effectiveLimits(app store.App) map[string]int {
-	out := make(map[string]int, len(rateCategories))
-	for _, cat := range rateCategories {
-		n, ok := app.RateLimits[cat]
-		if !ok {
-			n = a.cfg.DefaultRateLimit
-		}
-		out[cat] = n
-	}
-	return out
 }
 
 // getRateLimits serves GET /admin/v1/apps/{key}/ratelimits: requests per
@@ -244,7 +212,7 @@ func (a *API) getRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, a.effectiveLimits(app))
+	return writeJSON(c, a.appSvc.RateLimits(app))
 }
 
 // putRateLimits sets some or all categories' limits; only the admin may
@@ -257,35 +225,24 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	changes := make(map[string]int, len(obj))
+	changes := make(map[string]int64, len(obj))
 	for field := range obj {
-		if !slices.Contains(rateCategories, field) {
+		if !slices.Contains(application.RateCategories, field) {
 			return errInvalid("unknown rate-limit category %q (want create, property, message or query)", field)
 		}
 		n, ok, err := obj.int64Field(field, false)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue // null: unchanged, as for every optional field
+		if ok { // null: unchanged, as for every optional field
+			changes[field] = n
 		}
-		if n < 0 || n > 1_000_000 {
-			return errInvalid("%s must be 0 (unlimited) to 1000000 requests per second", field)
-		}
-		changes[field] = int(n)
 	}
-	// Applied to the stored app under its lock, so concurrent changes to
-	// different categories both land.
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		limits := a.effectiveLimits(*app)
-		maps.Copy(limits, changes)
-		app.RateLimits = limits
-		return nil
-	})
+	limits, err := a.appSvc.SetRateLimits(c.Request.Context(), app.Key, changes)
 	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+		return err
 	}
-	return writeJSON(c, app.RateLimits)
+	return writeJSON(c, limits)
 }
 
 type deviceSummary struct {
@@ -377,45 +334,26 @@ func (a *API) patchDevice(c *gin.Context) error {
 		return err
 	}
 	name := c.Param("name")
-	var flag *int
+	var ch devices.Change
 	if n, ok, err := obj.int64Field("flag", false); err != nil {
 		return err
 	} else if ok {
-		if n != store.FlagEnabled && n != store.FlagDisabled {
-			return errInvalid("flag must be 0 (enabled) or 1 (disabled)")
+		if err := devices.ValidateFlag(n); err != nil {
+			return err
 		}
-		flag = new(int(n))
+		ch.Flag = new(int(n))
 	}
-	mark, setMark, err := obj.stringField("mark", false)
+	if mark, ok, err := obj.stringField("mark", false); err != nil {
+		return err
+	} else if ok {
+		if err := devices.ValidateMark(mark); err != nil {
+			return err
+		}
+		ch.Mark = &mark
+	}
+	d, err := a.devices.Update(c.Request.Context(), app.Key, name, ch)
 	if err != nil {
 		return err
-	}
-	if setMark {
-		if err := validateMark(mark); err != nil {
-			return errInvalid("%v", err)
-		}
-	}
-	// Only the fields given change, under the device's lock, so presence
-	// and other writers are not overwritten.
-	var disabled bool
-	d, err := a.store.UpdateDevice(c.Request.Context(), app.Key, name, func(d *store.Device) error {
-		disabled = flag != nil && *flag == store.FlagDisabled && d.Flag != store.FlagDisabled
-		if flag != nil {
-			d.Flag = *flag
-		}
-		if setMark {
-			d.Mark = mark
-		}
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("device %q not found", name)
-	}
-	if err != nil {
-		return fmt.Errorf("update device: %w", err)
-	}
-	if disabled {
-		a.cfg.Devices.Disabled(c.Request.Context(), app.Key, name)
 	}
 	return writeJSON(c, summarize(d))
 }
@@ -446,7 +384,7 @@ func (a *API) getDevice(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	props, err := a.properties(c, d)
+	props, err := a.shadows.Summary(c.Request.Context(), app.Key, d.Name)
 	if err != nil {
 		return err
 	}
@@ -460,39 +398,15 @@ func (a *API) getDevice(c *gin.Context) error {
 }
 
 // deleteDevice serves DELETE /admin/v1/apps/{key}/devices/{name}
-// (DESIGN.md section 5). The steps are ordered so that no message is
-// left pending for a device that is gone: the device is disabled first,
-// so from then on it cannot connect and sends to it fail with record 1;
-// then it is disconnected and its pending messages fail with record 5
-// (3007); only then is it removed. Its messages stay readable by msgid.
+// (DESIGN.md section 5; devices.Service.Delete orders the steps).
 func (a *API) deleteDevice(c *gin.Context) error {
 	app, err := a.appParam(c)
 	if err != nil {
 		return err
 	}
 	name := c.Param("name")
-	// A client that hangs up mid-way must not leave the device disabled
-	// but not deleted: once begun, the steps run to the end.
-	ctx := context.WithoutCancel(c.Request.Context())
-	_, err = a.store.UpdateDevice(ctx, app.Key, name, func(d *store.Device) error {
-		d.Flag = store.FlagDisabled
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("device %q not found", name)
-	}
-	if err != nil {
-		return fmt.Errorf("disable device: %w", err)
-	}
-	if err := a.cfg.Devices.Deleted(ctx, app.Key, name); err != nil {
-		return fmt.Errorf("delete device: %w", err)
-	}
-	err = a.store.DeleteDevice(ctx, app.Key, name)
-	if errors.Is(err, store.ErrNotFound) { // a concurrent delete won
-		return errInvalid("device %q not found", name)
-	}
-	if err != nil {
-		return fmt.Errorf("delete device: %w", err)
+	if err := a.devices.Delete(c.Request.Context(), app.Key, name); err != nil {
+		return err
 	}
 	return writeJSON(c, gin.H{"device_name": name, "deleted": true})
 }

@@ -14,10 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/internal/appcache"
-	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -41,11 +43,25 @@ type Config struct {
 	// RateLimiter holds the per-app rate limits; nil keeps them in this
 	// process (one node).
 	RateLimiter Limiter
-	// Router delivers queued messages to connected devices; nil means no
-	// device is ever online (tests of the REST API alone).
+	// Messages and Shadows hold the rules of messages and properties;
+	// cmd/devmsg builds them. nil: New builds them on its store, with
+	// Router and Devices, for tests of the REST API alone.
+	Messages *message.Service
+	Shadows  *shadow.Service
+	// DeviceService creates, changes and deletes devices; nil: New
+	// builds it on its store, telling Devices.
+	DeviceService *devices.Service
+	// DeadLetters redelivers dead letters; nil: New builds it on its
+	// store, telling Callbacks.
+	DeadLetters *callback.DeadLetters
+	// AppService creates apps and changes their credentials; nil: New
+	// builds it on its store and Apps.
+	AppService *application.Service
+	// Router delivers queued messages to connected devices when New
+	// builds Messages; nil means no device is ever online.
 	Router message.Router
-	// Devices hears of REST changes that connected devices must see; nil
-	// ignores them.
+	// Devices hears of REST changes that connected devices must see, when
+	// New builds the services; nil ignores them.
 	Devices DeviceEvents
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
@@ -62,8 +78,8 @@ type Config struct {
 	// CallbackTimeout bounds the echostr verification of a callback URL
 	// (callback.request_timeout); 0 means 10 s.
 	CallbackTimeout time.Duration
-	// Callbacks hears of dead letters put back for delivery; nil ignores
-	// them.
+	// Callbacks lists an app's recent deliveries, and hears of dead
+	// letters put back when New builds DeadLetters; nil: none.
 	Callbacks CallbackEvents
 }
 
@@ -103,46 +119,47 @@ func (noDeviceEvents) Deleted(context.Context, string, string) error            
 // API serves the spec's REST API, the admin API, /healthz, /readyz and
 // /metrics.
 type API struct {
-	cfg      Config
-	store    store.Store
-	log      *slog.Logger
-	ids      *idgen.Generator
-	messages *message.Service
-	limits   Limiter
-	apps     *appcache.Cache
-	verifier *http.Client // for callback URL verification
-	throttle *authThrottle
-	handler  http.Handler
-	now      func() time.Time
+	cfg         Config
+	store       store.Store
+	log         *slog.Logger
+	messages    *message.Service
+	shadows     *shadow.Service
+	appSvc      *application.Service
+	devices     *devices.Service
+	deadLetters *callback.DeadLetters
+	limits      Limiter
+	apps        *appcache.Cache
+	verifier    *http.Client // for callback URL verification
+	throttle    *authThrottle
+	handler     http.Handler
+	now         func() time.Time
 }
 
 // New builds the API. Its metrics are registered with reg, which /metrics
 // serves.
 func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry) (*API, error) {
-	ids, err := idgen.New(cfg.NodeID)
-	if err != nil {
-		return nil, err
-	}
-	last, err := st.LastMessageID(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("read last msgid: %w", err)
-	}
-	ids.Skip(last)
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	a := &API{
-		cfg:      cfg,
-		store:    st,
-		log:      log,
-		ids:      ids,
-		messages: message.NewService(st, ids, cfg.Router),
-		limits:   cfg.RateLimiter,
-		now:      time.Now,
+	if cfg.Apps == nil {
+		cfg.Apps = appcache.New(st, time.Now)
 	}
-	if a.cfg.Devices == nil {
-		a.cfg.Devices = noDeviceEvents{}
+	if cfg, err = withDefaultServices(cfg, st); err != nil {
+		return nil, err
+	}
+	a := &API{
+		cfg:         cfg,
+		store:       st,
+		log:         log,
+		messages:    cfg.Messages,
+		shadows:     cfg.Shadows,
+		appSvc:      cfg.AppService,
+		devices:     cfg.DeviceService,
+		deadLetters: cfg.DeadLetters,
+		limits:      cfg.RateLimiter,
+		apps:        cfg.Apps,
+		now:         time.Now,
 	}
 	if a.limits == nil {
 		a.limits = newLocalLimiter()
@@ -150,10 +167,6 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	a.throttle = newAuthThrottle(cmp.Or(cfg.AuthSourceFailures, AuthSourceFailures),
 		cmp.Or(cfg.AuthIdentityFailures, AuthIdentityFailures), cmp.Or(cfg.AuthWindow, AuthWindow), a.now)
 	a.verifier = newVerifyClient(cfg.CallbackTimeout, cfg.CallbackAllowedNetworks)
-	a.apps = cfg.Apps
-	if a.apps == nil {
-		a.apps = appcache.New(st, a.now)
-	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
@@ -195,6 +208,36 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 
 	a.handler = headAsGet(r)
 	return a, nil
+}
+
+// withDefaultServices fills the services cfg leaves nil with ones built on
+// st, as a test of the API alone needs; cmd/devmsg builds them all.
+func withDefaultServices(cfg Config, st store.Store) (Config, error) {
+	if cfg.Devices == nil {
+		cfg.Devices = noDeviceEvents{}
+	}
+	if cfg.Messages == nil || cfg.Shadows == nil {
+		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
+		if err != nil {
+			return cfg, err
+		}
+		if cfg.Messages == nil {
+			cfg.Messages = message.NewService(st, ids, cfg.Router)
+		}
+		if cfg.Shadows == nil {
+			cfg.Shadows = shadow.NewService(st, ids, cfg.Devices)
+		}
+	}
+	if cfg.DeviceService == nil {
+		cfg.DeviceService = devices.NewService(st, cfg.Devices)
+	}
+	if cfg.DeadLetters == nil {
+		cfg.DeadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
+	}
+	if cfg.AppService == nil {
+		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
+	}
+	return cfg, nil
 }
 
 // Handler returns the HTTP handler serving every route.

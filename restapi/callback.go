@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
@@ -90,17 +91,16 @@ func (a *API) putCallback(c *gin.Context) error {
 			return err
 		}
 	}
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		if setEnabled {
-			app.Callback.Enabled = enabled
-		}
-		if setTypes {
-			app.Callback.Types = types
-		}
-		return nil
-	})
+	var ch application.CallbackChange
+	if setEnabled {
+		ch.Enabled = &enabled
+	}
+	if setTypes {
+		ch.Types = types
+	}
+	app, err = a.appSvc.SetCallback(c.Request.Context(), app.Key, ch)
 	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+		return err
 	}
 	return writeJSON(c, viewCallback(app))
 }
@@ -156,18 +156,6 @@ func urlField(obj object) (string, error) {
 	return u, err
 }
 
-// checkAddable refuses a URL that is already configured or would be one
-// too many.
-func checkAddable(cb store.CallbackSettings, u string) error {
-	if cb.Has(u) {
-		return errInvalid("callback URL %q is already configured", u)
-	}
-	if len(cb.URLs) >= store.MaxCallbackURLs {
-		return errInvalid("at most %d callback URLs can be configured; delete one first", store.MaxCallbackURLs)
-	}
-	return nil
-}
-
 // checkURL applies the URL rules of spec section 6.1.
 func (a *API) checkURL(u string) error {
 	if err := callback.CheckURL(u, a.cfg.CallbackAllowCustomPorts); err != nil {
@@ -205,21 +193,14 @@ func (a *API) addCallbackURL(c *gin.Context) error {
 	}
 	// Checked before the verification, which can take seconds, and again
 	// in the update, which a concurrent change may have made stale.
-	if err := checkAddable(app.Callback, u); err != nil {
+	if err := application.CheckAddable(app.Callback, u); err != nil {
 		return err
 	}
 	if err := a.verifyURL(c, app, u); err != nil {
 		return err
 	}
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		if err := checkAddable(app.Callback, u); err != nil {
-			return err
-		}
-		app.Callback.URLs = append(app.Callback.URLs, store.CallbackURL{URL: u, Default: len(app.Callback.URLs) == 0})
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+	if app, err = a.appSvc.AddCallbackURL(c.Request.Context(), app.Key, u); err != nil {
+		return err
 	}
 	return writeJSON(c, urlsView(app))
 }
@@ -235,17 +216,8 @@ func (a *API) setDefaultCallbackURL(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		if !app.Callback.Has(u) {
-			return errInvalid("callback URL %q is not configured", u)
-		}
-		for i := range app.Callback.URLs {
-			app.Callback.URLs[i].Default = app.Callback.URLs[i].URL == u
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+	if app, err = a.appSvc.SetDefaultCallbackURL(c.Request.Context(), app.Key, u); err != nil {
+		return err
 	}
 	return writeJSON(c, urlsView(app))
 }
@@ -285,19 +257,8 @@ func (a *API) deleteCallbackURL(c *gin.Context) error {
 	if u == "" {
 		return errMissing("url")
 	}
-	app, err = a.apps.Update(c.Request.Context(), app.Key, func(app *store.App) error {
-		i := slices.IndexFunc(app.Callback.URLs, func(cu store.CallbackURL) bool { return cu.URL == u })
-		if i < 0 {
-			return errInvalid("callback URL %q is not configured", u)
-		}
-		if app.Callback.URLs[i].Default {
-			return errInvalid("the default URL cannot be deleted; make another URL the default first")
-		}
-		app.Callback.URLs = slices.Delete(app.Callback.URLs, i, i+1)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("update app: %w", err)
+	if app, err = a.appSvc.DeleteCallbackURL(c.Request.Context(), app.Key, u); err != nil {
+		return err
 	}
 	return writeJSON(c, urlsView(app))
 }
@@ -391,16 +352,9 @@ func (a *API) redeliverDeadLetter(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	id := c.Param("id")
-	d, err := a.store.RedeliverDeadLetter(c.Request.Context(), app.Key, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("dead letter %q not found", id)
-	}
+	d, err := a.deadLetters.Redeliver(c.Request.Context(), app.Key, c.Param("id"))
 	if err != nil {
-		return fmt.Errorf("redeliver dead letter: %w", err)
-	}
-	if a.cfg.Callbacks != nil {
-		a.cfg.Callbacks.Redelivered(app.Key, d.URL, len(d.Entries))
+		return err
 	}
 	return writeJSON(c, gin.H{"id": d.ID, "records": len(d.Entries)})
 }

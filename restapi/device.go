@@ -2,48 +2,23 @@ package restapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sort"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
 
-// Limits of spec section 8 and DESIGN.md section 2.
+// Limits of spec section 8 and DESIGN.md section 2, and the result code
+// of a device name that is taken.
 const (
 	MaxBatchDevices     = 1000
-	MaxMarkChars        = 128
 	MaxPropertiesPerSet = 100
-	DeviceSecretLen     = 32
 	CodeDeviceExists    = 3001
 )
-
-// validateDeviceName applies spec 2.1: 4 to 24 characters of digits,
-// letters and - _ @ . only.
-func validateDeviceName(name string) error {
-	if len(name) < 4 || len(name) > 24 {
-		return fmt.Errorf("device name %q must be 4 to 24 characters", name)
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '@' || r == '.') {
-			return fmt.Errorf("device name %q has %q; only digits, letters and - _ @ . are allowed", name, r)
-		}
-	}
-	return nil
-}
-
-func validateMark(mark string) error {
-	if n := utf8.RuneCountInString(mark); n > MaxMarkChars {
-		return fmt.Errorf("mark must be 0 to %d characters, got %d", MaxMarkChars, n)
-	}
-	return nil
-}
 
 type createResult struct {
 	DeviceName   string `json:"device_name"`
@@ -68,35 +43,29 @@ func (a *API) createDevices(c *gin.Context) error {
 	if len(elems) == 0 || len(elems) > MaxBatchDevices {
 		return errInvalid("device must hold 1 to %d objects, got %d", MaxBatchDevices, len(elems))
 	}
-	app := currentApp(c)
-	now := a.now().Unix()
 	results := make([]createResult, len(elems))
-	devices := make([]store.Device, 0, len(elems))
-	index := make([]int, 0, len(elems)) // devices[j] answers results[index[j]]
+	news := make([]devices.NewDevice, 0, len(elems))
+	index := make([]int, 0, len(elems)) // news[j] answers results[index[j]]
 	for i, raw := range elems {
 		d, code, reason := parseNewDevice(raw)
 		results[i] = createResult{DeviceName: d.Name, Code: code, Message: reason}
 		if code != 0 {
 			continue
 		}
-		d.AppKey, d.Secret, d.TimeCreate, d.Flag = app.Key, secret.Alnum(DeviceSecretLen), now, store.FlagEnabled
-		devices = append(devices, d)
+		news = append(news, d)
 		index = append(index, i)
 	}
-	if len(devices) > 0 {
-		errs, err := a.store.CreateDevices(c.Request.Context(), app.Key, devices)
+	if len(news) > 0 {
+		created, errs, err := a.devices.Create(c.Request.Context(), currentApp(c).Key, news)
 		if err != nil {
-			return fmt.Errorf("create devices: %w", err)
+			return err
 		}
 		for j, e := range errs {
 			r := &results[index[j]]
-			switch {
-			case e == nil:
-				r.DeviceSecret = devices[j].Secret
-			case errors.Is(e, store.ErrAlreadyExists):
-				r.Code, r.Message = CodeDeviceExists, "device name "+strconv.Quote(devices[j].Name)+" already exists"
-			default:
-				return fmt.Errorf("create device %q: %w", devices[j].Name, e)
+			if e != nil {
+				r.Code, r.Message = CodeDeviceExists, e.Error()
+			} else {
+				r.DeviceSecret = created[j].Secret
 			}
 		}
 	}
@@ -105,27 +74,27 @@ func (a *API) createDevices(c *gin.Context) error {
 
 // parseNewDevice reads one element of a batch create; a non-zero code says
 // why it cannot be created.
-func parseNewDevice(raw json.RawMessage) (store.Device, int, string) {
+func parseNewDevice(raw json.RawMessage) (devices.NewDevice, int, string) {
 	obj, err := parseObject(raw, "device element")
 	if err != nil {
-		return store.Device{}, CodeInvalidParam, "device element must be a JSON object"
+		return devices.NewDevice{}, CodeInvalidParam, "device element must be a JSON object"
 	}
 	name, ok, err := obj.stringField("name", true)
 	if err != nil {
 		if ok || obj.has("name") {
-			return store.Device{}, CodeInvalidParam, err.Error()
+			return devices.NewDevice{}, CodeInvalidParam, err.Error()
 		}
-		return store.Device{}, CodeMissingParam, err.Error()
+		return devices.NewDevice{}, CodeMissingParam, err.Error()
 	}
-	d := store.Device{Name: name}
-	if err := validateDeviceName(name); err != nil {
+	d := devices.NewDevice{Name: name}
+	if err := devices.ValidateName(name); err != nil {
 		return d, CodeInvalidParam, err.Error()
 	}
 	mark, _, err := obj.stringField("mark", false)
 	if err != nil {
 		return d, CodeInvalidParam, err.Error()
 	}
-	if err := validateMark(mark); err != nil {
+	if err := devices.ValidateMark(mark); err != nil {
 		return d, CodeInvalidParam, err.Error()
 	}
 	d.Mark = mark
@@ -145,14 +114,7 @@ func (a *API) loadDevice(c *gin.Context, appKey, name string) (store.Device, err
 	if name == "" {
 		return store.Device{}, errMissing("device_name")
 	}
-	d, err := a.store.GetDevice(c.Request.Context(), appKey, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return d, errInvalid("device %q not found", name)
-	}
-	if err != nil {
-		return d, fmt.Errorf("load device: %w", err)
-	}
-	return d, nil
+	return a.devices.Get(c.Request.Context(), appKey, name)
 }
 
 // baseInfo serves GET /device/v1/baseinfo (spec 4.3).
@@ -191,58 +153,17 @@ func unixString(t int64) string {
 	return strconv.FormatInt(t, 10)
 }
 
-type propertyInfo struct {
-	Name          string          `json:"name"`
-	DesiredValue  json.RawMessage `json:"desired_value,omitempty"`
-	DesiredSTime  int64           `json:"desired_stime,omitempty"`
-	ReportedValue json.RawMessage `json:"reported_value,omitempty"`
-	ReportedSTime int64           `json:"reported_stime,omitempty"`
-}
-
 // getProperty serves GET /device/v1/property (spec 4.4).
 func (a *API) getProperty(c *gin.Context) error {
-	d, err := a.deviceParam(c)
+	name, ok := c.GetQuery("device_name")
+	if !ok || name == "" {
+		return errMissing("device_name")
+	}
+	sum, err := a.shadows.Summary(c.Request.Context(), currentApp(c).Key, name)
 	if err != nil {
 		return err
 	}
-	props, err := a.properties(c, d)
-	if err != nil {
-		return err
-	}
-	return a.writeRead(c, props)
-}
-
-// properties loads d's shadow as the device property summary (spec 2.4),
-// properties sorted by name.
-func (a *API) properties(c *gin.Context, d store.Device) (gin.H, error) {
-	sh, err := a.store.GetShadow(c.Request.Context(), d.AppKey, d.Name)
-	if errors.Is(err, store.ErrNotFound) { // deleted since loadDevice
-		return nil, errInvalid("device %q not found", d.Name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load shadow: %w", err)
-	}
-	props := make([]propertyInfo, 0, len(sh.Properties))
-	for name, p := range sh.Properties {
-		props = append(props, propertyInfo{name, p.DesiredValue, p.DesiredSTime, p.ReportedValue, p.ReportedSTime})
-	}
-	sort.Slice(props, func(i, j int) bool { return props[i].Name < props[j].Name })
-	return gin.H{
-		"properties":            props,
-		"sdk_ver":               sh.SDKVer,
-		"app_ver":               sh.AppVer,
-		"last_desired_stime":    sh.LastDesiredSTime,
-		"last_reported_stime":   sh.LastReportedSTime,
-		"last_desired_version":  sh.LastDesiredVersion,
-		"last_reported_version": sh.LastReportedVersion,
-	}, nil
-}
-
-type propertyResult struct {
-	DeviceName string `json:"device_name"`
-	OpCode     int    `json:"op_code"`
-	OpID       int64  `json:"op_id"`
-	OpStatus   string `json:"op_status"`
+	return a.writeRead(c, sum)
 }
 
 // setProperty serves POST /device/v1/property (spec 4.1).
@@ -265,31 +186,17 @@ func (a *API) setProperty(c *gin.Context) error {
 	}
 	app := currentApp(c)
 	fp := fingerprint("POST /device/v1/property", obj)
-	if dev, err := a.loadSeqDevice(c, app.Key, name, seqNo, fp); err != nil || dev == nil {
-		return err
+	if name == "" {
+		return a.seqFailed(c, app.Key, seqNo, fp, errMissing("device_name"))
 	}
-	opID := a.ids.Next()
-	if cerr := shadow.Check(app.Properties, names, values); cerr != nil {
-		return a.respondRecorded(c, app.Key, seqNo, fp, propertyResult{name, cerr.Code, opID, shadow.CodeText(cerr.Code)})
-	}
-	body, err := json.Marshal(propertyResult{name, shadow.CodeOK, opID, shadow.CodeText(shadow.CodeOK)})
+	req := shadow.SetRequest{Device: name, Version: version, Names: names, Values: values}
+	res, err := a.shadows.SetDesired(c.Request.Context(), app, req, seqNo, func(r shadow.SetResult) *store.SeqEntry {
+		return a.seqEntry(fp, mustJSON(r))
+	})
 	if err != nil {
-		return err
+		return a.seqFailed(c, app.Key, seqNo, fp, err)
 	}
-	u := store.DesiredUpdate{AppKey: app.Key, DeviceName: name, Version: version, Properties: values, Time: a.now().UnixMilli()}
-	sh, err := a.store.SetDesired(c.Request.Context(), u, seqNo, a.seqEntry(fp, body))
-	switch {
-	case errors.Is(err, store.ErrSeqUsed):
-		return a.replayUsed(c, app.Key, seqNo, fp)
-	case errors.Is(err, store.ErrNotFound):
-		return errInvalid("device %q not found", name)
-	case errors.Is(err, store.ErrVersionConflict):
-		return a.respondRecorded(c, app.Key, seqNo, fp, propertyResult{name, shadow.CodeVersionInvalid, opID, shadow.CodeText(shadow.CodeVersionInvalid)})
-	case err != nil:
-		return fmt.Errorf("set desired: %w", err)
-	}
-	a.cfg.Devices.DesiredChanged(c.Request.Context(), app.Key, name, sh)
-	c.Data(200, "application/json", body)
+	c.Data(200, "application/json", mustJSON(res))
 	return nil
 }
 

@@ -1,5 +1,14 @@
 // Package restapi serves the spec's HTTPS REST API (/device/v1, /msg/v1),
-// the admin API (/admin/v1), health endpoints and Prometheus metrics. It
-// turns HTTP requests into store and domain calls and every error into the
-// spec's {"error":{"code","message"}} body in one place, writeError.
+// the admin API (/admin/v1), health endpoints and Prometheus metrics.
+// Handlers parse a request, call one method of a domain service
+// (shadow.Service, message.Service, devices.Service, application.Service,
+// callback.DeadLetters, which cmd/devmsg builds) and render the answer;
+// they write nothing to the store themselves. Every error becomes the
+// spec's {"error":{"code","message"}} body in one place, writeError, which
+// maps the domain's typed errors (package errdefs) to the spec's codes.
+//
+// seq_no replay stays here (seq.go) because what it records and replays is
+// an HTTP answer: the request's fingerprint, status and body. The services
+// store the entry atomically with their write; restapi builds it, looks it
+// up and replays it.
 package restapi

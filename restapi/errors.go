@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/errdefs"
 )
 
 // Error codes of spec section 7.
@@ -48,12 +50,16 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// writeError is the one place errors become HTTP responses. Anything that
-// is not an *apiError is an internal error: logged, and reported as 1000
-// without its details.
+// writeError is the one place errors become HTTP responses. The domain's
+// typed errors (package errdefs) are 400/1003 with their message (spec
+// section 7, DESIGN.md section 2); anything that is neither one of them
+// nor an *apiError is an internal error: logged, and reported as 1000
+// without its details. The error is also recorded for an in-process
+// caller (the console) that asked for it with errdefs.WithRecorder.
 func (a *API) writeError(c *gin.Context, err error) {
-	var e *apiError
-	if !errors.As(err, &e) {
+	errdefs.Record(c.Request.Context(), err)
+	e := apiErrorOf(err)
+	if e == nil {
 		a.log.Error("request failed", "method", c.Request.Method, "route", c.FullPath(), "err", err)
 		e = &apiError{http.StatusInternalServerError, CodeInternal, "internal error; retry later", 0}
 	}
@@ -65,6 +71,29 @@ func (a *API) writeError(c *gin.Context, err error) {
 	}
 	c.Data(e.status, "application/json", ErrorBody(e.code, e.message))
 	c.Abort()
+}
+
+// apiErrorOf returns err's place in the spec's error table, nil for an
+// internal error.
+func apiErrorOf(err error) *apiError {
+	var e *apiError
+	if errors.As(err, &e) {
+		return e
+	}
+	var (
+		nf *errdefs.NotFoundError
+		cf *errdefs.ConflictError
+		iv *errdefs.InvalidError
+	)
+	switch {
+	case errors.As(err, &nf):
+		return errInvalid("%s", nf.Error())
+	case errors.As(err, &cf):
+		return errInvalid("%s", cf.Error())
+	case errors.As(err, &iv):
+		return errInvalid("%s", iv.Error())
+	}
+	return nil
 }
 
 // ErrorBody returns the spec's error body, {"error":{"code","message"}},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -44,7 +45,7 @@ func FuzzPostBodies(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer st.Close()
-	app := restapi.NewApp("fuzz")
+	app := application.New("fuzz")
 	if err := st.CreateApp(f.Context(), app); err != nil {
 		f.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package restapi
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -31,26 +30,22 @@ func (a *API) sendMessage(c *gin.Context) error {
 	}
 	app := currentApp(c)
 	fp := fingerprint("POST /msg/v1/msg", obj)
-	dev, err := a.loadSeqDevice(c, app.Key, name, seqNo, fp)
-	if err != nil || dev == nil {
-		return err
+	if name == "" {
+		return a.seqFailed(c, app.Key, seqNo, fp, errMissing("device_name"))
 	}
-	var body []byte
-	_, err = a.messages.Send(c.Request.Context(), app, *dev, req, seqNo, func(msgid int64) *store.SeqEntry {
-		body = []byte(`{"msgid":` + strconv.FormatInt(msgid, 10) + `}`)
-		return a.seqEntry(fp, body)
+	m, err := a.messages.SendTo(c.Request.Context(), app, name, req, seqNo, func(msgid int64) *store.SeqEntry {
+		return a.seqEntry(fp, sendAnswer(msgid))
 	})
-	if errors.Is(err, store.ErrSeqUsed) {
-		return a.replayUsed(c, app.Key, seqNo, fp)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("device %q not found", name) // deleted since it was loaded
-	}
 	if err != nil {
-		return fmt.Errorf("send message: %w", err)
+		return a.seqFailed(c, app.Key, seqNo, fp, err)
 	}
-	c.Data(200, "application/json", body)
+	c.Data(200, "application/json", sendAnswer(m.ID))
 	return nil
+}
+
+// sendAnswer is the body of a send's 200.
+func sendAnswer(msgid int64) []byte {
+	return []byte(`{"msgid":` + strconv.FormatInt(msgid, 10) + `}`)
 }
 
 // parseSend reads msg_body, ttl and callback of a send.
@@ -140,11 +135,11 @@ func (a *API) getMessage(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := a.store.GetMessage(c.Request.Context(), currentApp(c).Key, id)
-	if err == nil {
-		err = a.store.Barrier(c.Request.Context())
+	m, err := a.messages.Get(c.Request.Context(), currentApp(c).Key, id)
+	if err != nil {
+		return err
 	}
-	return writeMessage(c, id, m, err)
+	return a.writeRead(c, viewMessage(m))
 }
 
 // retractMessage serves DELETE /msg/v1/msg?msgid= (DESIGN.md section 2):
@@ -156,7 +151,10 @@ func (a *API) retractMessage(c *gin.Context) error {
 		return err
 	}
 	m, err := a.messages.Retract(c.Request.Context(), currentApp(c).Key, id)
-	return writeMessage(c, id, m, err)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, viewMessage(m))
 }
 
 func msgidParam(c *gin.Context) (int64, error) {
@@ -169,16 +167,6 @@ func msgidParam(c *gin.Context) (int64, error) {
 		return 0, errInvalid("msgid must be an integer")
 	}
 	return id, nil
-}
-
-func writeMessage(c *gin.Context, id int64, m store.Message, err error) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return errInvalid("message %d not found", id)
-	}
-	if err != nil {
-		return fmt.Errorf("message %d: %w", id, err)
-	}
-	return writeJSON(c, viewMessage(m))
 }
 
 func viewMessage(m store.Message) messageView {

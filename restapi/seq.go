@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -54,7 +55,7 @@ func (a *API) replay(c *gin.Context, appKey string, seqNo int64, fp string) (boo
 		return false, err
 	}
 	if e.Fingerprint != fp {
-		return true, errInvalid("seq_no %d already used within 15 minutes", seqNo)
+		return true, errdefs.Conflict("seq_no", seqNo, "already used within 15 minutes")
 	}
 	// The entry may belong to a request still waiting for its write to
 	// be durable: a replayed 200 must not promise what a crash can take
@@ -77,24 +78,6 @@ func (a *API) seqEntry(fp string, body []byte) *store.SeqEntry {
 	}
 }
 
-// respondRecorded writes a 200 whose operation changed nothing, after
-// recording it under the seq_no so a retry replays it.
-func (a *API) respondRecorded(c *gin.Context, appKey string, seqNo int64, fp string, v any) error {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	err = a.store.PutSeq(c.Request.Context(), appKey, seqNo, *a.seqEntry(fp, body))
-	if errors.Is(err, store.ErrSeqUsed) {
-		return a.replayUsed(c, appKey, seqNo, fp)
-	}
-	if err != nil {
-		return err
-	}
-	c.Data(http.StatusOK, "application/json", body)
-	return nil
-}
-
 // replayUsed answers a request whose write found its seq_no already
 // recorded: by an earlier request, or a concurrent one that won the race.
 func (a *API) replayUsed(c *gin.Context, appKey string, seqNo int64, fp string) error {
@@ -106,18 +89,33 @@ func (a *API) replayUsed(c *gin.Context, appKey string, seqNo int64, fp string) 
 	return err
 }
 
-// loadSeqDevice loads the target device of a request that carries a
-// seq_no. The seq_no itself is checked atomically with the write, which
-// saves a lookup per request; only when the device is missing is the
-// seq_no looked at first, so a retry still replays after the device is
-// gone. A nil device with a nil error means the replay was written.
-func (a *API) loadSeqDevice(c *gin.Context, appKey, name string, seqNo int64, fp string) (*store.Device, error) {
-	dev, err := a.loadDevice(c, appKey, name)
-	if err == nil {
-		return &dev, nil
+// seqFailed answers a request carrying a seq_no that failed: its service
+// call, or before it, the want of a device name (errMissing). A seq_no
+// recorded meanwhile (store.ErrSeqUsed) is answered from its record. A
+// missing or unknown device is looked up under the seq_no first, so a
+// retry still replays after the device is gone. The seq_no itself is
+// checked atomically with the write, which saves a lookup per request.
+func (a *API) seqFailed(c *gin.Context, appKey string, seqNo int64, fp string, err error) error {
+	if errors.Is(err, store.ErrSeqUsed) {
+		return a.replayUsed(c, appKey, seqNo, fp)
 	}
-	if done, rerr := a.replay(c, appKey, seqNo, fp); done || rerr != nil {
-		return nil, rerr
+	var (
+		nf *errdefs.NotFoundError
+		ae *apiError
+	)
+	if errors.As(err, &nf) || errors.As(err, &ae) && ae.code == CodeMissingParam {
+		if done, rerr := a.replay(c, appKey, seqNo, fp); done || rerr != nil {
+			return rerr
+		}
 	}
-	return nil, err
+	return err
+}
+
+// mustJSON encodes v, a type that always encodes.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("encode " + fmt.Sprintf("%T", v) + ": " + err.Error())
+	}
+	return b
 }

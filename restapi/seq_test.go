@@ -103,3 +103,20 @@ func TestSeqNoReplay(t *testing.T) {
 		}
 	})
 }
+
+// A request that names no device is looked up under its seq_no first, like
+// one that names an unknown device: a seq_no already used by another
+// request is the answer, on both endpoints.
+func TestSeqNoUsedBeforeMissingDevice(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("dev-0001")
+	e.call("POST", "/msg/v1/msg", `{"seq_no":11,"device_name":"dev-0001","msg_body":"x"}`).wantOK(t)
+	for _, tc := range []struct{ name, path, body string }{
+		{"send", "/msg/v1/msg", `{"seq_no":11,"device_name":"","msg_body":"x"}`},
+		{"property", "/device/v1/property", `{"seq_no":11,"device_name":"","version":1,"properties":[{"name":"a","value":1}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.call("POST", tc.path, tc.body).wantError(t, 400, 1003, "seq_no 11 already used within 15 minutes")
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -140,40 +141,46 @@ func stringValue(v json.RawMessage) (string, bool) {
 	return s, true
 }
 
-// ValidateModel checks a property model an app owner submits.
+// ValidateModel checks a property model an app owner submits; a
+// *errdefs.InvalidError names the first entry that breaks a rule.
 func ValidateModel(model []store.PropertyDef) error {
 	seen := make(map[string]bool, len(model))
 	for i, d := range model {
 		if err := ValidateName(d.Name); err != nil {
-			return fmt.Errorf("properties[%d].name: %w", i, err)
+			return invalid(fmt.Sprintf("properties[%d].name", i), "%v", err)
 		}
 		if seen[d.Name] {
-			return fmt.Errorf("properties[%d].name: %q appears twice", i, d.Name)
+			return invalid(fmt.Sprintf("properties[%d].name", i), "%q appears twice", d.Name)
 		}
 		seen[d.Name] = true
 		switch d.Type {
 		case store.TypeInt, store.TypeDouble:
 			if d.MaxLength != nil {
-				return fmt.Errorf("properties[%d].max_length: only for type string", i)
+				return invalid(fmt.Sprintf("properties[%d].max_length", i), "only for type string")
 			}
 			if d.Min != nil && d.Max != nil && *d.Min > *d.Max {
-				return fmt.Errorf("properties[%d]: min %v is greater than max %v", i, *d.Min, *d.Max)
+				return invalid(fmt.Sprintf("properties[%d]", i), "min %v is greater than max %v", *d.Min, *d.Max)
 			}
 		case store.TypeString:
 			if d.Min != nil || d.Max != nil {
-				return fmt.Errorf("properties[%d]: min and max are only for int and double", i)
+				return invalid(fmt.Sprintf("properties[%d]", i), "min and max are only for int and double")
 			}
 			if d.MaxLength != nil && (*d.MaxLength < 0 || *d.MaxLength > 65536) {
-				return fmt.Errorf("properties[%d].max_length: %d is outside 0..65536", i, *d.MaxLength)
+				return invalid(fmt.Sprintf("properties[%d].max_length", i), "%d is outside 0..65536", *d.MaxLength)
 			}
 		default:
-			return fmt.Errorf("properties[%d].type: %q is not int, double or string", i, d.Type)
+			return invalid(fmt.Sprintf("properties[%d].type", i), "%q is not int, double or string", d.Type)
 		}
 	}
 	if len(model) > 1000 {
-		return fmt.Errorf("properties: at most 1000 in a model, got %d", len(model))
+		return invalid("properties", "at most 1000 in a model, got %d", len(model))
 	}
 	return nil
+}
+
+// invalid is the *errdefs.InvalidError "field: reason" of a model entry.
+func invalid(field, format string, args ...any) error {
+	return &errdefs.InvalidError{Field: field, Message: field + ": " + fmt.Sprintf(format, args...)}
 }
 
 // MaxNameLen bounds a property name, in bytes.

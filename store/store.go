@@ -87,19 +87,6 @@ type CallbackURL struct {
 	Default bool   `json:"default"`
 }
 
-// Sends reports whether records of type typ are sent.
-func (c CallbackSettings) Sends(typ int) bool {
-	if c.Types == nil {
-		return true
-	}
-	for _, t := range c.Types {
-		if t == typ {
-			return true
-		}
-	}
-	return false
-}
-
 // Has reports whether u is one of the configured URLs.
 func (c CallbackSettings) Has(u string) bool {
 	for _, cu := range c.URLs {
@@ -108,20 +95,6 @@ func (c CallbackSettings) Has(u string) bool {
 		}
 	}
 	return false
-}
-
-// Target returns where a record goes: the message's temporary URL when
-// it is configured, else the default URL, else "" (nowhere).
-func (c CallbackSettings) Target(temp string) string {
-	if temp != "" && c.Has(temp) {
-		return temp
-	}
-	for _, cu := range c.URLs {
-		if cu.Default {
-			return cu.URL
-		}
-	}
-	return ""
 }
 
 // Property types of the property model.

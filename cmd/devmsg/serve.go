@@ -19,10 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/console"
+	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/netguard"
@@ -240,7 +242,7 @@ func (m *Main) resetPresence(ctx context.Context) error {
 
 // buildServices constructs the domain services, the REST API, the MQTT
 // broker and the console, and registers the metrics; nothing runs yet.
-func (m *Main) buildServices(context.Context) error {
+func (m *Main) buildServices(ctx context.Context) error {
 	cfg, st, log := m.Config, m.store, m.log
 	m.reg = prometheus.NewRegistry()
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -271,12 +273,20 @@ func (m *Main) buildServices(context.Context) error {
 		return err
 	}
 	m.callbacks = callbacks
+	ids, err := message.NewIDs(ctx, cfg.NodeID, st)
+	if err != nil {
+		return err
+	}
 	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,
 		AdminUsername:       cfg.Admin.Username,
 		AdminPasswordSHA256: m.adminHash,
-		Router:              m.gateway,
+		Messages:            message.NewService(st, ids, m.gateway),
+		Shadows:             shadow.NewService(st, ids, m.gateway),
+		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
+		DeviceService:       devices.NewService(st, m.gateway),
+		DeadLetters:         callback.NewDeadLetters(st, callbacks),
 		RateLimiter:         limiter,
 		Devices:             m.gateway,
 
@@ -581,7 +591,7 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		if len(existing) > 0 {
 			return nil
 		}
-		app := restapi.NewApp("default")
+		app := application.New("default")
 		// Nodes of a cluster starting together on an empty store agree on
 		// one default app: the first to claim the key creates it.
 		err = st.CreateMeta(ctx, metaDefaultApp, []byte(app.Key))
@@ -607,7 +617,7 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		return nil
 	}
 	for _, a := range apps {
-		app := restapi.NewApp(a.Name)
+		app := application.New(a.Name)
 		app.Key, app.MasterSecret = a.Key, a.MasterSecret
 		err := st.CreateApp(ctx, app)
 		if errors.Is(err, store.ErrAlreadyExists) {
