@@ -11,4 +11,11 @@
 // an HTTP answer: the request's fingerprint, status and body. The services
 // store the entry atomically with their write; restapi builds it, looks it
 // up and replays it.
+//
+// The package is some 2,000 lines because it is three HTTP surfaces (the
+// spec's API, the admin API the console also uses, health and metrics)
+// with the spec's exact input rules: strict JSON bodies with typed field
+// errors (body.go), seq_no replay, per-app rate limits and the throttle of
+// failed authentication. Split by surface, each file is a few hundred
+// lines; what is left is parsing and rendering, not domain rules.
 package restapi
