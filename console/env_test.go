@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"github.com/devmsg/devmsg/restapi/restapitest"
 	"html"
 	"io"
 	"log"
@@ -104,6 +105,10 @@ func newEnvWith(t *testing.T, tune func(*restapi.Config)) *env {
 	}
 	if tune != nil {
 		tune(&cfg)
+	}
+	cfg, err = restapitest.Config(st, cfg)
+	if err != nil {
+		t.Fatalf("services: %v", err)
 	}
 	api, err := restapi.New(cfg, st, discard, e.reg)
 	if err != nil {

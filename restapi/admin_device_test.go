@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/devmsg/devmsg/message"
-	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -63,7 +62,7 @@ func (d *deletions) calls() []string {
 // deletionEnv is an env whose DeviceEvents are a deletions.
 func deletionEnv(t *testing.T) (*env, *deletions) {
 	ev := &deletions{}
-	e := newEnv(t, func(cfg *restapi.Config) { cfg.Devices = ev })
+	e := startEnv(&env{t: t, dir: t.TempDir(), deviceEvents: ev})
 	ev.set(func(d *deletions) { d.e = e })
 	return e, ev
 }

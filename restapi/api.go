@@ -2,7 +2,6 @@ package restapi
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -43,26 +42,16 @@ type Config struct {
 	// RateLimiter holds the per-app rate limits; nil keeps them in this
 	// process (one node).
 	RateLimiter Limiter
-	// Messages and Shadows hold the rules of messages and properties;
-	// cmd/devmsg builds them. nil: New builds them on its store, with
-	// Router and Devices, for tests of the REST API alone.
-	Messages *message.Service
-	Shadows  *shadow.Service
-	// DeviceService creates, changes and deletes devices; nil: New
-	// builds it on its store, telling Devices.
+	// The domain services the handlers call, all required; cmd/devmsg
+	// builds them (restapi/restapitest builds them on one store for
+	// tests). Messages and Shadows hold the rules of messages and
+	// properties, DeviceService those of devices, AppService creates apps
+	// and changes their settings, DeadLetters redelivers dead letters.
+	Messages      *message.Service
+	Shadows       *shadow.Service
 	DeviceService *devices.Service
-	// DeadLetters redelivers dead letters; nil: New builds it on its
-	// store, telling Callbacks.
-	DeadLetters *callback.DeadLetters
-	// AppService creates apps and changes their credentials; nil: New
-	// builds it on its store and Apps.
-	AppService *application.Service
-	// Router delivers queued messages to connected devices when New
-	// builds Messages; nil means no device is ever online.
-	Router message.Router
-	// Devices hears of REST changes that connected devices must see, when
-	// New builds the services; nil ignores them.
-	Devices DeviceEvents
+	DeadLetters   *callback.DeadLetters
+	AppService    *application.Service
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
 	Apps *appcache.Cache
@@ -93,29 +82,6 @@ type CallbackEvents interface {
 	Recent(appKey string) []callback.Delivery
 }
 
-// DeviceEvents is told of changes made through the API that a connected
-// device must learn of. Calls happen after the change is stored, except
-// Deleted, which is a step of the deletion itself.
-type DeviceEvents interface {
-	// DesiredChanged follows a successful property set.
-	DesiredChanged(ctx context.Context, appKey, device string, sh store.Shadow)
-	// Disabled follows setting a device's flag to disabled.
-	Disabled(ctx context.Context, appKey, device string)
-	// Deleted comes between the two steps of a device deletion: after
-	// the device is disabled (so it can no longer connect, and messages
-	// sent to it fail with record 1) and before it is removed from the
-	// store. It disconnects the device and fails its pending messages
-	// with record 5 (3007). An error stops the deletion, leaving the
-	// device disabled; deleting it again finishes the job.
-	Deleted(ctx context.Context, appKey, device string) error
-}
-
-type noDeviceEvents struct{}
-
-func (noDeviceEvents) DesiredChanged(context.Context, string, string, store.Shadow) {}
-func (noDeviceEvents) Disabled(context.Context, string, string)                     {}
-func (noDeviceEvents) Deleted(context.Context, string, string) error                { return nil }
-
 // API serves the spec's REST API, the admin API, /healthz, /readyz and
 // /metrics.
 type API struct {
@@ -145,7 +111,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	if cfg.Apps == nil {
 		cfg.Apps = appcache.New(st, time.Now)
 	}
-	if cfg, err = withDefaultServices(cfg, st); err != nil {
+	if err := cfg.checkServices(); err != nil {
 		return nil, err
 	}
 	a := &API{
@@ -210,34 +176,20 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	return a, nil
 }
 
-// withDefaultServices fills the services cfg leaves nil with ones built on
-// st, as a test of the API alone needs; cmd/devmsg builds them all.
-func withDefaultServices(cfg Config, st store.Store) (Config, error) {
-	if cfg.Devices == nil {
-		cfg.Devices = noDeviceEvents{}
-	}
-	if cfg.Messages == nil || cfg.Shadows == nil {
-		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
-		if err != nil {
-			return cfg, err
-		}
-		if cfg.Messages == nil {
-			cfg.Messages = message.NewService(st, ids, cfg.Router)
-		}
-		if cfg.Shadows == nil {
-			cfg.Shadows = shadow.NewService(st, ids, cfg.Devices)
+// checkServices refuses a Config without one of the domain services.
+func (cfg Config) checkServices() error {
+	for _, s := range []struct {
+		name    string
+		missing bool
+	}{
+		{"Messages", cfg.Messages == nil}, {"Shadows", cfg.Shadows == nil}, {"DeviceService", cfg.DeviceService == nil},
+		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil},
+	} {
+		if s.missing {
+			return fmt.Errorf("restapi: Config.%s is nil: cmd/devmsg builds every service (tests: restapi/restapitest)", s.name)
 		}
 	}
-	if cfg.DeviceService == nil {
-		cfg.DeviceService = devices.NewService(st, cfg.Devices)
-	}
-	if cfg.DeadLetters == nil {
-		cfg.DeadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
-	}
-	if cfg.AppService == nil {
-		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
-	}
-	return cfg, nil
+	return nil
 }
 
 // Handler returns the HTTP handler serving every route.

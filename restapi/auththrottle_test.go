@@ -2,11 +2,13 @@ package restapi_test
 
 import (
 	"crypto/sha256"
+	"github.com/devmsg/devmsg/restapi/restapitest"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,9 +44,13 @@ func newAuthAPI(t *testing.T, window time.Duration) *authAPI {
 	if err := st.CreateApp(t.Context(), app); err != nil {
 		t.Fatal(err)
 	}
-	api, err := restapi.New(restapi.Config{
+	cfg, err := restapitest.Config(st, restapi.Config{
 		AdminUsername: "admin", AdminPasswordSHA256: sha256.Sum256([]byte(adminPassword)), AuthWindow: window,
-	}, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := restapi.New(cfg, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,4 +174,18 @@ func TestAuthThrottleIdentity(t *testing.T) {
 	}
 	wantStatus(t, a.get("[2001:db8:1:2:ffff::9]:1", path, "v6-other", "guess"), 429, 2002, "same /64")
 	wantStatus(t, a.get("[2001:db8:1:3::1]:1", path, "v6-other", "guess"), 401, 1004, "another /64")
+}
+
+// TestNewWantsEveryService: the API builds no domain service of its own;
+// a config without one is refused, naming it.
+func TestNewWantsEveryService(t *testing.T) {
+	st, err := pebble.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = restapi.New(restapi.Config{}, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err == nil || !strings.Contains(err.Error(), "Config.Messages is nil") {
+		t.Fatalf("New without services: %v, want Config.Messages is nil", err)
+	}
 }

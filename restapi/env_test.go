@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/restapi/restapitest"
 	"io"
 	"log"
 	"log/slog"
@@ -34,6 +36,9 @@ type env struct {
 	app    store.App // an app created for the test
 	oapi   *openapitest.Validator
 	opts   []envOption
+	// deviceEvents, when set, hears what the device service tells the
+	// broker (disabled, deleted).
+	deviceEvents devices.Events
 }
 
 // envOption changes the API's configuration from the test default.
@@ -46,7 +51,12 @@ var (
 
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), opts: opts}
+	return startEnv(&env{t: t, dir: t.TempDir(), opts: opts})
+}
+
+// startEnv starts e and creates its test app.
+func startEnv(e *env) *env {
+	e.t.Helper()
 	e.start()
 	e.app = e.createApp("test-app")
 	return e
@@ -66,6 +76,13 @@ func (e *env) start() {
 	}
 	for _, o := range e.opts {
 		o(&cfg)
+	}
+	if e.deviceEvents != nil {
+		cfg.DeviceService = devices.NewService(st, e.deviceEvents)
+	}
+	cfg, err = restapitest.Config(st, cfg)
+	if err != nil {
+		t.Fatalf("services: %v", err)
 	}
 	api, err := restapi.New(cfg, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"github.com/devmsg/devmsg/restapi/restapitest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -52,8 +53,11 @@ func FuzzPostBodies(f *testing.F) {
 	if _, err := st.CreateDevices(f.Context(), app.Key, []store.Device{{AppKey: app.Key, Name: "dev-0001", Secret: "s"}}); err != nil {
 		f.Fatal(err)
 	}
-	api, err := restapi.New(restapi.Config{AdminUsername: "admin", AdminPasswordSHA256: sha256.Sum256([]byte("pw"))},
-		st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	cfg, err := restapitest.Config(st, restapi.Config{AdminUsername: "admin", AdminPasswordSHA256: sha256.Sum256([]byte("pw"))})
+	if err != nil {
+		f.Fatal(err)
+	}
+	api, err := restapi.New(cfg, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		f.Fatal(err)
 	}

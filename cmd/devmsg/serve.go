@@ -288,7 +288,6 @@ func (m *Main) buildServices(ctx context.Context) error {
 		DeviceService:       devices.NewService(st, m.gateway),
 		DeadLetters:         callback.NewDeadLetters(st, callbacks),
 		RateLimiter:         limiter,
-		Devices:             m.gateway,
 
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
 		CallbackAllowedNetworks:  allowedNetworks,

@@ -2,6 +2,7 @@ package openapitest_test
 
 import (
 	"crypto/sha256"
+	"github.com/devmsg/devmsg/restapi/restapitest"
 	"io"
 	"log/slog"
 	"regexp"
@@ -27,8 +28,11 @@ func TestServerRoutesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	api, err := restapi.New(restapi.Config{AdminUsername: "admin", AdminPasswordSHA256: sha256.Sum256([]byte("x"))},
-		st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	cfg, err := restapitest.Config(st, restapi.Config{AdminUsername: "admin", AdminPasswordSHA256: sha256.Sum256([]byte("x"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := restapi.New(cfg, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,58 @@
+// Package restapitest builds, on one store, the domain services a
+// restapi.Config must carry, for tests of the HTTP surfaces (restapi,
+// console, the OpenAPI check) that run without devices, a cluster or a
+// callback worker. devmsg serve builds the real ones in cmd/devmsg; this
+// package is for tests only.
+package restapitest
+
+import (
+	"context"
+	"time"
+
+	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/restapi"
+	"github.com/devmsg/devmsg/shadow"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Config returns cfg with every service it leaves nil built on st: no
+// device is ever online, and nothing hears of device changes or
+// redelivered dead letters.
+func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
+	if cfg.Apps == nil {
+		cfg.Apps = appcache.New(st, time.Now)
+	}
+	if cfg.Messages == nil || cfg.Shadows == nil {
+		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
+		if err != nil {
+			return cfg, err
+		}
+		if cfg.Messages == nil {
+			cfg.Messages = message.NewService(st, ids, nil)
+		}
+		if cfg.Shadows == nil {
+			cfg.Shadows = shadow.NewService(st, ids, noDevices{})
+		}
+	}
+	if cfg.DeviceService == nil {
+		cfg.DeviceService = devices.NewService(st, noDevices{})
+	}
+	if cfg.DeadLetters == nil {
+		cfg.DeadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
+	}
+	if cfg.AppService == nil {
+		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
+	}
+	return cfg, nil
+}
+
+// noDevices stands for a broker with no device connected.
+type noDevices struct{}
+
+func (noDevices) DesiredChanged(context.Context, string, string, store.Shadow) {}
+func (noDevices) Disabled(context.Context, string, string)                     {}
+func (noDevices) Deleted(context.Context, string, string) error                { return nil }
