@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/devmsg/devmsg/store/redis/redistest"
 )
 
 // TestClusterPausedNodeIsFenced pauses node 1 (SIGSTOP) past its
@@ -21,21 +19,9 @@ import (
 // exits. No msgid is given twice, and every message answered with 200 is
 // delivered exactly once.
 func TestClusterPausedNodeIsFenced(t *testing.T) {
-	if !redistest.Installed() {
-		t.Skip(redistest.NotInstalled)
-	}
-	t.Parallel()
-	rdb, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rdb.Stop)
+	rdb := redisForTest(t)
 	c := &testCluster{t: t, acked: map[string]string{}}
-	startNode := func(id int) *proc {
-		return startProc(t, t.TempDir(), "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
-			fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0")
-	}
-	c.nodes = []*proc{startNode(1), startNode(2)}
+	c.nodes = []*proc{startNode(t, rdb, 1), startNode(t, rdb, 2)}
 	old := c.nodes[0]
 	exited := make(chan error, 1)
 	go func() { exited <- old.cmd.Wait() }()
@@ -74,7 +60,7 @@ func TestClusterPausedNodeIsFenced(t *testing.T) {
 		held <- resp.StatusCode
 	}()
 	time.Sleep(11500 * time.Millisecond) // past the 10 s heartbeat TTL
-	c.nodes = append(c.nodes, startNode(1))
+	c.nodes = append(c.nodes, startNode(t, rdb, 1))
 	stopLoad := c.load(onTwo, []int{1, 2})
 	time.Sleep(time.Second)
 	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -130,19 +116,10 @@ func TestClusterPausedNodeIsFenced(t *testing.T) {
 // node throughout stays online: no node declares a live one dead because
 // their heartbeats lapsed in the same outage.
 func TestClusterPresenceAfterRedisOutage(t *testing.T) {
-	if !redistest.Installed() {
-		t.Skip(redistest.NotInstalled)
-	}
-	t.Parallel()
-	rdb, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rdb.Stop)
+	rdb := redisForTest(t)
 	c := &testCluster{t: t, acked: map[string]string{}}
 	for id := 1; id <= 2; id++ {
-		c.nodes = append(c.nodes, startProc(t, t.TempDir(), "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
-			fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0"))
+		c.nodes = append(c.nodes, startNode(t, rdb, id))
 	}
 	c.createApp(0)
 	names := []string{"odev-leaves", "odev-stays-1", "odev-stays-2"}

@@ -28,24 +28,15 @@ import (
 // the callback URL, though the node delivering callbacks is the one
 // killed.
 func TestClusterThreeNodes(t *testing.T) {
-	if !redistest.Installed() {
-		t.Skip(redistest.NotInstalled)
-	}
-	t.Parallel()
-	rdb, err := redistest.Start(t.TempDir(), "--appendfsync", "always")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rdb.Stop)
+	rdb := redisForTest(t, "--appendfsync", "always")
 	c := &testCluster{t: t, acked: map[string]string{}}
-	startNode := func(id int) *proc {
-		return startProc(t, t.TempDir(), "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
-			fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0", "--callback.allow_custom_ports=true",
-			"--callback.allowed_networks=127.0.0.0/8", "--callback.flush_interval=200ms", "--callback.retry_interval=500ms", "--callback.request_timeout=2s")
+	start := func(id int) *proc {
+		return startNode(t, rdb, id, "--callback.allow_custom_ports=true", "--callback.allowed_networks=127.0.0.0/8",
+			"--callback.flush_interval=200ms", "--callback.retry_interval=500ms", "--callback.request_timeout=2s")
 	}
 	// Node 1 starts first, so it takes the callback lease.
 	for id := 1; id <= 3; id++ {
-		c.nodes = append(c.nodes, startNode(id))
+		c.nodes = append(c.nodes, start(id))
 	}
 	c.createApp(0)
 	recv := newReceiver(t)
@@ -137,7 +128,7 @@ func TestClusterThreeNodes(t *testing.T) {
 
 	// Node 1 comes back with its node_id: devices connect to it and get
 	// what is sent through the others.
-	c.nodes[0] = startNode(1)
+	c.nodes[0] = start(1)
 	back := targets[0]
 	back.client.Disconnect(0)
 	c.connect(back, 0)
@@ -463,15 +454,7 @@ func waitLost(t *testing.T, d *clusterDevice) {
 // admin password and one default app, each printed once. The app's rate
 // limit then holds across the nodes together.
 func TestClusterFirstStart(t *testing.T) {
-	if !redistest.Installed() {
-		t.Skip(redistest.NotInstalled)
-	}
-	t.Parallel()
-	rdb, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rdb.Stop)
+	rdb := redisForTest(t)
 	bin := devmsgBinary(t)
 	var mu sync.Mutex
 	var stdout strings.Builder
@@ -569,4 +552,27 @@ func TestClusterFirstStart(t *testing.T) {
 			t.Fatalf("node %d with the printed password: %d, %d apps (%v)", i+1, resp.StatusCode, len(body.Apps), err)
 		}
 	}
+}
+
+// redisForTest skips the test without redis-server, runs it in parallel
+// and starts a redis-server of its own, stopped at the end.
+func redisForTest(t *testing.T, extra ...string) *redistest.Server {
+	t.Helper()
+	if !redistest.Installed() {
+		t.Skip(redistest.NotInstalled)
+	}
+	t.Parallel()
+	rdb, err := redistest.Start(t.TempDir(), extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rdb.Stop)
+	return rdb
+}
+
+// startNode starts node id of a cluster on rdb, with more flags.
+func startNode(t *testing.T, rdb *redistest.Server, id int, flags ...string) *proc {
+	t.Helper()
+	return startProc(t, t.TempDir(), append([]string{"--store.type=redis", "--store.redis.addrs=" + rdb.Addr,
+		fmt.Sprintf("--node_id=%d", id), "--mqtt.tcp_addr=127.0.0.1:0"}, flags...)...)
 }

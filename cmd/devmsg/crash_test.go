@@ -101,22 +101,14 @@ func TestCrashLoop(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--mqtt.tcp_addr", "127.0.0.1:0"}
 	p := startProc(t, dir, args...)
-	st, body := p.call(t, "admin", "durability-admin", "POST", "/admin/v1/apps", `{"name":"crash"}`)
-	if st != 200 {
-		t.Fatalf("create app: %d %s", st, body)
-	}
-	var app struct {
-		Key          string `json:"key"`
-		MasterSecret string `json:"master_secret"`
-	}
-	must(t, json.Unmarshal(body, &app))
+	app := p.createApp(t, "crash")
 	names := make([]string, devices)
 	devReq := make([]string, devices)
 	for i := range names {
 		names[i] = fmt.Sprint("crash-", i)
 		devReq[i] = fmt.Sprintf(`{"name":%q}`, names[i])
 	}
-	st, body = p.call(t, app.Key, app.MasterSecret, "POST", "/device/v1/devices", `{"device":[`+strings.Join(devReq, ",")+`]}`)
+	st, body := p.call(t, app.Key, app.MasterSecret, "POST", "/device/v1/devices", `{"device":[`+strings.Join(devReq, ",")+`]}`)
 	var cr struct {
 		Resp []struct {
 			DeviceSecret string `json:"device_secret"`

@@ -23,14 +23,7 @@ func TestKill9CallbacksArrive(t *testing.T) {
 		"--callback.retry_interval", "300ms", "--callback.max_retries", "1000", "--callback.request_timeout", "2s"}
 	dir := t.TempDir()
 	p := startProc(t, dir, args...)
-	st, body := p.call(t, "admin", "durability-admin", "POST", "/admin/v1/apps", `{"name":"cbkill"}`)
-	var app struct {
-		Key          string `json:"key"`
-		MasterSecret string `json:"master_secret"`
-	}
-	if st != 200 || json.Unmarshal(body, &app) != nil {
-		t.Fatalf("create app: %d %s", st, body)
-	}
+	app := p.createApp(t, "cbkill")
 	call := func(p *proc, method, path, body string) (int, []byte) {
 		t.Helper()
 		return p.call(t, app.Key, app.MasterSecret, method, path, body)

@@ -23,19 +23,11 @@ func TestKill9MessagesSettle(t *testing.T) {
 	}
 	dir := t.TempDir()
 	p := startProc(t, dir, "--mqtt.tcp_addr", "127.0.0.1:0")
-	st, body := p.call(t, "admin", "durability-admin", "POST", "/admin/v1/apps", `{"name":"settle"}`)
-	if st != 200 {
-		t.Fatalf("create app: %d %s", st, body)
-	}
-	var app struct {
-		Key          string `json:"key"`
-		MasterSecret string `json:"master_secret"`
-	}
-	must(t, json.Unmarshal(body, &app))
+	app := p.createApp(t, "settle")
 	call := func(p *proc, method, path, body string) (int, []byte) {
 		return p.call(t, app.Key, app.MasterSecret, method, path, body)
 	}
-	st, body = call(p, "POST", "/device/v1/devices", `{"device":[{"name":"settle-1"}]}`)
+	st, body := call(p, "POST", "/device/v1/devices", `{"device":[{"name":"settle-1"}]}`)
 	var cr struct {
 		Resp []struct {
 			DeviceSecret string `json:"device_secret"`

@@ -138,6 +138,24 @@ func (p *proc) call(t *testing.T, user, pass, method, path, body string) (int, [
 }
 
 // tryCall is call for a server that may be gone.
+// testApp is an app created through the admin API.
+type testApp struct {
+	Key          string `json:"key"`
+	MasterSecret string `json:"master_secret"`
+}
+
+// createApp creates an app named name with the admin account the
+// durability tests start with.
+func (p *proc) createApp(t *testing.T, name string) testApp {
+	t.Helper()
+	st, body := p.call(t, "admin", "durability-admin", "POST", "/admin/v1/apps", fmt.Sprintf(`{"name":%q}`, name))
+	var app testApp
+	if st != 200 || json.Unmarshal(body, &app) != nil {
+		t.Fatalf("create app: %d %s", st, body)
+	}
+	return app
+}
+
 func (p *proc) tryCall(user, pass, method, path, body string) (int, []byte, error) {
 	req, err := http.NewRequest(method, p.base+path, strings.NewReader(body))
 	if err != nil {
@@ -163,14 +181,7 @@ func TestKill9LosesNothing(t *testing.T) {
 	}
 	dir := t.TempDir()
 	p := startProc(t, dir)
-	st, body := p.call(t, "admin", "durability-admin", "POST", "/admin/v1/apps", `{"name":"durable"}`)
-	if st != 200 {
-		t.Fatalf("create app: %d %s", st, body)
-	}
-	var app struct{ Key, MasterSecret string }
-	var raw map[string]string
-	_ = json.Unmarshal(body, &raw)
-	app.Key, app.MasterSecret = raw["key"], raw["master_secret"]
+	app := p.createApp(t, "durable")
 
 	// Concurrent writers, so acknowledged writes share group commits the
 	// way they do under load.
