@@ -35,8 +35,8 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 		a.writeError(c, errAuth("authentication failed: HTTP Basic credentials (app key and master secret) are required"))
 		return
 	}
-	source := sourceOf(c.Request)
-	if left, bySource := a.throttle.locked(source, user); left > 0 {
+	key := a.throttle.keyOf(sourceOf(c.Request), user)
+	if left, bySource := a.throttle.locked(key); left > 0 {
 		who := "from your address"
 		if !bySource {
 			who = "for this app key or user"
@@ -50,7 +50,7 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 		return
 	}
 	if admin && user == a.cfg.AdminUsername && a.adminPassword(pass) {
-		a.throttle.succeeded(source, user)
+		a.throttle.succeeded(key)
 		c.Set(ctxAdmin, true)
 		c.Next()
 		return
@@ -58,13 +58,13 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 	app, err := a.appFromBasic(c, user, pass)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.code == CodeAuthFailed {
-		a.throttle.failed(source, user)
+		a.throttle.failed(key)
 	}
 	if err != nil {
 		a.writeError(c, err)
 		return
 	}
-	a.throttle.succeeded(source, user)
+	a.throttle.succeeded(key)
 	c.Set(ctxApp, app)
 	c.Next()
 }

@@ -127,12 +127,24 @@ func lockedFor(f *failCount, ok bool, now time.Time) time.Duration {
 	return f.until.Sub(now)
 }
 
-// locked returns how long a request from source for user must wait, 0
-// when it may be checked; whether a lock of the source (rather than of
-// the identity) holds it.
-func (t *authThrottle) locked(source, user string) (time.Duration, bool) {
+// authKey is what the throttle counts one request by, worked out once.
+type authKey struct {
+	source   string
+	identity [16]byte
+	pair     [32]byte
+}
+
+// keyOf returns the throttle's key of a request from source for user.
+func (t *authThrottle) keyOf(source, user string) authKey {
+	return authKey{source: source, identity: identityOf(user), pair: t.pairOf(source, user)}
+}
+
+// locked returns how long a request with key k must wait, 0 when it may
+// be checked; whether a lock of the source (rather than of the identity)
+// holds it.
+func (t *authThrottle) locked(k authKey) (time.Duration, bool) {
 	now := t.now()
-	pair := t.pairOf(source, user)
+	pair, source := k.pair, k.source
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f, ok := t.pairs[pair]
@@ -144,7 +156,7 @@ func (t *authThrottle) locked(source, user string) (time.Duration, bool) {
 	}
 	f, ok = t.sources[source]
 	bySrc := lockedFor(f, ok, now)
-	f, ok = t.identities[identityOf(user)]
+	f, ok = t.identities[k.identity]
 	byID := lockedFor(f, ok, now)
 	if bySrc >= byID {
 		return bySrc, bySrc > 0
@@ -152,21 +164,20 @@ func (t *authThrottle) locked(source, user string) (time.Duration, bool) {
 	return byID, false
 }
 
-// failed counts a failed authentication of user from source.
-func (t *authThrottle) failed(source, user string) {
+// failed counts a failed authentication with key k.
+func (t *authThrottle) failed(k authKey) {
 	now := t.now()
-	pair := t.pairOf(source, user)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	count(t.pairs, pair, t.sourceFailures, t.window, now)
-	count(t.sources, source, t.sourceFailures, t.window, now)
-	count(t.identities, identityOf(user), t.identityFailures, t.window, now)
+	count(t.pairs, k.pair, t.sourceFailures, t.window, now)
+	count(t.sources, k.source, t.sourceFailures, t.window, now)
+	count(t.identities, k.identity, t.identityFailures, t.window, now)
 }
 
-// succeeded trusts source for user (see authThrottle).
-func (t *authThrottle) succeeded(source, user string) {
+// succeeded trusts the source of k for its identity (see authThrottle).
+func (t *authThrottle) succeeded(k authKey) {
 	now := t.now()
-	pair := t.pairOf(source, user)
+	pair := k.pair
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if seen, ok := t.trusted[pair]; ok && now.Sub(seen) < time.Minute {
