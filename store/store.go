@@ -133,6 +133,11 @@ type Device struct {
 	// connection's logout from overwriting a newer login.
 	Node int    `json:"node,omitempty"`
 	Conn string `json:"conn,omitempty"`
+
+	// Emit is never stored: events that CreateDevices (set on the
+	// device passed in) and UpdateDevice (set by fn; cleared before each
+	// call of fn) append to the event log in the same atomic write.
+	Emit []Event `json:"-"`
 }
 
 // Shadow is a device's property document.
@@ -182,6 +187,10 @@ type Report struct {
 	SDKVer string
 	AppVer string
 	Time   int64 // Unix ms
+	// Emit, when not nil, is called with the shadow the report leaves
+	// (its LastReportedVersion is the report's version) and the events it
+	// returns are appended to the event log in the same atomic write.
+	Emit func(Shadow) []Event
 }
 
 // Message states (DESIGN.md section 2).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -187,7 +188,7 @@ func (f *reopenFixture) checkApp() error {
 
 func (f *reopenFixture) checkDevice() error {
 	got, err := f.s.GetDevice(context.Background(), "k1", "dev-2")
-	if err == nil && got != f.d {
+	if err == nil && !reflect.DeepEqual(got, f.d) {
 		err = fmt.Errorf("got %+v, want %+v", got, f.d)
 	}
 	return err
@@ -454,7 +455,7 @@ func testCreateDevices(t *testing.T, s store.Store) {
 	d, err := s.GetDevice(ctx, "app", "new-1")
 	must(t, err)
 	want := store.Device{AppKey: "app", Name: "new-1", Secret: "a"}
-	if d != want {
+	if !reflect.DeepEqual(d, want) {
 		t.Errorf("the first new-1 wins and gets the app key: %+v, want %+v", d, want)
 	}
 	if d, _ := s.GetDevice(ctx, "app", "x"); d.Secret != "1" {
@@ -527,7 +528,7 @@ func testUpdateDevice(t *testing.T, s store.Store) {
 	must(t, replaceDevice(ctx, s, d))
 	got, err := s.GetDevice(ctx, "app", "dev-1")
 	must(t, err)
-	if got != d {
+	if !reflect.DeepEqual(got, d) {
 		t.Fatalf("got %+v, want %+v", got, d)
 	}
 	// Base info updates leave the shadow alone.

@@ -1,0 +1,81 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// ErrEventsTrimmed means a read asked for events after an id that is
+// older than the oldest event the app's log still keeps: some events in
+// between are gone (retention or max_per_app).
+var ErrEventsTrimmed = errors.New("events trimmed")
+
+// Event is one entry of an app's event log (DESIGN.md section 7).
+type Event struct {
+	// ID is assigned by the store when the event is appended: it
+	// increases per app, and events become visible to readers in ID
+	// order (a reader that has seen ID n never later sees a new event
+	// with an ID below n).
+	ID         int64  `json:"id"`
+	Type       string `json:"type"`
+	AppKey     string `json:"app_key"`
+	DeviceName string `json:"device_name"`
+	Time       int64  `json:"time"` // Unix ms
+	// Data is the type's data object (DESIGN.md section 7), stored as is.
+	Data json.RawMessage `json:"data"`
+}
+
+// EventQuery selects events of one app's log.
+type EventQuery struct {
+	AppKey string
+	// After is the cursor: only events with a higher ID; 0 starts at
+	// the oldest kept event.
+	After int64
+	// Limit is the most events returned (1 to 1000).
+	Limit int
+	// Types keeps only events of these types; empty keeps all.
+	Types []string
+	// DeviceName keeps only the device's events; "" keeps all.
+	DeviceName string
+}
+
+// EventPage is what ReadEvents returns.
+type EventPage struct {
+	// Events match the query, in ID order.
+	Events []Event
+	// Next is the cursor of the following read: the ID of the last
+	// event examined (matching or not), or the query's After when none
+	// was. A filtered read examines a bounded number of events, so it may
+	// return fewer than Limit (even none) with Next moved on.
+	Next int64
+	// Oldest is the ID of the oldest kept event, 0 when the log is empty.
+	Oldest int64
+}
+
+// EventLog is the part of the storage contract that keeps every app's
+// event log: durable, per app, ordered, trimmed by age and count.
+//
+// Events can also be appended in the same atomic, durable write as a
+// state change, so that a crash never keeps the one without the other:
+// see Device.Emit (CreateDevices, UpdateDevice), Report.Emit
+// (ReportProperties), DeleteDevice's events and ResetPresence's offline.
+type EventLog interface {
+	// AppendEvents stores the events durably and atomically, in slice
+	// order, assigning each its ID; it returns them with IDs set. Events
+	// may belong to different apps.
+	AppendEvents(ctx context.Context, evs []Event) ([]Event, error)
+	// ReadEvents returns events of q.AppKey's log after q.After.
+	// ErrEventsTrimmed (with the page's Oldest set) when q.After is not 0
+	// and events after it have been trimmed away.
+	ReadEvents(ctx context.Context, q EventQuery) (EventPage, error)
+	// WaitEvents returns once the app's log may hold an event with an ID
+	// above after (at once if it does), or when ctx is done (ctx.Err()).
+	// A spurious return is allowed; a missed one is not. In cluster
+	// mode it sees events appended by every node.
+	WaitEvents(ctx context.Context, appKey string, after int64) error
+	// TrimEvents deletes the app's events older than the Unix ms
+	// olderThan and, beyond those, the oldest ones until at most max are
+	// kept; it returns how many it deleted.
+	TrimEvents(ctx context.Context, appKey string, olderThan int64, max int) (int, error)
+}
