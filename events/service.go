@@ -1,0 +1,159 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Topics a device publishes to, relative to its prefix d/{app}/{device}/.
+const (
+	TopicUp    = "up"
+	TopicEvent = "event"
+)
+
+// Limits of what a device publishes (DESIGN.md section 7).
+const (
+	MaxPayload   = 65536
+	MaxSuffix    = 128
+	MaxNameLen   = 32
+	MaxContent   = 2048
+	MaxPullLimit = 1000
+	MaxPullWait  = 30 * time.Second
+)
+
+// ErrMalformed refuses a publish that breaks the rules of its topic: an
+// event report that is not the documented JSON, a payload over the
+// limit, a bad topic suffix. Nothing of it is stored.
+var ErrMalformed = errors.New("malformed device event")
+
+// Store is what the Service needs of the store.
+type Store interface {
+	AppendEvents(ctx context.Context, evs []store.Event) ([]store.Event, error)
+	ReadEvents(ctx context.Context, q store.EventQuery) (store.EventPage, error)
+	WaitEvents(ctx context.Context, appKey string, after int64) error
+}
+
+// Service holds the rules of the event log: what devices may publish, and
+// how the app reads the log.
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// NewService returns a Service on st.
+func NewService(st Store) *Service { return &Service{store: st, now: time.Now} }
+
+// IsUpTopic reports whether topic (relative to the device's prefix) is a
+// telemetry topic: "up" or "up/" followed by 1 to 128 bytes of topic
+// levels without wildcards.
+func IsUpTopic(topic string) bool {
+	if topic == TopicUp {
+		return true
+	}
+	suffix, ok := strings.CutPrefix(topic, TopicUp+"/")
+	return ok && len(suffix) >= 1 && len(suffix) <= MaxSuffix &&
+		!strings.ContainsAny(suffix, "+#\x00") && utf8.ValidString(suffix)
+}
+
+// Telemetry stores a device.up for a publish to topic and returns once it
+// is durable. ErrMalformed for a bad topic or a payload over 64 KiB.
+func (s *Service) Telemetry(ctx context.Context, appKey, device, topic string, qos byte, payload []byte) error {
+	if !IsUpTopic(topic) || len(payload) > MaxPayload {
+		return ErrMalformed
+	}
+	return s.Append(ctx, New(TypeUp, appKey, device, s.now(), UpData(topic, qos, payload)))
+}
+
+// ParseReport checks an event report's payload and returns its data; the
+// default time is now.
+func ParseReport(payload []byte, now time.Time) (Report, error) {
+	var in struct {
+		Name    *string `json:"name"`
+		Content *string `json:"content"`
+		Type    *int    `json:"type"`
+		Time    *int64  `json:"time"`
+	}
+	if !utf8.Valid(payload) || json.Unmarshal(payload, &in) != nil {
+		return Report{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
+	}
+	switch {
+	case in.Name == nil || len(*in.Name) < 1 || len(*in.Name) > MaxNameLen:
+		return Report{}, fmt.Errorf("%w: name must be 1 to %d bytes", ErrMalformed, MaxNameLen)
+	case in.Content != nil && len(*in.Content) > MaxContent:
+		return Report{}, fmt.Errorf("%w: content must be at most %d bytes", ErrMalformed, MaxContent)
+	case in.Type == nil || *in.Type < 0 || *in.Type > 2:
+		return Report{}, fmt.Errorf("%w: type must be 0, 1 or 2", ErrMalformed)
+	case in.Time != nil && *in.Time < 0:
+		return Report{}, fmt.Errorf("%w: time must be Unix ms", ErrMalformed)
+	}
+	r := Report{Name: *in.Name, Type: *in.Type, Time: now.UnixMilli()}
+	if in.Content != nil {
+		r.Content = *in.Content
+	}
+	if in.Time != nil {
+		r.Time = *in.Time
+	}
+	return r, nil
+}
+
+// DeviceEvent stores the device.event of an event report and returns once
+// it is durable; ErrMalformed (nothing stored) for a bad report.
+func (s *Service) DeviceEvent(ctx context.Context, appKey, device string, payload []byte) error {
+	now := s.now()
+	r, err := ParseReport(payload, now)
+	if err != nil {
+		return err
+	}
+	return s.Append(ctx, New(TypeEvent, appKey, device, now, r))
+}
+
+// Append stores events the service makes and returns once they are
+// durable.
+func (s *Service) Append(ctx context.Context, evs ...store.Event) error {
+	_, err := s.store.AppendEvents(ctx, evs)
+	return err
+}
+
+// Query is a parsed pull request.
+type Query struct {
+	store.EventQuery
+	// Wait long-polls: when no event matches, read again as the log
+	// grows until one does or Wait has passed.
+	Wait time.Duration
+}
+
+// Pull reads the app's log for q. With q.Wait it waits until a matching
+// event exists or the wait is over, and returns what it has then (maybe
+// nothing, with Next moved past what it examined). A cursor older than
+// the log is an *errdefs.InvalidError naming the oldest id.
+func (s *Service) Pull(ctx context.Context, q Query) (store.EventPage, error) {
+	if q.Wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, q.Wait)
+		defer cancel()
+	}
+	for {
+		p, err := s.store.ReadEvents(ctx, q.EventQuery)
+		if errors.Is(err, store.ErrEventsTrimmed) {
+			return p, errdefs.Invalid("after", "is older than the event log: the oldest kept event is %d", p.Oldest)
+		}
+		if err != nil || len(p.Events) > 0 || q.Wait <= 0 {
+			return p, err
+		}
+		q.After = p.Next
+		if err := s.store.WaitEvents(ctx, q.AppKey, p.Next); err != nil {
+			if ctx.Err() != nil {
+				return store.EventPage{Next: p.Next, Oldest: p.Oldest}, nil
+			}
+			return p, err
+		}
+	}
+}
