@@ -20,7 +20,9 @@ var version = "dev"
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"serve": runServe,
 	"sim":   runSim,
-	"bench": runBench,
+	// events tails an app's event log (issue 14).
+	"events": runEvents,
+	"bench":  runBench,
 	// bench-client is internal: the client processes of devmsg bench.
 	"bench-client": runBenchClient,
 	"version": func(_ context.Context, _ []string, stdout, _ io.Writer) error {

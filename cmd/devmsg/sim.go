@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,7 +28,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: devmsg sim --app-key KEY (--secrets-file FILE | --create --master-secret S) [flags]")
-		fmt.Fprintln(stderr, "Connects simulated devices over MQTT: they acknowledge messages, print what they receive and report properties.")
+		fmt.Fprintln(stderr, "Connects simulated devices over MQTT: they acknowledge messages, print what they receive, report properties")
+		fmt.Fprintln(stderr, "and, with --telemetry, publish readings.")
 		fs.PrintDefaults()
 	}
 	broker := fs.String("broker", "tcp://127.0.0.1:1883", "MQTT address of the service (tcp://, ssl://, ws://host:port/mqtt)")
@@ -40,6 +42,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	masterSecret := fs.String("master-secret", os.Getenv("DEVMSG_MASTER_SECRET"), "the app's master secret, for --create (env DEVMSG_MASTER_SECRET)")
 	insecure := fs.Bool("insecure", false, "skip TLS certificate checks (the self-signed certificate of a test server)")
 	reportEvery := fs.Duration("report-every", 30*time.Second, "report uptime_s every interval; 0 never")
+	telemetry := fs.Duration("telemetry", 0, `publish a reading {"temp":..,"seq":N} to up/telemetry at QoS 1 every interval; 0 never`)
 	quiet := fs.Bool("quiet", false, "do not print received messages and properties")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -94,6 +97,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				return
 			}
 			defer d.Close()
+			if *telemetry > 0 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					publishReadings(ctx, d, name, *telemetry, say)
+				}()
+			}
 			simulate(ctx, d, name, *reportEvery, say)
 		}()
 	}
@@ -134,6 +144,31 @@ func simulate(ctx context.Context, d *sdk.Device, name string, every time.Durati
 			if err != nil && ctx.Err() == nil {
 				say("%s report: %v", name, err)
 			}
+		}
+	}
+}
+
+// publishReadings publishes a temperature reading to up/telemetry every
+// interval until ctx is done, each at QoS 1 (so stored once it returns).
+// seq counts the device's readings from 1, so a reader can see a gap or a
+// repeat; a reading that was not acknowledged is reported, not resent.
+func publishReadings(ctx context.Context, d *sdk.Device, name string, every time.Duration, say func(string, ...any)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	temp := 20 + rand.Float64()*5
+	for seq := 1; ; seq++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		temp += rand.Float64() - 0.5
+		payload := fmt.Appendf(nil, `{"temp":%.2f,"seq":%d}`, temp, seq)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := d.PublishUp(pctx, "telemetry", payload, 1)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			say("%s telemetry %d: %v", name, seq, err)
 		}
 	}
 }

@@ -8,4 +8,12 @@
 // A message is acknowledged (and so recorded as delivered) when its
 // handler returns. Redelivery after a reconnect is possible, so handlers
 // should ignore a msgid they have already processed.
+//
+// The other way, a device tells the backend what it measures with
+// PublishUp (telemetry on its "up" topics) and what happens to it with
+// ReportEvent (name, content and level, as the source API's device SDKs
+// report events). Both reach the app's event log, which the backend
+// pulls or receives by webhook (docs/events.md). At QoS 1 they return
+// once the service has stored the event durably; an event sent again
+// after a lost PUBACK may reach the backend twice (at least once).
 package device

@@ -17,6 +17,7 @@ func main() {
 	app := flag.String("app", os.Getenv("DEVMSG_APP_KEY"), "app key (env DEVMSG_APP_KEY)")
 	name := flag.String("device", os.Getenv("DEVMSG_DEVICE"), "device name (env DEVMSG_DEVICE)")
 	secret := flag.String("secret", os.Getenv("DEVMSG_DEVICE_SECRET"), "device secret (env DEVMSG_DEVICE_SECRET)")
+	telemetry := flag.Duration("telemetry", 0, "publish {\"uptime_s\":N} to up/telemetry at QoS 1 every interval; 0 never")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -43,10 +44,23 @@ func main() {
 	start := time.Now()
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
+	var tick <-chan time.Time // nil: never
+	if *telemetry > 0 {
+		tt := time.NewTicker(*telemetry)
+		defer tt.Stop()
+		tick = tt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick:
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := d.PublishUp(pctx, "telemetry", fmt.Appendf(nil, `{"uptime_s":%d}`, int(time.Since(start).Seconds())), 1)
+			cancel()
+			if err != nil {
+				log.Printf("telemetry: %v", err) // not stored: the next reading follows
+			}
 		case <-t.C:
 			v, err := d.Report(ctx, map[string]any{"uptime_s": int(time.Since(start).Seconds())}, 0)
 			if err != nil {
