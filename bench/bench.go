@@ -91,7 +91,9 @@ const (
 var RedisFsyncModes = []string{"always", "everysec"}
 
 func (o Options) hasDeviceWorkloads() bool {
-	return slices.ContainsFunc(o.Workloads, func(w string) bool { return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" })
+	return slices.ContainsFunc(o.Workloads, func(w string) bool {
+		return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" || slices.Contains(EventWorkloads, w)
+	})
 }
 
 // deviceCount is how many devices setup creates.
@@ -148,8 +150,8 @@ func (o Options) validateWorkloads() []error {
 		errs = append(errs, errors.New("no workloads"))
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) {
-			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads), ", ")))
+		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) && !slices.Contains(EventWorkloads, w) {
+			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads), ", ")))
 		}
 	}
 	if o.hasDeviceWorkloads() && (o.Subscribers < 1 || o.Subscribers > o.Devices) {
@@ -317,6 +319,13 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 				return nil, err
 			}
 			devmsg.perDevice = perDevice
+			continue
+		case "telemetry":
+			rs, err := b.telemetry(ctx, out)
+			if err != nil {
+				return nil, fmt.Errorf("telemetry: %w", err)
+			}
+			results = append(results, rs...)
 			continue
 		case "mosquitto":
 			rs, err := b.compareMosquitto(ctx, out, devmsg)

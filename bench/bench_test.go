@@ -57,6 +57,8 @@ func TestValidate(t *testing.T) {
 			o.Store, o.Nodes, o.Subscribers, o.Workloads = StoreRedis, 3, 2, []string{"deliver"}
 		}, "subscribers 2: need at least one per node"},
 		{"more nodes than connections", func(o *Options) { o.Store, o.Nodes = StoreRedis, 5 }, "concurrency 4: need at least one connection per node"},
+		{"telemetry", func(o *Options) { o.Subscribers, o.Workloads = 10, []string{"telemetry"} }, ""},
+		{"telemetry with more publishers than devices", func(o *Options) { o.Subscribers, o.Workloads = 30, []string{"telemetry"} }, "subscribers 30"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,5 +252,57 @@ func TestDevicePlacement(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRunTelemetry runs the telemetry workload briefly against a server
+// the bench starts, with its webhook receiver, and Mosquitto when it is
+// installed; it checks the report, never the speed.
+func TestRunTelemetry(t *testing.T) {
+	bin := buildDevmsg(t)
+	o := small()
+	o.Binary, o.Subscribers, o.Rate = bin, 10, 500
+	o.Workloads = EventWorkloads
+	var out bytes.Buffer
+	if err := Run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	want := []string{"\ntelemetry ", "\ntelemetry-webhook ", "\ntelemetry-latency ", "\ntelemetry-puback ", "| telemetry-webhook |", "errors 0"}
+	_, err := exec.LookPath("mosquitto")
+	if _, statErr := os.Stat("/usr/sbin/mosquitto"); err == nil || statErr == nil {
+		want = append(want, "\nmosquitto-telemetry ", "\nmosquitto-relay ", "\nmosquitto-relay-latency ", "devmsg / mosquitto:")
+	}
+	for _, w := range want {
+		if !strings.Contains(report, w) {
+			t.Errorf("report lacks %q:\n%s", w, report)
+		}
+	}
+	if strings.Contains(report, "dup") {
+		t.Errorf("duplicates delivered without a crash:\n%s", report)
+	}
+}
+
+// TestArrivals checks the accounting of the receiving end: a repeat is
+// counted once, as a duplicate, and a reading of an earlier phase is not
+// this phase's.
+func TestArrivals(t *testing.T) {
+	a := newArrivals()
+	a.begin(2)
+	now := time.Now()
+	at := now.Add(-5 * time.Millisecond).UnixNano()
+	for _, r := range []struct {
+		dev string
+		seq int64
+		run int
+	}{{"a", 1, 2}, {"a", 2, 2}, {"b", 1, 2}, {"a", 1, 2}, {"a", 9, 1}} {
+		a.arrive(r.dev, fmt.Appendf(nil, `{"temp":1,"seq":%d,"run":%d,"at_ns":%d}`, r.seq, r.run, at), now)
+	}
+	a.arrive("a", []byte("not json"), now)
+	if n := a.count(); n != 3 || a.dups != 1 || a.stale != 1 {
+		t.Fatalf("count %d, dups %d, stale %d; want 3, 1, 1", n, a.dups, a.stale)
+	}
+	if p50 := a.lat.result("x", "", time.Second).P50; p50 < 4*time.Millisecond || p50 > 6*time.Millisecond {
+		t.Fatalf("latency p50 %s, want 5ms", p50)
 	}
 }

@@ -16,14 +16,15 @@ import (
 )
 
 // mosquitto is Debian's Mosquitto broker on a free loopback port, without
-// persistence, as a team would run it in place of devmsg.
+// persistence, as a team would run it in place of devmsg. maxQueued is
+// its max_queued_messages per client (0: no limit).
 type mosquitto struct {
 	cmd  *exec.Cmd
 	dir  string
 	addr string
 }
 
-func startMosquitto(ctx context.Context) (*mosquitto, error) {
+func startMosquitto(ctx context.Context, maxQueued int) (*mosquitto, error) {
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
 		if _, statErr := os.Stat("/usr/sbin/mosquitto"); statErr != nil {
@@ -41,7 +42,7 @@ func startMosquitto(ctx context.Context) (*mosquitto, error) {
 	if err != nil {
 		return nil, err
 	}
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 1000\nmax_inflight_messages 64\nlog_dest stderr\nlog_type error\n", port)
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages %d\nmax_inflight_messages 64\nlog_dest stderr\nlog_type error\n", port, maxQueued)
 	if err := os.WriteFile(filepath.Join(dir, "mosquitto.conf"), []byte(conf), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -97,12 +98,12 @@ func (b *runner) deliverMosquitto(ctx context.Context, m *mosquitto, workload st
 	}
 	defer pub.close()
 	acks := make(chan struct{}, 1000)
-	go func() { _ = pub.serve(nil, func() { <-acks }) }()
+	go func() { _ = pub.serve(nil, func(uint16) { <-acks }) }()
 	var sent, failed atomic.Int64
 	start := time.Now()
 	n := 0
 	publish := func(at time.Time) {
-		if err := pub.publish(mosquittoTopic(n%b.o.Subscribers), strconv.AppendInt(nil, at.UnixNano(), 10)); err != nil {
+		if _, err := pub.publish(mosquittoTopic(n%b.o.Subscribers), strconv.AppendInt(nil, at.UnixNano(), 10)); err != nil {
 			failed.Add(1)
 		} else {
 			sent.Add(1)
@@ -148,7 +149,7 @@ func (b *runner) deliverMosquitto(ctx context.Context, m *mosquitto, workload st
 // compareMosquitto runs the Mosquitto side of every device workload of
 // this run and prints devmsg's numbers as ratios to Mosquitto's.
 func (b *runner) compareMosquitto(ctx context.Context, out io.Writer, devmsg brokerRun) ([]Result, error) {
-	m, err := startMosquitto(ctx)
+	m, err := startMosquitto(ctx, 1000)
 	if err != nil {
 		return nil, err
 	}

@@ -159,8 +159,9 @@ func (m *mqttConn) subscribe(topic string) error {
 	}
 }
 
-// publish sends a QoS 1 PUBLISH without waiting for its PUBACK.
-func (m *mqttConn) publish(topic string, payload []byte) error {
+// publish sends a QoS 1 PUBLISH without waiting for its PUBACK and
+// returns its packet id, which the PUBACK names.
+func (m *mqttConn) publish(topic string, payload []byte) (uint16, error) {
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
 	m.nextID++
@@ -171,14 +172,15 @@ func (m *mqttConn) publish(topic string, payload []byte) error {
 	body = binary.BigEndian.AppendUint16(body, m.nextID)
 	body = append(body, payload...)
 	if err := m.writeLocked(0x32, body); err != nil {
-		return err
+		return 0, err
 	}
-	return m.w.Flush()
+	return m.nextID, m.w.Flush()
 }
 
 // serve reads until the connection ends: each PUBLISH goes to onMsg and,
-// at QoS 1, is acknowledged after it; PUBACKs go to onAck.
-func (m *mqttConn) serve(onMsg func(topic string, payload []byte), onAck func()) error {
+// at QoS 1, is acknowledged after it; PUBACKs go to onAck with the packet
+// id they acknowledge.
+func (m *mqttConn) serve(onMsg func(topic string, payload []byte), onAck func(id uint16)) error {
 	for {
 		first, body, err := m.read()
 		if err != nil {
@@ -206,8 +208,8 @@ func (m *mqttConn) serve(onMsg func(topic string, payload []byte), onAck func())
 				}
 			}
 		case 4: // PUBACK
-			if onAck != nil {
-				onAck()
+			if onAck != nil && len(body) >= 2 {
+				onAck(binary.BigEndian.Uint16(body))
 			}
 		}
 	}

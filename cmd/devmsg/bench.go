@@ -34,13 +34,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "connections of the closed-loop workloads (send, property)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per workload")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each closed-loop workload")
-	fs.IntVar(&o.Rate, "rate", 0, "open-loop requests/s (default: half the matching closed-loop rate of this run, else 5000)")
+	fs.IntVar(&o.Rate, "rate", 0, "open-loop requests/s (default: half the matching closed-loop rate of this run, else 5000; telemetry: 5000 events/s)")
 	fs.IntVar(&o.LatencyConns, "latency-conns", 128, "connections of the open-loop workloads")
 	fs.StringVar(&workloads, "workloads", strings.Join(bench.Workloads, ","),
 		"comma-separated workloads, run in this order; run only when named: device workloads "+strings.Join(bench.DeviceWorkloads, ",")+
-			", callback workloads "+strings.Join(bench.CallbackWorkloads, ","))
+			", callback workloads "+strings.Join(bench.CallbackWorkloads, ",")+
+			", event workloads "+strings.Join(bench.EventWorkloads, ","))
 	fs.BoolVar(&o.Markdown, "markdown", false, "also print a Markdown table for BENCHMARKS.md")
-	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto and callback-lag")
+	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto, callback-lag and telemetry (which publish)")
 	fs.IntVar(&o.IdleDevices, "idle-devices", 18000, "devices connected for idle-memory (spread over client processes of 4500)")
 	fs.StringVar(&o.MQTTAddr, "mqtt", "", "MQTT TCP address of --target, for the device workloads")
 	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof; <workload>.node<k>.pprof with --nodes)")
