@@ -34,9 +34,9 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: devmsg events --app-key KEY --master-secret S [flags]")
 		fmt.Fprintln(stderr, "Tails the app's event log (GET /event/v1/events, long-polling), one event per line, until stopped.")
-		fmt.Fprintln(stderr, "With --forward-to it also POSTs each page of events to that URL as an event webhook would")
-		fmt.Fprintln(stderr, "(a JSON array, Basic auth with the app key and master secret, webhook-id and webhook-timestamp,")
-		fmt.Fprintln(stderr, "and webhook-signature when --signing-secret is given), retrying until it answers 2xx.")
+		fmt.Fprintln(stderr, "With --forward-to it also POSTs each page of events to that URL as an event webhook would (a JSON")
+		fmt.Fprintln(stderr, "array; Basic auth with the app key and master secret; webhook-id, webhook-timestamp and a")
+		fmt.Fprintln(stderr, "webhook-signature with the app's signing secret), retrying until it answers 2xx.")
 		fs.PrintDefaults()
 	}
 	api := fs.String("api", "https://127.0.0.1:8443", "REST API base URL")
@@ -49,8 +49,6 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	limit := fs.Int("limit", 100, "events per pull, and so per forwarded POST (1 to 1000)")
 	asJSON := fs.Bool("json", false, "print each event as its JSON (as pull and webhooks give it) instead of a text line")
 	forwardTo := fs.String("forward-to", "", "POST each page of events to this URL, e.g. http://localhost:3000/hook")
-	signing := fs.String("signing-secret", os.Getenv("DEVMSG_SIGNING_SECRET"),
-		"the app's signing secret (whsec_..., from GET /admin/v1/apps/{key}/callback) to sign forwarded POSTs (env DEVMSG_SIGNING_SECRET)")
 	quiet := fs.Bool("quiet", false, "do not print events (with --forward-to)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -86,15 +84,12 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("events: --forward-to %q: want an http:// or https:// URL", *forwardTo)
 		}
-		fw := &forwarder{url: *forwardTo, key: *appKey, secret: *masterSecret, client: &http.Client{Timeout: 30 * time.Second}, stderr: stderr}
-		if *signing != "" {
-			k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(*signing, "whsec_"))
-			if err != nil || !strings.HasPrefix(*signing, "whsec_") {
-				return errors.New("events: --signing-secret: want whsec_ and base64, as GET /admin/v1/apps/{key}/callback shows it")
-			}
-			fw.signingKey = k
+		key, err := t.signingKey(ctx)
+		if err != nil {
+			return fmt.Errorf("events: the app's signing secret, to sign forwarded events: %w", err)
 		}
-		t.forward = fw
+		t.forward = &forwarder{url: *forwardTo, key: *appKey, secret: *masterSecret, signingKey: key,
+			client: &http.Client{Timeout: 30 * time.Second}, stderr: stderr}
 	}
 	if !*quiet || t.forward == nil {
 		t.print = func(raw json.RawMessage) { printEvent(stdout, raw, *asJSON) }
@@ -163,6 +158,31 @@ func (t *eventTail) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// signingKey reads the app's signing secret (the app's own credentials
+// may read its callback settings) and returns the HMAC key it stands for.
+func (t *eventTail) signingKey(ctx context.Context) ([]byte, error) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, t.api+"/admin/v1/apps/"+url.PathEscape(t.key)+"/callback", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.SetBasicAuth(t.key, t.secret)
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var v struct {
+		SigningSecret string `json:"signing_secret"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &v) != nil || !strings.HasPrefix(v.SigningSecret, "whsec_") {
+		return nil, fmt.Errorf("GET /admin/v1/apps/%s/callback: HTTP %d %s", t.key, resp.StatusCode, bytes.TrimSpace(body))
+	}
+	return base64.StdEncoding.DecodeString(strings.TrimPrefix(v.SigningSecret, "whsec_"))
 }
 
 // errEventsRefused is an answer that trying again will not change: bad
@@ -252,7 +272,7 @@ func printEvent(w io.Writer, raw json.RawMessage, asJSON bool) {
 // forwarder POSTs pages of events to a local URL as an event webhook
 // would (DESIGN.md section 7): a JSON array, the app's Basic credentials,
 // webhook-id the first event's id, and the Standard Webhooks signature
-// when it has the signing key.
+// with the app's signing key.
 type forwarder struct {
 	url, key, secret string
 	signingKey       []byte
@@ -296,9 +316,7 @@ func (f *forwarder) post(ctx context.Context, id string, body []byte) error {
 	req.SetBasicAuth(f.key, f.secret)
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", ts)
-	if f.signingKey != nil {
-		req.Header.Set("webhook-signature", callback.Sign(f.signingKey, id, ts, body))
-	}
+	req.Header.Set("webhook-signature", callback.Sign(f.signingKey, id, ts, body))
 	resp, err := f.client.Do(req)
 	if err != nil {
 		return err
