@@ -157,6 +157,16 @@ func (o Options) validateWorkloads() []error {
 	if o.hasDeviceWorkloads() && (o.Subscribers < 1 || o.Subscribers > o.Devices) {
 		errs = append(errs, fmt.Errorf("subscribers %d: need 1 to --devices (%d)", o.Subscribers, o.Devices))
 	}
+	if slices.Contains(o.Workloads, "telemetry") && o.Subscribers > 0 {
+		rate := o.Rate
+		if rate == 0 {
+			rate = DefaultRate
+		}
+		if perDevice := (rate + o.Subscribers - 1) / o.Subscribers; perDevice > telemetryDeviceRate {
+			errs = append(errs, fmt.Errorf("telemetry at %d/s over %d devices is %d/s per device, over the %d/s a bench device publishes (the server refuses a device more than 50/s): use more --subscribers",
+				rate, o.Subscribers, perDevice, telemetryDeviceRate))
+		}
+	}
 	if slices.Contains(o.Workloads, "idle-memory") && o.Target != "" {
 		errs = append(errs, errors.New("idle-memory reads the server's RSS, so it needs a server the bench starts (no --target)"))
 	}

@@ -58,6 +58,8 @@ func TestValidate(t *testing.T) {
 		}, "subscribers 2: need at least one per node"},
 		{"more nodes than connections", func(o *Options) { o.Store, o.Nodes = StoreRedis, 5 }, "concurrency 4: need at least one connection per node"},
 		{"telemetry", func(o *Options) { o.Subscribers, o.Workloads = 10, []string{"telemetry"} }, ""},
+		{"telemetry over the per-device rate", func(o *Options) { o.Subscribers, o.Rate, o.Workloads = 10, 500, []string{"telemetry"} }, "50/s per device"},
+		{"telemetry default rate", func(o *Options) { o.Rate, o.Subscribers, o.Workloads = 0, 20, []string{"telemetry"} }, "250/s per device"},
 		{"telemetry with more publishers than devices", func(o *Options) { o.Subscribers, o.Workloads = 30, []string{"telemetry"} }, "subscribers 30"},
 	}
 	for _, tc := range tests {
@@ -261,7 +263,7 @@ func TestDevicePlacement(t *testing.T) {
 func TestRunTelemetry(t *testing.T) {
 	bin := buildDevmsg(t)
 	o := small()
-	o.Binary, o.Subscribers, o.Rate = bin, 10, 500
+	o.Binary, o.Subscribers, o.Rate = bin, 10, 200
 	o.Workloads = EventWorkloads
 	var out bytes.Buffer
 	if err := Run(context.Background(), o, &out); err != nil {
