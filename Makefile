@@ -1,4 +1,4 @@
-.PHONY: run build test test-race lint bench crash-loop
+.PHONY: run build test test-race lint bench crash-loop crash-loop-events
 
 # `devmsg version` prints this; without git (a source tarball) it stays "dev".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -28,3 +28,9 @@ bench:
 # points under load, counting lost, phantom and duplicated messages.
 crash-loop:
 	DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-200} go test -count=1 -timeout 60m -run TestCrashLoop -v ./cmd/devmsg
+
+# The long kill -9 runs of issue 14 (CI runs 4 cycles of each): devices
+# publishing QoS 1 telemetry, every acknowledged event found in the log
+# and at the webhook; on one node (Pebble) and on two nodes sharing Redis.
+crash-loop-events:
+	DEVMSG_EVENTS_CRASH_CYCLES=$${DEVMSG_EVENTS_CRASH_CYCLES:-100} go test -count=1 -timeout 60m -run 'TestCrashLoopTelemetry|TestCrashTelemetryTwoNodes' -v ./cmd/devmsg
