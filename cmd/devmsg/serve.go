@@ -25,6 +25,7 @@ import (
 	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/netguard"
@@ -39,7 +40,9 @@ import (
 
 const (
 	// callbackLease is the cluster lease of the callback worker.
-	callbackLease  = "callbacks"
+	callbackLease = "callbacks"
+	// webhookLease is the cluster lease of the event webhooks' delivery.
+	webhookLease   = "event-webhooks"
 	metaAdminHash  = "admin_password_sha256"
 	metaDefaultApp = "default_app_key"
 	shutdownBudget = 30 * time.Second
@@ -89,11 +92,13 @@ type Main struct {
 	dispatcher *message.Dispatcher
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
+	webhooks   *events.Webhooks
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
+	webhooksStarted  bool // likewise
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -273,6 +278,15 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	m.callbacks = callbacks
+	m.webhooks, err = events.NewWebhooks(events.WebhookConfig{
+		BatchSize:       cfg.Events.BatchSize,
+		Linger:          time.Duration(cfg.Events.Linger),
+		RequestTimeout:  time.Duration(cb.RequestTimeout),
+		AllowedNetworks: allowedNetworks,
+	}, st, apps, log, m.reg)
+	if err != nil {
+		return err
+	}
 	ids, err := message.NewIDs(ctx, cfg.NodeID, st)
 	if err != nil {
 		return err
@@ -293,6 +307,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		CallbackAllowedNetworks:  allowedNetworks,
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
+		EventWebhooks:            m.webhooks,
 		Apps:                     apps,
 	}, st, log, m.reg)
 	if err != nil {
@@ -353,8 +368,13 @@ func (m *Main) startServices(ctx context.Context) error {
 			return err
 		}
 		m.callbacksStarted = true
+		m.webhooks.Start()
+		m.webhooksStarted = true
 	} else {
 		m.node.Lead(callbackLease, func() error { return m.callbacks.Start(context.Background()) }, m.callbacks.Stop)
+		// The event webhooks likewise, under a lease of their own: each
+		// webhook's cursor is shared, its loop runs on one node.
+		m.node.Lead(webhookLease, func() error { m.webhooks.Start(); return nil }, m.webhooks.Stop)
 		// Listening for other nodes before any device can connect.
 		m.node.Run(m.gateway)
 	}
@@ -448,6 +468,9 @@ func (m *Main) close() error {
 	}
 	if m.callbacksStarted {
 		m.callbacks.Stop()
+	}
+	if m.webhooksStarted {
+		m.webhooks.Stop()
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()
