@@ -16,6 +16,7 @@ import (
 	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/shadow"
@@ -70,6 +71,9 @@ type Config struct {
 	// Callbacks lists an app's recent deliveries, and hears of dead
 	// letters put back when New builds DeadLetters; nil: none.
 	Callbacks CallbackEvents
+	// EventWebhooks keeps the apps' event webhooks, which the admin API
+	// adds and deletes; nil: no webhook endpoints.
+	EventWebhooks *events.Webhooks
 }
 
 // CallbackEvents is told of admin actions the callback worker must act
