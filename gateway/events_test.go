@@ -76,15 +76,23 @@ func TestDevicePublishesEvents(t *testing.T) {
 	publish(t, c, prefix+"event", 0, `not json`)
 	publish(t, c, prefix+"event", 1, `{"name":"door","content":"opened","type":1,"time":1700000000000}`)
 	publish(t, c, prefix+"up/"+strings.Repeat("x", 128), 1, make([]byte, events.MaxPayload))
+	// The ACL keeps a device to its own prefix: another device's up and
+	// event topics store nothing (QoS 0: 3.1.1 has no refusal).
+	w.createDevice("other")
+	publish(t, c, "d/"+appKey+"/other/up", 0, "spoofed")
+	publish(t, c, "d/"+appKey+"/other/event", 0, `{"name":"spoofed","type":0}`)
+	publish(t, c, "d/other-app/sensor/up", 0, "spoofed")
+	publish(t, c, prefix+"up", 1, "last") // after the spoofs, on the same connection
 
 	got := w.logOf(events.TypeUp, events.TypeEvent)
+	if len(got) != 5 || !strings.Contains(string(got[4].Data), `"payload":"last"`) {
+		t.Fatalf("log holds %d device events, want 5 ending with the last: %+v", len(got), got)
+	}
+	got = got[:4]
 	want := []string{
 		`device.up {"topic":"up","qos":1,"payload":"{\"t\":21.5}","encoding":"utf8"}`,
 		`device.up {"topic":"up/temp/room-1","qos":1,"payload":"/wD+","encoding":"base64"}`,
 		`device.event {"name":"door","content":"opened","type":1,"time":1700000000000,"report_seq":ID}`,
-	}
-	if len(got) != 4 {
-		t.Fatalf("log holds %d device events, want 4: %+v", len(got), got)
 	}
 	for i, want := range want {
 		e := got[i]
