@@ -20,17 +20,6 @@ import (
 	sdk "github.com/devmsg/devmsg/sdk/device"
 )
 
-// wireEvent is an event as pull, webhooks and `devmsg events --json`
-// give it.
-type wireEvent struct {
-	ID         string          `json:"id"`
-	Type       string          `json:"type"`
-	AppKey     string          `json:"app_key"`
-	DeviceName string          `json:"device_name"`
-	Time       int64           `json:"time"`
-	Data       json.RawMessage `json:"data"`
-}
-
 // pullDevice reads the demo app's events of one device and types through
 // the pull API, from the start.
 func (f *fleet) pullDevice(device, types string) []wireEvent {
@@ -143,7 +132,7 @@ func TestEventsCommand(t *testing.T) {
 		must(t, d.PublishUp(ctx, "telemetry", fmt.Appendf(nil, `{"n":%d}`, i), 1))
 	}
 
-	recv := newEventReceiver(t)
+	recv := newFwdReceiver(t)
 	runCtx, stop := context.WithCancel(ctx)
 	stdout, stderr := &syncBuffer{}, &syncBuffer{}
 	done := make(chan error, 1)
@@ -206,23 +195,23 @@ func TestEventsCommand(t *testing.T) {
 	}
 }
 
-// eventReceiver is a developer's event endpoint: it answers the echostr
+// fwdReceiver is a developer's event endpoint: it answers the echostr
 // check and records every POST, answering with status (200 unless set).
-type eventReceiver struct {
+type fwdReceiver struct {
 	srv    *httptest.Server
 	status atomic.Int32
 	mu     sync.Mutex
-	posts  []eventPost
+	posts  []fwdPost
 }
 
-type eventPost struct {
+type fwdPost struct {
 	status int // the receiver's answer
 	header http.Header
 	body   []byte
 }
 
-func newEventReceiver(t *testing.T) *eventReceiver {
-	r := &eventReceiver{}
+func newFwdReceiver(t *testing.T) *fwdReceiver {
+	r := &fwdReceiver{}
 	r.status.Store(200)
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet {
@@ -232,7 +221,7 @@ func newEventReceiver(t *testing.T) *eventReceiver {
 		body, _ := io.ReadAll(req.Body)
 		st := int(r.status.Load())
 		r.mu.Lock()
-		r.posts = append(r.posts, eventPost{status: st, header: req.Header.Clone(), body: body})
+		r.posts = append(r.posts, fwdPost{status: st, header: req.Header.Clone(), body: body})
 		r.mu.Unlock()
 		w.WriteHeader(st)
 	}))
@@ -240,14 +229,14 @@ func newEventReceiver(t *testing.T) *eventReceiver {
 	return r
 }
 
-func (r *eventReceiver) got() []eventPost {
+func (r *fwdReceiver) got() []fwdPost {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]eventPost(nil), r.posts...)
+	return append([]fwdPost(nil), r.posts...)
 }
 
 // forwarded returns the events the receiver took (answered 2xx), in order.
-func forwarded(t *testing.T, r *eventReceiver) []wireEvent {
+func forwarded(t *testing.T, r *fwdReceiver) []wireEvent {
 	t.Helper()
 	var out []wireEvent
 	for _, b := range r.got() {
