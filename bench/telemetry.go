@@ -400,20 +400,24 @@ func (b *runner) telemetry(ctx context.Context, out io.Writer) ([]Result, error)
 		}
 	}
 
+	refused0 := b.refusedPublishes(ctx)
 	win := b.begin(ctx, "telemetry")
 	ingest, hook := b.runPhase(ctx, f, got, 1, phase{workload: "telemetry", hookWorkload: "telemetry-webhook", broker: "webhook"})
 	if err := win.end(&ingest); err != nil {
 		return nil, err
 	}
+	b.noteRefused(ctx, &ingest, refused0)
 	hook.ServerCPU, hook.BenchCPU, hook.RedisCPU = ingest.ServerCPU, ingest.BenchCPU, ingest.RedisCPU
 	report(ingest, hook)
 	b.settle(ctx)
 
+	refused0 = b.refusedPublishes(ctx)
 	win = b.begin(ctx, "telemetry-latency")
 	lingest, lhook := b.runPhase(ctx, f, got, 2, phase{workload: "telemetry-puback", hookWorkload: "telemetry-latency", broker: "webhook", rate: rate})
 	if err := win.end(&lhook); err != nil {
 		return nil, err
 	}
+	b.noteRefused(ctx, &lingest, refused0)
 	lingest.ServerCPU, lingest.BenchCPU, lingest.RedisCPU = lhook.ServerCPU, lhook.BenchCPU, lhook.RedisCPU
 	report(lhook, lingest)
 	f.close()
@@ -501,6 +505,24 @@ func (b *runner) telemetryMosquitto(ctx context.Context, rate int) (mosquittoTel
 	mt.ingest, mt.relay = measured(1, phase{workload: "mosquitto-telemetry", hookWorkload: "mosquitto-relay", broker: "subscriber"})
 	mt.latencyAck, mt.latency = measured(2, phase{workload: "mosquitto-puback", hookWorkload: "mosquitto-relay-latency", broker: "subscriber", rate: rate})
 	return mt, nil
+}
+
+// refusedPublishes is the servers' count of refused device publishes
+// (the PUBACKs that never came, over MQTT 3.1.1); -1 when unknown.
+func (b *runner) refusedPublishes(ctx context.Context) float64 {
+	n, err := b.metricSum(ctx, "devmsg_mqtt_publishes_refused_total")
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// noteRefused adds to r's errors how many publishes the servers refused
+// since they counted before, so a missing PUBACK is told from a slow one.
+func (b *runner) noteRefused(ctx context.Context, r *Result, before float64) {
+	if after := b.refusedPublishes(ctx); before >= 0 && after > before {
+		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("the server refused %.0f publishes (devmsg_mqtt_publishes_refused_total)", after-before))
+	}
 }
 
 // addEventWebhook adds url as an event webhook of the bench app for
