@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -316,5 +317,35 @@ func TestDeletedDeviceOffline(t *testing.T) {
 	waitFor(t, "the session to end", func() bool { return w.broker.Connected() == 0 })
 	if got := w.presence("gone"); len(got) != 2 {
 		t.Fatalf("presence events after the delete: %q", got)
+	}
+}
+
+// failingLog is a store whose event log refuses every append.
+type failingLog struct{ store.Store }
+
+func (failingLog) AppendEvents(context.Context, []store.Event) ([]store.Event, error) {
+	return nil, errors.New("disk full")
+}
+
+// TestUnstoredEventRefused: telemetry the store cannot take is refused,
+// to an MQTT 5 device with PUBACK 0x80, and logged and counted; nothing
+// acknowledges it.
+func TestUnstoredEventRefused(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
+		t.Skip("mosquitto_pub not installed (Debian package mosquitto-clients; CI installs it)")
+	}
+	w := newWorldOn(t, failingLog{memory.New()})
+	w.createDevice("full")
+	host, port, _ := strings.Cut(w.mqtt, ":")
+	out, _ := exec.Command("mosquitto_pub", "-d", "-V", "mqttv5", "-q", "1", "-h", host, "-p", port,
+		"-u", appKey+"/full", "-P", secret, "-t", "d/"+appKey+"/full/up/temp", "-m", "21").CombinedOutput()
+	if !strings.Contains(string(out), "RC:128") {
+		t.Fatalf("mosquitto_pub to a store that cannot take the event:\n%s\nwant PUBACK reason 128 (0x80)", out)
+	}
+	if got := w.broker.PublishesRefused(); got.Failed != 1 {
+		t.Errorf("refusals counted %+v, want 1 failed", got)
+	}
+	if log := w.logs.String(); !strings.Contains(log, "store device event; publish refused") || !strings.Contains(log, "disk full") {
+		t.Errorf("the log says nothing of the refusal:\n%s", log)
 	}
 }
