@@ -213,3 +213,29 @@ func TestNodeLostAfterKill9(t *testing.T) {
 		}
 	}
 }
+
+// presenceLog returns the device's presence events in log order, as
+// "online" and "offline REASON", and fails the test unless they
+// alternate, starting with an online: every online followed by exactly
+// one offline, never two of either in a row.
+func presenceLog(t *testing.T, st store.Store, appKey, device string) []string {
+	t.Helper()
+	var got []string
+	for _, e := range readLog(t, st, appKey, device) {
+		switch e.Type {
+		case events.TypeOnline:
+			got = append(got, "online")
+		case events.TypeOffline:
+			var off events.Offline
+			must(t, json.Unmarshal(e.Data, &off))
+			got = append(got, "offline "+off.Reason)
+		}
+	}
+	for i, e := range got {
+		if strings.HasPrefix(e, "online") != (i%2 == 0) {
+			t.Errorf("%s: presence events do not alternate at %d: %q", device, i, got)
+			break
+		}
+	}
+	return got
+}
