@@ -59,7 +59,7 @@ func publish(t *testing.T, c paho.Client, topic string, qos byte, payload any) {
 // data DESIGN.md section 7 gives; what breaks the rules of its topic is
 // not stored (QoS 0 here: a refused 3.1.1 QoS 1 publish never completes).
 func TestDevicePublishesEvents(t *testing.T) {
-	w := newWorldOn(t, memory.New())
+	w := newWorld(t)
 	w.createDevice("sensor")
 	c, err := w.dialAs("sensor", "sensor")
 	if err != nil {
@@ -162,7 +162,7 @@ func (w *world) closeWithoutDisconnect(device string) {
 // change: clean DISCONNECT, a dropped connection, a takeover (the old
 // connection's offline before the new one's online), a kick.
 func TestPresenceEvents(t *testing.T) {
-	w := newWorldOn(t, memory.New())
+	w := newWorld(t)
 	w.createDevice("lamp")
 	ctx := context.Background()
 	waitPresence := func(want ...string) {
@@ -208,7 +208,7 @@ func TestPresenceEvents(t *testing.T) {
 // DISCONNECT short), and the last connection online
 // with no offline after it.
 func TestPresenceStorm(t *testing.T) {
-	w := newWorldOn(t, memory.New())
+	w := newWorld(t)
 	w.createDevice("storm")
 	var wg sync.WaitGroup
 	for i := range 20 {
@@ -263,7 +263,7 @@ func TestPresenceStorm(t *testing.T) {
 // property.reported, with the version the store assigned; a refused one
 // is not.
 func TestPropertyReported(t *testing.T) {
-	w := newWorldOn(t, memory.New())
+	w := newWorld(t)
 	w.createDevice("thermo")
 	c, err := w.dialAs("thermo", "thermo")
 	if err != nil {
@@ -295,7 +295,7 @@ func TestPropertyReported(t *testing.T) {
 // offline (kicked) in the log as soon as Deleted returns, before the
 // store's delete, so the delete cannot leave its online unpaired.
 func TestDeletedDeviceOffline(t *testing.T) {
-	w := newWorldOn(t, memory.New())
+	w := newWorld(t)
 	w.createDevice("gone")
 	ctx := context.Background()
 	if _, err := w.dialAs("gone", "gone"); err != nil {
