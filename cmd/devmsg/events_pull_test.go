@@ -124,4 +124,13 @@ func TestPullWholeProgram(t *testing.T) {
 	if p := f.pull("?device_name=dev-0001&types=device.deleted"); len(p.Events) != 1 {
 		t.Errorf("deleted device's events: %+v", p)
 	}
+
+	// Every event was counted once, by type.
+	_, metrics := f.rest("GET", "/metrics", "")
+	for typ, n := range map[string]int{"device.created": 1, "device.online": 1, "device.up": 2, "device.event": 1,
+		"property.reported": 1, "device.disabled": 1, "device.offline": 1, "device.enabled": 1, "device.deleted": 1} {
+		if line := fmt.Sprintf("devmsg_events_appended_total{type=%q} %d\n", typ, n); !strings.Contains(string(metrics), line) {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
 }

@@ -92,6 +92,7 @@ type Main struct {
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
 	trimmer    *events.Trimmer
+	counted    *events.CountedStore // the store, counting the events appended
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
@@ -187,8 +188,11 @@ func (m *Main) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.store = st
 	m.redis, _ = st.(*redis.Store)
+	// Below everything that writes, cluster fencing included, so that
+	// every event appended is counted.
+	m.counted = events.Counted(st)
+	m.store = m.counted
 	return nil
 }
 
@@ -249,7 +253,7 @@ func (m *Main) resetPresence(ctx context.Context) error {
 func (m *Main) buildServices(ctx context.Context) error {
 	cfg, st, log := m.Config, m.store, m.log
 	m.reg = prometheus.NewRegistry()
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.counted.Collector())
 
 	m.dispatcher = message.NewDispatcher(st, log)
 	m.events = events.NewService(st)
