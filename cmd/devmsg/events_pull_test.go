@@ -134,3 +134,42 @@ func TestPullWholeProgram(t *testing.T) {
 		}
 	}
 }
+
+// TestPullAcrossNodes: on Redis the log is shared by every node. A
+// long-poll on one node returns the telemetry a device publishes through
+// another, and both nodes read the same log.
+func TestPullAcrossNodes(t *testing.T) {
+	rdb := redisForTest(t)
+	node := func(id int) *fleet {
+		return newFleet(t, "--store.type=redis", "--store.redis.addrs="+rdb.Addr, fmt.Sprintf("--node_id=%d", id))
+	}
+	a, b := node(1), node(2)
+	secret := a.createDevice("dev-0001")
+	start := a.pull("")
+
+	waiting := make(chan pullAnswer, 1)
+	go func() {
+		st, body := a.restAs(demoKey, demoSecret, "GET", "/event/v1/events?wait=25&types=device.up&after="+start.Next, "")
+		var p pullAnswer
+		if st == 200 {
+			_ = json.Unmarshal(body, &p)
+		}
+		waiting <- p
+	}()
+	d := b.mustConnect("dev-0001", secret)
+	d.publish(t, "up", "via node 2")
+	select {
+	case p := <-waiting:
+		if len(p.Events) != 1 || !strings.Contains(string(p.Events[0].Data), `"payload":"via node 2"`) {
+			t.Fatalf("long-poll on node 1: %+v", p)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a long-poll on node 1 did not see telemetry stored through node 2")
+	}
+	pa, pb := a.pull(""), b.pull("")
+	ja, _ := json.Marshal(pa)
+	jb, _ := json.Marshal(pb)
+	if string(ja) != string(jb) || len(pa.Events) != 3 {
+		t.Errorf("the nodes read different logs:\n%s\n%s", ja, jb)
+	}
+}
