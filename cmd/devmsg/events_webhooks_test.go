@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -123,4 +124,47 @@ func (r *eventReceiver) got() []batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.batches)
+}
+
+// webhooksDelivering reads a node's devmsg_event_webhooks_delivering.
+func (f *fleet) webhooksDelivering() string {
+	f.t.Helper()
+	_, b := f.rest("GET", "/metrics", "")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "devmsg_event_webhooks_delivering "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// In a cluster one node delivers the webhooks, whichever node took the
+// admin call and made the events; when it stops, another goes on from
+// the shared cursor: every event once, in order.
+func TestEventWebhookCluster(t *testing.T) {
+	rdb := redisForTest(t)
+	node := func(id int) *fleet {
+		return callbackFleet(t, "--store.type=redis", "--store.redis.addrs="+rdb.Addr, fmt.Sprintf("--node_id=%d", id),
+			"--events.linger", "50ms")
+	}
+	n1 := node(1) // first: it takes the lease
+	n2 := node(2)
+	rcv := newEventReceiver(t)
+	n2.restOK("POST", "/admin/v1/apps/"+demoKey+"/events/webhooks",
+		fmt.Sprintf(`{"url":%q,"types":["device.created"]}`, rcv.url("/events")), nil)
+	n1.createDevice("cl-1")
+	n2.createDevice("cl-2")
+	n1.createDevice("cl-3")
+	rcv.waitDevices("cl-1", "cl-2", "cl-3")
+	if d1, d2 := n1.webhooksDelivering(), n2.webhooksDelivering(); d1 != "1" || d2 != "0" {
+		t.Fatalf("webhooks delivering: node 1 %q, node 2 %q; want 1 and 0", d1, d2)
+	}
+
+	n1.s.stop(t) // releases the lease; node 2 takes it
+	n2.createDevice("cl-4")
+	n2.createDevice("cl-5")
+	rcv.waitDevices("cl-1", "cl-2", "cl-3", "cl-4", "cl-5")
+	if d2 := n2.webhooksDelivering(); d2 != "1" {
+		t.Fatalf("node 2 delivers %q webhooks after node 1 stopped, want 1", d2)
+	}
 }
