@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/internal/netguard"
 )
@@ -124,6 +125,12 @@ type EventsConfig struct {
 	// Linger is how long a webhook batch waits for more events after
 	// its first.
 	Linger Duration `yaml:"linger"`
+}
+
+// domain returns the settings as package events takes them.
+func (e EventsConfig) domain() events.Config {
+	return events.Config{Retention: time.Duration(e.Retention), MaxPerApp: e.MaxPerApp,
+		BatchSize: e.BatchSize, Linger: time.Duration(e.Linger)}
 }
 
 // Duration is a time.Duration written as "10s" in YAML, env and flags.

@@ -90,15 +90,19 @@ type Main struct {
 
 	reg        *prometheus.Registry
 	dispatcher *message.Dispatcher
+	events     *events.Service
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
 	webhooks   *events.Webhooks
+	trimmer    *events.Trimmer
+	counted    *events.CountedStore // the store, counting the events appended
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
 	webhooksStarted  bool // likewise
+	trimmerStarted   bool
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -188,8 +192,11 @@ func (m *Main) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.store = st
 	m.redis, _ = st.(*redis.Store)
+	// Below everything that writes, cluster fencing included, so that
+	// every event appended is counted.
+	m.counted = events.Counted(st)
+	m.store = m.counted
 	return nil
 }
 
@@ -200,7 +207,7 @@ func (m *Main) joinCluster(ctx context.Context) error {
 		return nil
 	}
 	rs := m.redis
-	node, err := cluster.Join(ctx, cluster.Config{NodeID: m.Config.NodeID, Prefix: rs.Prefix()}, rs.Client(), m.store, m.log)
+	node, err := cluster.Join(ctx, cluster.Config{NodeID: m.Config.NodeID, Prefix: rs.Prefix(), Offline: events.NodeLost}, rs.Client(), m.store, m.log)
 	if err != nil {
 		return err
 	}
@@ -235,7 +242,7 @@ func (m *Main) resetPresence(ctx context.Context) error {
 	if m.node != nil {
 		resetNode = m.node.ID()
 	}
-	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix(), nil)
+	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix(), events.NodeLost)
 	if err != nil {
 		return fmt.Errorf("reset presence: %w", err)
 	}
@@ -250,10 +257,11 @@ func (m *Main) resetPresence(ctx context.Context) error {
 func (m *Main) buildServices(ctx context.Context) error {
 	cfg, st, log := m.Config, m.store, m.log
 	m.reg = prometheus.NewRegistry()
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.counted.Collector())
 
 	m.dispatcher = message.NewDispatcher(st, log)
-	m.gateway = gateway.New(st, m.dispatcher, shadow.NewSync(st, log), log)
+	m.events = events.NewService(st)
+	m.gateway = gateway.New(st, m.dispatcher, shadow.NewSync(st, log), m.events, log)
 	var limiter restapi.Limiter // nil: per process
 	if m.node != nil {
 		m.gateway.SetPeers(m.node)
@@ -287,6 +295,12 @@ func (m *Main) buildServices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Every node trims the event logs, in a cluster too: trimming is
+	// idempotent, and no lease is needed to keep the logs bounded.
+	m.trimmer, err = events.NewTrimmer(cfg.Events.domain(), st, log, m.reg)
+	if err != nil {
+		return err
+	}
 	ids, err := message.NewIDs(ctx, cfg.NodeID, st)
 	if err != nil {
 		return err
@@ -301,6 +315,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
 		DeviceService:       devices.NewService(st, m.gateway),
 		DeadLetters:         callback.NewDeadLetters(st, callbacks),
+		Events:              m.events,
 		RateLimiter:         limiter,
 
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
@@ -360,6 +375,8 @@ func (m *Main) registerMetrics() {
 // only once everything they reach is running.
 func (m *Main) startServices(ctx context.Context) error {
 	m.dispatcher.Start()
+	m.trimmer.Start()
+	m.trimmerStarted = true
 	// One node at a time delivers callbacks: the one holding the lease.
 	// Stopped before the store closes (by node.Close in a cluster); what
 	// is not delivered stays queued.
@@ -474,6 +491,9 @@ func (m *Main) close() error {
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()
+	}
+	if m.trimmerStarted {
+		m.trimmer.Stop()
 	}
 	if m.node != nil {
 		// After the broker has disconnected this node's devices; stops
@@ -678,12 +698,19 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *messa
 	counter := func(name, help string, f func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
+	refused := func(reason string, f func(broker.PublishRefusals) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_mqtt_publishes_refused_total",
+			Help:        "Device publishes refused (no PUBACK, or an MQTT 5 PUBACK with a reason code), by reason: quota (over the per-device publish rate), malformed, or error (not stored).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(f(mq.PublishesRefused())) })
+	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_connected_devices", Help: "Devices connected over MQTT."},
 			func() float64 { return float64(mq.Connected()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_subscribed_devices", Help: "Connected devices subscribed to their msg topic."},
 			func() float64 { return float64(d.Stats().Routes) }),
-		counter("devmsg_mqtt_publishes_dropped_total", "Device publishes dropped over the per-device rate limit.", mq.Dropped),
+		refused("quota", func(r broker.PublishRefusals) int64 { return r.RateLimit + r.Quota }),
+		refused("malformed", func(r broker.PublishRefusals) int64 { return r.Malformed }),
+		refused("error", func(r broker.PublishRefusals) int64 { return r.Failed }),
 		counter("devmsg_mqtt_subscriptions_refused_total", "Topic filters refused over the per-connection subscription limits.", mq.SubscriptionsRefused),
 		counter("devmsg_mqtt_logins_throttled_total", "Device logins refused unchecked after too many failed ones.", mq.LoginsThrottled),
 		counter("devmsg_messages_published_total", "Messages written to devices, redeliveries included.", func() int64 { return d.Stats().Published }),

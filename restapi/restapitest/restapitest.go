@@ -48,6 +48,9 @@ func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 	if cfg.DeadLetters == nil {
 		cfg.DeadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
 	}
+	if cfg.Events == nil {
+		cfg.Events = events.NewService(st)
+	}
 	if cfg.AppService == nil {
 		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
 	}
