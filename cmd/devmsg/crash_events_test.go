@@ -23,7 +23,7 @@ import (
 //
 //	make crash-loop-events   (DEVMSG_EVENTS_CRASH_CYCLES=100)
 const (
-	envEventCrashCycles  = "DEVMSG_EVENTS_CRASH_CYCLES"  // kill -9 cycles (default 4)
+	envEventCrashCycles  = "DEVMSG_EVENTS_CRASH_CYCLES"  // kill -9 cycles (default 4 on one node, 2 on two)
 	envEventCrashDevices = "DEVMSG_EVENTS_CRASH_DEVICES" // devices publishing (default 8)
 )
 
@@ -412,7 +412,7 @@ func TestCrashTelemetryTwoNodes(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	rdb := redisForTest(t, "--appendfsync", "always")
-	cycles := envInt(t, envEventCrashCycles, 4)
+	cycles := envInt(t, envEventCrashCycles, 2) // each cycle swaps the nodes: 2 moves both ways
 	devices := envInt(t, envEventCrashDevices, 8)
 	nodes := [2]*proc{startNode(t, rdb, 1, eventCrashArgs...), startNode(t, rdb, 2, eventCrashArgs...)}
 	app := nodes[0].createApp(t, "crash-events-redis")
