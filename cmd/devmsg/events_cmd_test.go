@@ -319,3 +319,45 @@ func TestSimTelemetry(t *testing.T) {
 		t.Fatalf("sim: %v\n%s", err, out)
 	}
 }
+
+// TestEventsCommandTrimmedCursor: a cursor older than the log is told on
+// stderr and the tail goes on from the oldest kept event, with the
+// server's answers as the pull API gives them.
+func TestEventsCommandTrimmedCursor(t *testing.T) {
+	var mu sync.Mutex
+	var queries []string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		queries = append(queries, req.URL.Query().Get("after"))
+		mu.Unlock()
+		switch req.URL.Query().Get("after") {
+		case "3":
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":{"code":1003,"message":"after is older than the event log: the oldest kept event is 7"}}`)
+		case "":
+			io.WriteString(w, `{"events":[{"id":"7","type":"device.up","app_key":"k","device_name":"d","time":1,"data":{}}],"next":"7"}`)
+		default:
+			<-req.Context().Done() // a long-poll with nothing new
+		}
+	}))
+	defer api.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "--api", api.URL, "--app-key", "k", "--master-secret", "s", "--after", "3", "--json"}, stdout, stderr)
+	}()
+	waitFor(t, 5*time.Second, "the oldest kept event printed", func() bool { return strings.Contains(stdout.String(), `"id":"7"`) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "the oldest kept event is 7; going on from the oldest kept event") {
+		t.Errorf("stderr %q", stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(queries) < 3 || queries[0] != "3" || queries[1] != "" || queries[2] != "7" {
+		t.Errorf("pulls after %q, want 3, then the oldest, then 7", queries)
+	}
+}
