@@ -234,6 +234,16 @@ func (f fleet) close() {
 	}
 }
 
+// counts sums the phase's counts, cheaply: the drain polls it.
+func (f fleet) counts() (sent, acked int64) {
+	for _, p := range f {
+		p.mu.Lock()
+		sent, acked = sent+p.sent, acked+p.acked
+		p.mu.Unlock()
+	}
+	return sent, acked
+}
+
 // totals sums the phase's counts and PUBACK latencies.
 func (f fleet) totals() (sent, acked, failed int64, lat *tally, firstErr string) {
 	lat = newTally()
@@ -252,7 +262,7 @@ func (f fleet) totals() (sent, acked, failed int64, lat *tally, firstErr string)
 // phase is one measured run of a fleet: back to back (rate 0) or at rate.
 type phase struct {
 	workload, hookWorkload string // names of the PUBACK and arrival results
-	broker                 string // "devmsg" or "mosquitto"
+	broker                 string // the receiving end, for the report: "webhook" or "subscriber"
 	rate                   int
 }
 
@@ -316,7 +326,7 @@ func (b *runner) runPhase(ctx context.Context, f fleet, got *arrivals, run int, 
 	sendEnd := time.Now()
 	deadline := sendEnd.Add(telemetryDrain)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		sent, acked, _, _, _ := f.totals()
+		sent, acked := f.counts()
 		if acked == sent && got.count() >= acked {
 			break
 		}
