@@ -40,7 +40,9 @@ import (
 
 const (
 	// callbackLease is the cluster lease of the callback worker.
-	callbackLease  = "callbacks"
+	callbackLease = "callbacks"
+	// webhookLease is the cluster lease of the event webhooks' delivery.
+	webhookLease   = "event-webhooks"
 	metaAdminHash  = "admin_password_sha256"
 	metaDefaultApp = "default_app_key"
 	shutdownBudget = 30 * time.Second
@@ -91,6 +93,7 @@ type Main struct {
 	events     *events.Service
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
+	webhooks   *events.Webhooks
 	trimmer    *events.Trimmer
 	counted    *events.CountedStore // the store, counting the events appended
 	api        *restapi.API
@@ -98,6 +101,7 @@ type Main struct {
 	console    *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
+	webhooksStarted  bool // likewise
 	trimmerStarted   bool
 	brokerStarted    bool
 	mqttAddrs        map[string]string
@@ -282,6 +286,15 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	m.callbacks = callbacks
+	m.webhooks, err = events.NewWebhooks(events.WebhookConfig{
+		BatchSize:       cfg.Events.BatchSize,
+		Linger:          time.Duration(cfg.Events.Linger),
+		RequestTimeout:  time.Duration(cb.RequestTimeout),
+		AllowedNetworks: allowedNetworks,
+	}, st, apps, log, m.reg)
+	if err != nil {
+		return err
+	}
 	// Every node trims the event logs, in a cluster too: trimming is
 	// idempotent, and no lease is needed to keep the logs bounded.
 	m.trimmer, err = events.NewTrimmer(cfg.Events.domain(), st, log, m.reg)
@@ -309,6 +322,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		CallbackAllowedNetworks:  allowedNetworks,
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
+		EventWebhooks:            m.webhooks,
 		Apps:                     apps,
 	}, st, log, m.reg)
 	if err != nil {
@@ -371,8 +385,13 @@ func (m *Main) startServices(ctx context.Context) error {
 			return err
 		}
 		m.callbacksStarted = true
+		m.webhooks.Start()
+		m.webhooksStarted = true
 	} else {
 		m.node.Lead(callbackLease, func() error { return m.callbacks.Start(context.Background()) }, m.callbacks.Stop)
+		// The event webhooks likewise, under a lease of their own: each
+		// webhook's cursor is shared, its loop runs on one node.
+		m.node.Lead(webhookLease, func() error { m.webhooks.Start(); return nil }, m.webhooks.Stop)
 		// Listening for other nodes before any device can connect.
 		m.node.Run(m.gateway)
 	}
@@ -466,6 +485,9 @@ func (m *Main) close() error {
 	}
 	if m.callbacksStarted {
 		m.callbacks.Stop()
+	}
+	if m.webhooksStarted {
+		m.webhooks.Stop()
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()
