@@ -1,0 +1,402 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/devmsg/devmsg/events"
+)
+
+const (
+	// eventsPerPage is how many events a page without JavaScript shows.
+	eventsPerPage = 100
+	// streamBatch is the most events one pull of the live stream reads.
+	streamBatch = 100
+	// streamWait is how long one pull of the live stream long-polls; a
+	// comment goes to the browser after each empty one, so proxies and
+	// the browser see the stream alive.
+	streamWait = 25 * time.Second
+	// streamWriteBudget is how long a write to the stream may take after
+	// the next pull returns: the server's WriteTimeout counts from the
+	// start of the request, so the stream moves its deadline on before
+	// every write.
+	streamWriteBudget = 30 * time.Second
+	// streamRetry is the reconnection delay the browser is told to use.
+	streamRetry = 3 * time.Second
+	// foldBytes folds event data longer than this (pretty-printed) to its
+	// first bytes, with the whole of it one click away.
+	foldBytes = 240
+	// foldLines folds event data of more lines than this.
+	foldLines = 12
+)
+
+// eventFilter is what the live view shows: some types (none means all)
+// and one device ("" means all).
+type eventFilter struct {
+	Types  []string
+	Device string
+}
+
+// parseEventFilter reads ?type=... (repeated or comma-separated) and
+// ?device=. The API checks the values; the console only passes them on.
+func parseEventFilter(query url.Values) eventFilter {
+	var f eventFilter
+	for _, v := range query["type"] {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" && !slices.Contains(f.Types, t) {
+				f.Types = append(f.Types, t)
+			}
+		}
+	}
+	f.Device = strings.TrimSpace(query.Get("device"))
+	return f
+}
+
+// values returns the filter as the console's own query string.
+func (f eventFilter) values() url.Values {
+	v := url.Values{}
+	for _, t := range f.Types {
+		v.Add("type", t)
+	}
+	if f.Device != "" {
+		v.Set("device", f.Device)
+	}
+	return v
+}
+
+// pull is one GET /event/v1/events with the app's credentials.
+func (f eventFilter) pull(q *req, after int64, limit int, wait time.Duration) (eventsAnswer, error) {
+	v := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
+	if after == 0 {
+		v.Del("after") // from the oldest kept event
+	}
+	if len(f.Types) > 0 {
+		v.Set("types", strings.Join(f.Types, ","))
+	}
+	if f.Device != "" {
+		v.Set("device_name", f.Device)
+	}
+	if wait > 0 {
+		v.Set("wait", strconv.Itoa(int(wait/time.Second)))
+	}
+	var out eventsAnswer
+	err := q.appAPI(http.MethodGet, "/event/v1/events", v, nil, &out)
+	return out, err
+}
+
+// eventsAnswer is the pull API's answer.
+type eventsAnswer struct {
+	Events []events.Wire `json:"events"`
+	Next   string        `json:"next"`
+}
+
+// next is the answer's cursor, or after when it has none.
+func (a eventsAnswer) next(after int64) int64 {
+	if n, err := strconv.ParseInt(a.Next, 10, 64); err == nil && n > after {
+		return n
+	}
+	return after
+}
+
+// eventRow is one event as the live view shows it.
+type eventRow struct {
+	ID, Type, Device string
+	Time             int64
+	AppKey           string
+	// Data is the data object pretty-printed; Short its first bytes on
+	// one line when Folded.
+	Data   string
+	Short  string
+	Folded bool
+}
+
+func newEventRow(w events.Wire) eventRow {
+	r := eventRow{ID: w.ID, Type: w.Type, Device: w.DeviceName, Time: w.Time, AppKey: w.AppKey}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, w.Data, "", "  ") == nil {
+		r.Data = pretty.String()
+	} else {
+		r.Data = string(w.Data)
+	}
+	if len(r.Data) > foldBytes || strings.Count(r.Data, "\n") >= foldLines {
+		var compact bytes.Buffer
+		if json.Compact(&compact, w.Data) == nil {
+			r.Short = clip(compact.String(), 80)
+		} else {
+			r.Short = clip(r.Data, 80)
+		}
+		r.Folded = true
+	}
+	return r
+}
+
+type eventsData struct {
+	Filter eventFilter
+	// Types are the type checkboxes.
+	Types []typeChoice
+	// Rows are events shown at once, newest first: those after ?after=
+	// for a browser without JavaScript.
+	Rows []eventRow
+	// After is where the stream starts: the newest event when the page
+	// was made, or the last of Rows.
+	After int64
+	// Stream is the URL of the live stream; Newer the page of the events
+	// after After, for a browser without JavaScript.
+	Stream, Newer string
+	// Error is why the events after ?after= could not be shown.
+	Error string
+}
+
+type typeChoice struct {
+	Type    string
+	Checked bool
+}
+
+// eventsPage is the live event view: the filter form, and the table the
+// script fills from the stream, newest on top. With ?after=N it shows the
+// events after N at once (what a browser without JavaScript reloads).
+func (c *Console) eventsPage(q *req) error {
+	query := q.r.URL.Query()
+	d := eventsData{Filter: parseEventFilter(query)}
+	for _, t := range events.Types {
+		d.Types = append(d.Types, typeChoice{t, slices.Contains(d.Filter.Types, t)})
+	}
+	if s := query.Get("after"); s != "" {
+		after, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || after < 0 {
+			d.Error = "after must be an event id."
+			return q.render(http.StatusBadRequest, "events", "Events", "events", d)
+		}
+		page, err := d.Filter.pull(q, after, eventsPerPage, 0)
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+				d.Error = ae.Message
+				return q.render(http.StatusBadRequest, "events", "Events", "events", d)
+			}
+			return err
+		}
+		for i := len(page.Events) - 1; i >= 0; i-- {
+			d.Rows = append(d.Rows, newEventRow(page.Events[i]))
+		}
+		d.After = page.next(after)
+	} else {
+		tail, err := c.newestEvent(q)
+		if err != nil {
+			return err
+		}
+		d.After = tail
+	}
+	v := d.Filter.values()
+	v.Set("after", strconv.FormatInt(d.After, 10))
+	d.Stream = q.consolePath("/events/stream?" + v.Encode())
+	d.Newer = q.consolePath("/events?" + v.Encode())
+	return q.render(http.StatusOK, "events", eventsTitle(d.Filter), "events", d)
+}
+
+func eventsTitle(f eventFilter) string {
+	if f.Device != "" {
+		return "Events of " + f.Device
+	}
+	return "Events"
+}
+
+// newestEvent returns the id of the app's newest event (0 when the log is
+// empty), where the live view starts. The pull API reads forward from a
+// cursor only, so it is found by search: a read after x returns an event
+// exactly when the newest id is above x. That is about 2·log2(n) reads of
+// one event for a log of n ids, each a cheap indexed read.
+func (c *Console) newestEvent(q *req) (int64, error) {
+	var f eventFilter // unfiltered: every id counts
+	page, err := f.pull(q, 0, 1, 0)
+	if err != nil || len(page.Events) == 0 {
+		return 0, err
+	}
+	lo, err := strconv.ParseInt(page.Events[0].ID, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("event id %q: %w", page.Events[0].ID, err)
+	}
+	// newest >= lo. Gallop to an id no event is after, then halve.
+	above := func(x int64) (bool, error) {
+		p, err := f.pull(q, x, 1, 0)
+		return len(p.Events) > 0, err
+	}
+	hi := lo
+	for step := int64(1); ; step *= 2 {
+		hi = lo + step
+		if hi < lo { // overflow: no id is above MaxInt64
+			hi = 1<<63 - 1
+			break
+		}
+		ok, err := above(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+		lo = hi + 1
+	}
+	for lo < hi {
+		m := lo + (hi-lo)/2
+		ok, err := above(m)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, nil
+}
+
+// eventStream serves the live view's Server-Sent Events: every event
+// after the cursor (the Last-Event-ID the browser resends when it
+// reconnects, else ?after=) that passes the filter, as it arrives. Each
+// SSE message is one table row, rendered here by html/template, so the
+// one escaping of the device's untrusted data is the page's own; the
+// script only inserts it. It reads the log through the pull API with the
+// app's credentials, long-polling, and stops when the browser goes away
+// or the console closes.
+func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
+	s, _ := c.session(r)
+	if s == nil {
+		// EventSource does not follow a sign-in redirect; the script
+		// says the session ended.
+		http.Error(w, "not signed in", http.StatusUnauthorized)
+		return
+	}
+	q := &req{c: c, w: w, r: r, s: s, key: r.PathValue("key")}
+	if !s.admin && q.key != s.appKey {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	cursor := r.Header.Get("Last-Event-ID")
+	if cursor == "" {
+		cursor = r.URL.Query().Get("after")
+	}
+	after, err := strconv.ParseInt(cursor, 10, 64)
+	if cursor == "" {
+		after, err = 0, nil
+	}
+	if err != nil || after < 0 {
+		http.Error(w, "the cursor must be an event id", http.StatusBadRequest)
+		return
+	}
+	f := parseEventFilter(r.URL.Query())
+
+	// The pulls run under a context that also ends when the console
+	// closes, so a server shutting down is not held by open streams.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(c.closing, cancel)
+	defer stop()
+	q.r = r.WithContext(ctx)
+
+	c.streams.Add(1)
+	defer c.streams.Add(-1)
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // a proxy must pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	send := func(msg string) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteBudget))
+		if _, err := io.WriteString(w, msg); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(fmt.Sprintf("retry: %d\n: stream of %s after %d\n\n", streamRetry.Milliseconds(), q.key, after)) {
+		return
+	}
+	t := c.pages["events"]
+	for {
+		page, err := f.pull(q, after, streamBatch, c.streamWait)
+		if ctx.Err() != nil {
+			return // the browser went away, or the console closed
+		}
+		if !c.touch(s.id) {
+			// Signed out (maybe in another tab) or expired: what the
+			// session could see, it no longer may.
+			send(sseMessage("", "devmsg-error", "Your session ended. Sign in again."))
+			return
+		}
+		if err != nil {
+			var ae *apiError
+			msg := "Internal error; the stream stopped. Reload the page to start it again."
+			if errors.As(err, &ae) {
+				msg = ae.Message
+			} else {
+				c.log.Error("console event stream", "app", q.key, "err", err)
+			}
+			send(sseMessage("", "devmsg-error", msg))
+			return
+		}
+		var out strings.Builder
+		for _, e := range page.Events {
+			var row bytes.Buffer
+			if err := t.ExecuteTemplate(&row, "event-row", newEventRow(e)); err != nil {
+				c.log.Error("console event stream: render", "app", q.key, "err", err)
+				return
+			}
+			out.WriteString(sseMessage(e.ID, "devmsg-event", row.String()))
+		}
+		next := page.next(after)
+		if len(page.Events) == 0 {
+			// Nothing matched: move the browser's cursor past what was
+			// examined (an id alone changes Last-Event-ID without an
+			// event), and show the connection is alive.
+			if next != after {
+				out.WriteString("id: " + strconv.FormatInt(next, 10) + "\n\n")
+			}
+			out.WriteString(": waiting\n\n")
+		}
+		after = next
+		if !send(out.String()) {
+			return
+		}
+	}
+}
+
+// sseMessage is one Server-Sent Events message; data may span lines.
+func sseMessage(id, event, data string) string {
+	var b strings.Builder
+	if id != "" {
+		b.WriteString("id: " + id + "\n")
+	}
+	b.WriteString("event: " + event + "\n")
+	for _, line := range strings.Split(data, "\n") {
+		b.WriteString("data: " + strings.TrimSuffix(line, "\r") + "\n")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// touch keeps a session with an open stream alive, as a request would;
+// false when it has ended.
+func (c *Console) touch(id string) bool {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.sessions[id]
+	if !ok || now.Sub(s.seen) > SessionIdle {
+		return false
+	}
+	s.seen = now
+	return true
+}
