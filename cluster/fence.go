@@ -74,11 +74,11 @@ func (f *fenced) UpdateDevice(ctx context.Context, appKey, name string, fn func(
 	return d, f.done(err)
 }
 
-func (f *fenced) DeleteDevice(ctx context.Context, appKey, name string) error {
+func (f *fenced) DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	return f.done(f.Store.DeleteDevice(ctx, appKey, name))
+	return f.done(f.Store.DeleteDevice(ctx, appKey, name, evs...))
 }
 
 func (f *fenced) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int64, seq *store.SeqEntry) (store.Shadow, error) {
@@ -190,12 +190,28 @@ func (f *fenced) ReportProperties(ctx context.Context, r store.Report) (store.Sh
 	return sh, f.done(err)
 }
 
-func (f *fenced) ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error) {
+func (f *fenced) ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	c, err := f.Store.ResetPresence(ctx, node, loginBefore, now)
+	c, err := f.Store.ResetPresence(ctx, node, loginBefore, now, offline)
 	return c, f.done(err)
+}
+
+func (f *fenced) AppendEvents(ctx context.Context, evs []store.Event) ([]store.Event, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	out, err := f.Store.AppendEvents(ctx, evs)
+	return out, f.done(err)
+}
+
+func (f *fenced) TrimEvents(ctx context.Context, appKey string, olderThan int64, max int) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	n, err := f.Store.TrimEvents(ctx, appKey, olderThan, max)
+	return n, f.done(err)
 }
 
 func (f *fenced) PutMeta(ctx context.Context, key string, value []byte) error {

@@ -446,7 +446,7 @@ func (n *Node) checkNodes() {
 		}
 		seen := n.now().Unix()
 		stopRefresh := n.holdWhile(lock)
-		count, err := n.st.ResetPresence(ctx, id, seen, seen)
+		count, err := n.st.ResetPresence(ctx, id, seen, seen, nil)
 		stopRefresh()
 		if err != nil {
 			n.log.Error("cluster: mark a dead node's devices offline", "node_id", id, "err", err)

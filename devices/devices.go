@@ -57,7 +57,7 @@ type Store interface {
 	CreateDevices(ctx context.Context, appKey string, devices []store.Device) ([]error, error)
 	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
 	UpdateDevice(ctx context.Context, appKey, name string, fn func(*store.Device) error) (store.Device, error)
-	DeleteDevice(ctx context.Context, appKey, name string) error
+	DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error
 }
 
 // Events hears of changes a connected device must feel (*gateway.Gateway

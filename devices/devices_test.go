@@ -50,7 +50,7 @@ func (f fakeStore) UpdateDevice(_ context.Context, _, name string, fn func(*stor
 	return d, nil
 }
 
-func (f fakeStore) DeleteDevice(_ context.Context, _, name string) error {
+func (f fakeStore) DeleteDevice(_ context.Context, _, name string, _ ...store.Event) error {
 	if _, ok := f.devices[name]; !ok {
 		return store.ErrNotFound
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 )
 
 // ErrEventsTrimmed means a read asked for events after an id that is
@@ -65,9 +67,13 @@ type EventLog interface {
 	// order, assigning each its ID; it returns them with IDs set. Events
 	// may belong to different apps.
 	AppendEvents(ctx context.Context, evs []Event) ([]Event, error)
-	// ReadEvents returns events of q.AppKey's log after q.After.
-	// ErrEventsTrimmed (with the page's Oldest set) when q.After is not 0
-	// and events after it have been trimmed away.
+	// ReadEvents returns events of q.AppKey's log after q.After: it
+	// examines up to q.Examine() events and returns those that match.
+	// It returns ErrEventsTrimmed (with the page's Oldest set) when
+	// q.After is not 0 and an event with an ID above q.After has been
+	// trimmed away: the app's highest trimmed ID is above q.After. (IDs
+	// need not be dense, so "q.After below Oldest-1" would not do.) An
+	// error for a query that fails q.Check.
 	ReadEvents(ctx context.Context, q EventQuery) (EventPage, error)
 	// WaitEvents returns once the app's log may hold an event with an ID
 	// above after (at once if it does), or when ctx is done (ctx.Err()).
@@ -76,6 +82,82 @@ type EventLog interface {
 	WaitEvents(ctx context.Context, appKey string, after int64) error
 	// TrimEvents deletes the app's events older than the Unix ms
 	// olderThan and, beyond those, the oldest ones until at most max are
-	// kept; it returns how many it deleted.
+	// kept; it returns how many it deleted. It only ever deletes the
+	// oldest events: the age trim stops at the first event (in ID order)
+	// whose Time is not before olderThan. olderThan <= 0 trims nothing by
+	// age, max <= 0 nothing by count.
 	TrimEvents(ctx context.Context, appKey string, olderThan int64, max int) (int, error)
+}
+
+// Limits of an event read.
+const (
+	// MaxEventLimit is the highest EventQuery.Limit.
+	MaxEventLimit = 1000
+	// MaxEventsExamined is the most events one filtered ReadEvents call
+	// examines, so that a read for a rare type or device costs a bounded
+	// amount however long the log is.
+	MaxEventsExamined = 10_000
+)
+
+// Check reports whether q is a valid query: an app key, an After that is
+// not negative and a Limit of 1 to MaxEventLimit.
+func (q EventQuery) Check() error {
+	switch {
+	case q.AppKey == "":
+		return errors.New("read events: no app key")
+	case q.After < 0:
+		return fmt.Errorf("read events: after %d is negative", q.After)
+	case q.Limit < 1 || q.Limit > MaxEventLimit:
+		return fmt.Errorf("read events: limit %d is not 1 to %d", q.Limit, MaxEventLimit)
+	}
+	return nil
+}
+
+// Filtered reports whether q keeps only some events (by type or device).
+func (q EventQuery) Filtered() bool { return len(q.Types) > 0 || q.DeviceName != "" }
+
+// Examine is how many events a ReadEvents call for q looks at, at most:
+// Limit when q is not filtered, otherwise 10 times Limit, at most
+// MaxEventsExamined. Every backend examines exactly this many when the
+// log holds them, so a filtered read always moves Next on.
+func (q EventQuery) Examine() int {
+	if !q.Filtered() {
+		return q.Limit
+	}
+	return min(10*q.Limit, MaxEventsExamined)
+}
+
+// Match reports whether e passes q's filters.
+func (q EventQuery) Match(e Event) bool {
+	if q.DeviceName != "" && e.DeviceName != q.DeviceName {
+		return false
+	}
+	return len(q.Types) == 0 || slices.Contains(q.Types, e.Type)
+}
+
+// NormalData returns the Data an event is stored with: d, or {} when d
+// is empty, so every backend reads back the same bytes.
+func NormalData(d json.RawMessage) json.RawMessage {
+	if len(d) == 0 {
+		return json.RawMessage("{}")
+	}
+	return d
+}
+
+// Stamp returns a copy of evs, emitted with a write of appKey's device,
+// with an empty AppKey or DeviceName set to the device's.
+func Stamp(evs []Event, appKey, device string) []Event {
+	if len(evs) == 0 {
+		return nil
+	}
+	out := slices.Clone(evs)
+	for i := range out {
+		if out[i].AppKey == "" {
+			out[i].AppKey = appKey
+		}
+		if out[i].DeviceName == "" {
+			out[i].DeviceName = device
+		}
+	}
+	return out
 }

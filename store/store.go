@@ -380,8 +380,9 @@ type Store interface {
 	// but keeps its state and its place in ExpiredMessages). Afterwards
 	// the name is free: CreateDevices makes a new device with NewShadow
 	// and an empty queue whose count starts at 0. ErrNotFound if the
-	// device does not exist.
-	DeleteDevice(ctx context.Context, appKey, name string) error
+	// device does not exist. The events evs are appended to the event
+	// log in the same write as the delete (none when it fails).
+	DeleteDevice(ctx context.Context, appKey, name string, evs ...Event) error
 
 	// GetShadow returns the device's shadow or ErrNotFound.
 	GetShadow(ctx context.Context, appKey, name string) (Shadow, error)
@@ -476,7 +477,8 @@ type Store interface {
 	// ReportProperties applies a device's report: reported values and
 	// times, SDK and app versions, LastReportedVersion. ErrNotFound if the
 	// device does not exist, ErrVersionConflict (nothing written) if
-	// r.Version is not 0 and not above LastReportedVersion.
+	// r.Version is not 0 and not above LastReportedVersion. r.Emit's
+	// events are appended in the same write (see Report).
 	ReportProperties(ctx context.Context, r Report) (Shadow, error)
 
 	// ResetPresence marks offline, with LastLogoutTime now (Unix
@@ -488,7 +490,10 @@ type Store interface {
 	// crash leaves no logout behind; in cluster mode the other nodes call
 	// it for a node that died, with loginBefore the moment they saw it
 	// dead, so that devices it holds again after a restart stay online.
-	ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error)
+	// offline, when not nil, is called with each device it resets, as it
+	// was before the reset, and the events it returns are appended to the
+	// event log in the same write as that device's reset.
+	ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(Device) []Event) (int, error)
 
 	// GetMeta and PutMeta hold small service-wide values (for example the
 	// generated admin password hash). GetMeta returns ErrNotFound if unset.
@@ -510,6 +515,9 @@ type Store interface {
 	// returns at once. Deletions of entries that already count as absent
 	// (expired seq_nos) are exempt; no read can tell them apart.
 	Barrier(ctx context.Context) error
+
+	// EventLog keeps every app's event log.
+	EventLog
 
 	// Ping reports whether the store can serve requests.
 	Ping(ctx context.Context) error

@@ -230,7 +230,7 @@ func (m *Main) resetPresence(ctx context.Context) error {
 	if m.node != nil {
 		resetNode = m.node.ID()
 	}
-	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix())
+	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix(), nil)
 	if err != nil {
 		return fmt.Errorf("reset presence: %w", err)
 	}

@@ -59,6 +59,9 @@ type Store struct {
 	outbox    map[int64]store.OutboxEntry
 	callbacks map[store.CallbackQueue]map[int64]store.OutboxEntry
 	dead      map[string]map[int64]store.DeadLetter
+
+	// events holds each app's event log.
+	events map[string]*eventLog
 }
 
 // New returns an empty store.
@@ -78,6 +81,7 @@ func New() *Store {
 		outbox:    map[int64]store.OutboxEntry{},
 		callbacks: map[store.CallbackQueue]map[int64]store.OutboxEntry{},
 		dead:      map[string]map[int64]store.DeadLetter{},
+		events:    map[string]*eventLog{},
 	}
 }
 
@@ -235,17 +239,20 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 	}
 	defer s.mu.Unlock()
 	results := make([]error, len(devices))
+	var evs []store.Event
 	for i, d := range devices {
 		k := devKey{appKey, d.Name}
 		if _, ok := s.devices[k]; ok {
 			results[i] = store.ErrAlreadyExists
 			continue
 		}
-		d.AppKey = appKey
+		evs = append(evs, store.Stamp(d.Emit, appKey, d.Name)...)
+		d.AppKey, d.Emit = appKey, nil
 		s.devices[k] = d
 		s.shadows[k] = store.NewShadow()
 		s.names[appKey] = insertSorted(s.names[appKey], d.Name)
 	}
+	s.appendLocked(evs)
 	return results, nil
 }
 
@@ -273,17 +280,21 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 	if !ok {
 		return store.Device{}, store.ErrNotFound
 	}
+	d.Emit = nil
 	if err := fn(&d); err != nil {
 		return store.Device{}, err
 	}
 	d.AppKey, d.Name = appKey, name
+	evs := store.Stamp(d.Emit, appKey, name)
+	d.Emit = nil
 	s.devices[k] = d
+	s.appendLocked(evs)
 	return d, nil
 }
 
 // DeleteDevice removes the device, its shadow and its pending queue; its
 // messages stay, as store.Store requires.
-func (s *Store) DeleteDevice(ctx context.Context, appKey, name string) error {
+func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -296,6 +307,7 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string) error {
 	delete(s.shadows, k)
 	delete(s.queues, k)
 	s.names[appKey] = removeSorted(s.names[appKey], name)
+	s.appendLocked(store.Stamp(evs, appKey, name))
 	return nil
 }
 
@@ -330,7 +342,7 @@ func (s *Store) ListDevices(ctx context.Context, appKey, prefix, cursor string, 
 }
 
 // ResetPresence marks the matching online devices offline.
-func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error) {
+func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -339,6 +351,9 @@ func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now in
 	for k, d := range s.devices {
 		if d.Status != 1 || (node != store.AllNodes && d.Node != node) || d.LastLoginTime >= loginBefore {
 			continue
+		}
+		if offline != nil {
+			s.appendLocked(store.Stamp(offline(d), d.AppKey, d.Name))
 		}
 		d.Status, d.LastLogoutTime = 0, now
 		s.devices[k] = d

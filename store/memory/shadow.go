@@ -94,6 +94,13 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 		return store.Shadow{}, fmt.Errorf("report %s/%s: %w", r.AppKey, r.DeviceName, err)
 	}
 	s.shadows[k] = sh
+	if r.Emit != nil {
+		c, err := clone(sh)
+		if err != nil {
+			return store.Shadow{}, err
+		}
+		s.appendLocked(store.Stamp(r.Emit(c), r.AppKey, r.DeviceName))
+	}
 	return clone(sh)
 }
 

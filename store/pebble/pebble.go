@@ -611,7 +611,10 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 
 // DeleteDevice removes the device with its shadow, pending queue, pending
 // count and online-index entry in one synced batch; see store.Store.
-func (s *Store) DeleteDevice(ctx context.Context, appKey, name string) error {
+func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error {
+	if len(evs) > 0 {
+		return errNoEventLog
+	}
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
@@ -757,7 +760,10 @@ func (s *Store) lastKey(prefix string) ([]byte, error) {
 
 // ResetPresence marks the matching devices of the online index offline,
 // a chunk of devices per synced batch.
-func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error) {
+func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (int, error) {
+	if offline != nil {
+		return 0, errNoEventLog
+	}
 	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}

@@ -492,7 +492,10 @@ func (s *Store) addOnlineApp(ctx context.Context, appKey string) error {
 
 // DeleteDevice removes the device, its shadow, its pending queue and its
 // index entries in one script; see store.Store.
-func (s *Store) DeleteDevice(ctx context.Context, appKey, name string) error {
+func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error {
+	if len(evs) > 0 {
+		return errNoEventLog
+	}
 	keys := []string{s.devKey(appKey, name), s.shadowKey(appKey, name), s.queueKey(appKey, name), s.onlineKey(appKey), s.devIndexKey(appKey)}
 	n, err := s.run(ctx, deleteDeviceScript, keys, name).Int64()
 	if err != nil {
@@ -574,7 +577,10 @@ const resetWorkers = 16
 // ResetPresence marks the matching devices of the online sets offline,
 // each in its own optimistic transaction, and counts the devices it
 // changed.
-func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64) (int, error) {
+func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (int, error) {
+	if offline != nil {
+		return 0, errNoEventLog
+	}
 	apps, err := s.rdb.SMembers(ctx, s.onlineAppsKey()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("reset presence: %w", err)

@@ -431,7 +431,7 @@ func testResetPresence(t *testing.T, s store.Store) {
 	online("other", "dev-1")
 	_, err := s.UpdateDevice(ctx, "app", "dev-3", func(d *store.Device) error { d.Status, d.LastLogoutTime = 0, 60; return nil })
 	must(t, err)
-	n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 100)
+	n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 100, nil)
 	must(t, err)
 	if n != 2 {
 		t.Fatalf("reset %d devices, want 2", n)
@@ -446,11 +446,11 @@ func testResetPresence(t *testing.T, s store.Store) {
 			t.Errorf("%s/%s: %+v", c.app, c.name, d)
 		}
 	}
-	if n, _ := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 200); n != 0 {
+	if n, _ := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 200, nil); n != 0 {
 		t.Fatalf("second reset changed %d", n)
 	}
 	online("app", "dev-2")
-	if n, _ := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 300); n != 1 {
+	if n, _ := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 300, nil); n != 1 {
 		t.Fatalf("reset after a new login changed %d", n)
 	}
 }
@@ -471,7 +471,7 @@ func testResetPresenceOfNode(t *testing.T, s store.Store) {
 		})
 		must(t, err)
 	}
-	n, err := s.ResetPresence(ctx, 1, 100, 120)
+	n, err := s.ResetPresence(ctx, 1, 100, 120, nil)
 	must(t, err)
 	if n != 2 {
 		t.Fatalf("reset %d devices of node 1, want 2 (a and c)", n)
@@ -487,7 +487,7 @@ func testResetPresenceOfNode(t *testing.T, s store.Store) {
 		}
 	}
 	// Devices that stayed online are still found by a later reset.
-	if n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 130); err != nil || n != 3 {
+	if n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 130, nil); err != nil || n != 3 {
 		t.Fatalf("reset of every node changed %d (%v), want 3", n, err)
 	}
 }

@@ -61,9 +61,14 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ResetPresence", testResetPresence},
 		{"ResetPresenceOfNode", testResetPresenceOfNode},
 	}
-	for _, tc := range tests {
+	for _, tc := range append(tests, eventTests...) {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.fn(t, newStore(t))
+			s := newStore(t)
+			// TODO(ev-store): gone once every backend has its event log.
+			if _, err := s.ReadEvents(context.Background(), store.EventQuery{AppKey: "probe", Limit: 1}); errors.Is(err, errors.ErrUnsupported) {
+				t.Skip(err)
+			}
+			tc.fn(t, s)
 		})
 	}
 }
@@ -260,7 +265,7 @@ func (f *reopenFixture) checkExpiryIndex() error {
 }
 
 func (f *reopenFixture) checkPresence() error {
-	n, err := f.s.ResetPresence(context.Background(), store.AllNodes, math.MaxInt64, 5)
+	n, err := f.s.ResetPresence(context.Background(), store.AllNodes, math.MaxInt64, 5, nil)
 	if err == nil && n != 1 {
 		err = fmt.Errorf("reset %d online devices, want 1 (dev-2)", n)
 	}
@@ -627,7 +632,7 @@ func checkOtherDevicesKept(t *testing.T, s store.Store) {
 		t.Fatalf("other/dev-1 shadow: %+v %v", sh, err)
 	}
 	// The online index lost the deleted device: only other/dev-1 is reset.
-	if n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 100); err != nil || n != 1 {
+	if n, err := s.ResetPresence(ctx, store.AllNodes, math.MaxInt64, 100, nil); err != nil || n != 1 {
 		t.Fatalf("reset %d devices (%v), want 1", n, err)
 	}
 }
