@@ -62,8 +62,9 @@ type Config struct {
 	// ReadBufferSize and WriteBufferSize size each connection's buffers.
 	ReadBufferSize, WriteBufferSize int
 	// PublishRate and PublishBurst limit the PUBLISHes of one device per
-	// second (token bucket); what exceeds them is acknowledged and dropped,
-	// so one device cannot monopolise the store.
+	// second (token bucket); what exceeds them is refused like a publish
+	// the handler refuses with ErrQuota, so one device cannot monopolise
+	// the store.
 	PublishRate  float64
 	PublishBurst int
 	// SubscribeRate and SubscribeBurst limit the SUBSCRIBEs of one device
@@ -112,6 +113,16 @@ func (c *Config) setDefaults() {
 // device; the device gets CONNACK "not authorized".
 var ErrNotAuthorized = errors.New("not authorized")
 
+// Errors Handler.Published returns to refuse a publish, wrapped or not;
+// they tell an MQTT 5 device why.
+var (
+	// ErrQuota: the device is over a limit (v5 PUBACK 0x97, quota exceeded).
+	ErrQuota = errors.New("quota exceeded")
+	// ErrMalformed: the publish breaks the rules of its topic (v5 PUBACK
+	// 0x99, payload format invalid).
+	ErrMalformed = errors.New("payload format invalid")
+)
+
 // Handler receives device events. The broker calls it from each
 // connection's own goroutine, so a slow call delays only that device.
 type Handler interface {
@@ -132,8 +143,13 @@ type Handler interface {
 	Unsubscribed(s *Session, topic string)
 	// Published reports a PUBLISH from the device; topic is relative to
 	// the device's prefix. Nothing a device publishes reaches any other
-	// client.
-	Published(s *Session, topic string, payload []byte)
+	// client. It is called from the connection's read loop, and a QoS 1
+	// publish is acknowledged only once it has returned nil: the handler
+	// may block until what the publish asks for is done. An error refuses
+	// the publish: an MQTT 5 QoS 1 publish gets a PUBACK with reason 0x97
+	// (ErrQuota), 0x99 (ErrMalformed) or 0x80 (any other error); an MQTT
+	// 3.1.1 or QoS 0 one gets no PUBACK. The connection stays open.
+	Published(s *Session, topic string, qos byte, payload []byte) error
 	// Acked reports the device's PUBACK of a packet sent with
 	// Session.Publish.
 	Acked(s *Session, packetID uint16)
@@ -158,9 +174,10 @@ type Broker struct {
 	order [256]sync.Mutex
 
 	connected atomic.Int64
-	dropped   atomic.Int64
 	refused   atomic.Int64 // filters over MaxSubscriptions or the subscribe rate
 	throttled atomic.Int64 // logins refused over a failure budget
+	// Publishes refused: over the publish rate, and by the handler.
+	refusedRate, refusedQuota, refusedMalformed, refusedFailed atomic.Int64
 
 	logins *loginThrottle
 
@@ -325,8 +342,20 @@ func (b *Broker) Close() error {
 // Connected returns how many device sessions are live.
 func (b *Broker) Connected() int64 { return b.connected.Load() }
 
-// Dropped returns how many device publishes were dropped over the rate limit.
-func (b *Broker) Dropped() int64 { return b.dropped.Load() }
+// PublishRefusals counts the device publishes refused, by why.
+type PublishRefusals struct {
+	// RateLimit: over the device's publish rate (Config.PublishRate).
+	RateLimit int64
+	// Quota, Malformed and Failed: refused by Handler.Published with
+	// ErrQuota, ErrMalformed or any other error.
+	Quota, Malformed, Failed int64
+}
+
+// PublishesRefused returns how many device publishes were refused.
+func (b *Broker) PublishesRefused() PublishRefusals {
+	return PublishRefusals{RateLimit: b.refusedRate.Load(), Quota: b.refusedQuota.Load(),
+		Malformed: b.refusedMalformed.Load(), Failed: b.refusedFailed.Load()}
+}
 
 // LoginsThrottled returns how many logins were refused, unchecked, because
 // too many had failed before them (see throttle.go).

@@ -53,11 +53,11 @@ func (h *fakeHandler) connected() []string {
 	return append([]string(nil), h.logins...)
 }
 
-func (*fakeHandler) Disconnected(*Session)              {}
-func (*fakeHandler) Subscribed(*Session, string)        {}
-func (*fakeHandler) Unsubscribed(*Session, string)      {}
-func (*fakeHandler) Published(*Session, string, []byte) {}
-func (*fakeHandler) Acked(*Session, uint16)             {}
+func (*fakeHandler) Disconnected(*Session)                          {}
+func (*fakeHandler) Subscribed(*Session, string)                    {}
+func (*fakeHandler) Unsubscribed(*Session, string)                  {}
+func (*fakeHandler) Published(*Session, string, byte, []byte) error { return nil }
+func (*fakeHandler) Acked(*Session, uint16)                         {}
 
 func startBroker(t *testing.T, cfg Config, h Handler) (*Broker, string) {
 	t.Helper()
@@ -135,6 +135,12 @@ type rawClient struct {
 // the client and the CONNACK's reason code.
 func rawConnect(t *testing.T, addr string, version byte, user, secret string) (*rawClient, byte) {
 	t.Helper()
+	return rawConnectKeepalive(t, addr, version, user, secret, 60)
+}
+
+// rawConnectKeepalive is rawConnect with the keepalive in seconds.
+func rawConnectKeepalive(t *testing.T, addr string, version byte, user, secret string, keepalive uint16) (*rawClient, byte) {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +150,7 @@ func rawConnect(t *testing.T, addr string, version byte, user, secret string) (*
 	rc := &rawClient{t: t, c: c, r: bufio.NewReader(c), version: version}
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: version}
 	pk.Connect = packets.ConnectParams{
-		ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60, ClientIdentifier: "raw",
+		ProtocolName: []byte("MQTT"), Clean: true, Keepalive: keepalive, ClientIdentifier: "raw",
 		UsernameFlag: true, Username: []byte(user), PasswordFlag: true, Password: []byte(secret),
 	}
 	var buf bytes.Buffer
@@ -178,6 +184,7 @@ func (rc *rawClient) read(want byte) packets.Packet {
 	if err != nil {
 		rc.t.Fatal(err)
 	}
+	pk.FixedHeader.Remaining = n
 	body := make([]byte, n)
 	if _, err := io.ReadFull(rc.r, body); err != nil {
 		rc.t.Fatal(err)
@@ -190,6 +197,8 @@ func (rc *rawClient) read(want byte) packets.Packet {
 		err = pk.ConnackDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
+	case packets.Puback:
+		err = pk.PubackDecode(body)
 	}
 	if err != nil {
 		rc.t.Fatal(err)

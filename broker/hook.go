@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -168,7 +169,7 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	h.b.handler.Connected(s)
 }
 
-func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+func (h *hook) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
 	h.b.mu.Lock()
 	s := h.b.sessions[cl]
 	delete(h.b.sessions, cl)
@@ -176,6 +177,7 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	if s == nil {
 		return // refused before it was established
 	}
+	s.end.Store(int32(endOf(err, cl.StopCause())))
 	h.b.connected.Add(-1)
 	// Report first, while Current still answers true for a session that
 	// was not taken over, then retire it.
@@ -249,20 +251,48 @@ func (h *hook) OnUnsubscribed(cl *mqtt.Client, _ packets.Packet) {
 }
 
 // OnPublish hands a device's publish to the handler and stops it there:
-// devices talk to the service, never to each other. The publish is still
-// acknowledged (CodeSuccessIgnore), unlike with ErrRejectPacket.
+// devices talk to the service, never to each other. mochi calls it from
+// the connection's read loop and writes the PUBACK of a QoS 1 publish
+// after it returns, so the PUBACK waits for the handler: the publish is
+// acknowledged (CodeSuccessIgnore: delivered to no subscriber) when the
+// handler accepts it, and refused when the handler, or the device's
+// publish rate, does not (see refuse).
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	s := h.session(cl)
 	if s == nil || !strings.HasPrefix(pk.TopicName, s.prefix) {
 		return pk, packets.CodeSuccessIgnore
 	}
+	topic := pk.TopicName[len(s.prefix):]
 	if !s.limiter.Allow() {
-		h.b.dropped.Add(1)
-		h.b.log.Debug("device publish over the rate limit dropped", "app", s.AppKey, "device", s.DeviceName)
-		return pk, packets.CodeSuccessIgnore
+		h.b.refusedRate.Add(1)
+		h.b.log.Debug("device publish over the rate limit refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic)
+		return pk, refuse(cl, pk, packets.ErrQuotaExceeded)
 	}
-	h.b.handler.Published(s, pk.TopicName[len(s.prefix):], pk.Payload)
-	return pk, packets.CodeSuccessIgnore
+	err := h.b.handler.Published(s, topic, pk.FixedHeader.Qos, pk.Payload)
+	switch {
+	case err == nil:
+		return pk, packets.CodeSuccessIgnore
+	case errors.Is(err, ErrQuota):
+		h.b.refusedQuota.Add(1)
+		return pk, refuse(cl, pk, packets.ErrQuotaExceeded)
+	case errors.Is(err, ErrMalformed):
+		h.b.refusedMalformed.Add(1)
+		return pk, refuse(cl, pk, packets.ErrPayloadFormatInvalid)
+	default:
+		h.b.refusedFailed.Add(1)
+		return pk, refuse(cl, pk, packets.ErrUnspecifiedError)
+	}
+}
+
+// refuse is what OnPublish returns to refuse pk: an MQTT 5 QoS 1 publish
+// gets a PUBACK with the reason code; anything else gets no answer
+// (ErrRejectPacket), as MQTT 3.1.1 cannot refuse a publish and QoS 0 has
+// no acknowledgement. Either way mochi delivers it to no subscriber.
+func refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) error {
+	if cl.Properties.ProtocolVersion >= 5 && pk.FixedHeader.Qos > 0 {
+		return code
+	}
+	return packets.ErrRejectPacket
 }
 
 // OnPacketRead correlates PUBACKs with Session.Publish. mochi's own

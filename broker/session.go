@@ -30,10 +30,19 @@ type Session struct {
 	ClientID string
 	// RemoteIP is the device's address without the port.
 	RemoteIP string
+	// ProtocolVersion is the MQTT version of the connection: 4 (3.1.1)
+	// or 5 (3 for MQTT 3.1).
+	ProtocolVersion byte
+	// Transport is the listener the device came through: "tcp", "tls"
+	// or "ws".
+	Transport string
+	// Since is when the broker accepted the session.
+	Since time.Time
 
 	b       *Broker
 	cl      *mqtt.Client
-	prefix  string // d/{app}/{device}/
+	end     atomic.Int32 // an End, set before Handler.Disconnected
+	prefix  string       // d/{app}/{device}/
 	limiter *rate.Limiter
 	// subLimiter limits SUBSCRIBEs; subThrottled says the one being
 	// processed is over it (set by hook.OnSubscribe).
@@ -65,11 +74,15 @@ func newSession(b *Broker, cl *mqtt.Client, appKey, device, clientID string) *Se
 		DeviceName: device,
 		ClientID:   clientID,
 		RemoteIP:   ip,
-		b:          b,
-		cl:         cl,
-		prefix:     TopicPrefix + appKey + "/" + device + "/",
-		limiter:    rate.NewLimiter(rate.Limit(b.cfg.PublishRate), b.cfg.PublishBurst),
-		subLimiter: rate.NewLimiter(rate.Limit(b.cfg.SubscribeRate), b.cfg.SubscribeBurst),
+		// mochi names the listener by the id Start gave it.
+		ProtocolVersion: cl.Properties.ProtocolVersion,
+		Transport:       cl.Net.Listener,
+		Since:           time.Now(),
+		b:               b,
+		cl:              cl,
+		prefix:          TopicPrefix + appKey + "/" + device + "/",
+		limiter:         rate.NewLimiter(rate.Limit(b.cfg.PublishRate), b.cfg.PublishBurst),
+		subLimiter:      rate.NewLimiter(rate.Limit(b.cfg.SubscribeRate), b.cfg.SubscribeBurst),
 	}
 }
 

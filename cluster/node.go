@@ -39,6 +39,9 @@ type Config struct {
 	// LeaseEvery how often it is renewed or sought.
 	LeaseTTL   time.Duration
 	LeaseEvery time.Duration
+	// Offline, when set, makes the events that say a dead node's devices
+	// went offline, written with each device's reset (store.ResetPresence).
+	Offline func(store.Device) []store.Event
 }
 
 // Defaults of Config.
@@ -446,7 +449,7 @@ func (n *Node) checkNodes() {
 		}
 		seen := n.now().Unix()
 		stopRefresh := n.holdWhile(lock)
-		count, err := n.st.ResetPresence(ctx, id, seen, seen, nil)
+		count, err := n.st.ResetPresence(ctx, id, seen, seen, n.cfg.Offline)
 		stopRefresh()
 		if err != nil {
 			n.log.Error("cluster: mark a dead node's devices offline", "node_id", id, "err", err)

@@ -53,7 +53,7 @@ func TestAuthenticateComparesOnce(t *testing.T) {
 	t.Cleanup(func() { secretEqual = orig })
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := New(deviceStore{devices: devices, err: tc.storeErr}, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			g := New(deviceStore{devices: devices, err: tc.storeErr}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			compares = 0
 			err := g.Authenticate("app", tc.device, tc.secret)
 			if (err == nil) != tc.ok {

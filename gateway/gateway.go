@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/cluster"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/shadow"
@@ -51,6 +53,7 @@ type Gateway struct {
 	store    store.Store
 	dispatch *message.Dispatcher
 	sync     *shadow.Sync
+	events   *events.Service
 	log      *slog.Logger
 	now      func() time.Time
 	broker   *broker.Broker
@@ -63,6 +66,9 @@ type Gateway struct {
 	// recorded holds the sessions whose login is in the store, the ones
 	// Resync may judge by their presence entry.
 	recorded sync.Map // *broker.Session → struct{}
+	// since holds when each connection of this process logged in (Unix
+	// ms) by connection id, for the online_ms of its device.offline.
+	since sync.Map
 
 	locks [stripes]sync.Mutex
 
@@ -80,12 +86,13 @@ const retryEvery = 2 * time.Second
 type devKey struct{ app, dev string }
 
 // presenceWrite is a login of session s, or a logout of connection conn
-// at time at.
+// at time at, reported by the event off.
 type presenceWrite struct {
 	login bool
 	s     *broker.Session
 	conn  string
 	at    int64
+	off   store.Event
 }
 
 var (
@@ -95,9 +102,10 @@ var (
 )
 
 // New returns a Gateway; SetBroker must be called before devices connect,
-// and SetPeers too in cluster mode.
-func New(st store.Store, d *message.Dispatcher, sy *shadow.Sync, log *slog.Logger) *Gateway {
-	return &Gateway{store: st, dispatch: d, sync: sy, log: log, now: time.Now, token: secret.Alnum(16)}
+// and SetPeers too in cluster mode. ev stores what devices publish as
+// events.
+func New(st store.Store, d *message.Dispatcher, sy *shadow.Sync, ev *events.Service, log *slog.Logger) *Gateway {
+	return &Gateway{store: st, dispatch: d, sync: sy, events: ev, log: log, now: time.Now, token: secret.Alnum(16)}
 }
 
 // SetPeers puts the gateway in cluster mode, as a node of p.
@@ -170,21 +178,34 @@ func (g *Gateway) Connected(s *broker.Session) {
 	}
 }
 
-// login records s as the device's connection, under the device's lock.
+// login records s as the device's connection, under the device's lock,
+// with its device.online in the same write: preceded, when the entry
+// still names another connection (here or on another node), by that
+// connection's device.offline (takeover). That connection's own logout
+// then finds the entry no longer its own and writes nothing, so every
+// online is followed by exactly one offline, in the log's order.
 func (g *Gateway) login(s *broker.Session) error {
-	now := g.now().Unix()
+	t := g.now()
+	now, conn := t.Unix(), g.connID(s)
 	var prev store.Device
 	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) error {
 		if d.Flag != store.FlagEnabled {
 			return errDisabled // disabled since Authenticate
 		}
 		prev = *d
-		d.Status, d.ClientIP, d.LastLoginTime, d.Node, d.Conn = 1, s.RemoteIP, now, g.node, g.connID(s)
+		if d.Status == 1 && d.Node == g.node && d.Conn == conn {
+			return errSkip // a retried login whose failed write had landed
+		}
+		d.Status, d.ClientIP, d.LastLoginTime, d.Node, d.Conn = 1, s.RemoteIP, now, g.node, conn
 		if d.TimeActive == 0 {
 			d.TimeActive = now
 		}
+		d.Emit = g.loginEvents(prev, s, t)
 		return nil
 	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -208,26 +229,31 @@ func (g *Gateway) Disconnected(s *broker.Session) {
 	g.recorded.Delete(s)
 	g.dispatch.Detach(s, s.AppKey, s.DeviceName)
 	defer g.lock(s.AppKey, s.DeviceName)()
+	defer g.since.Delete(g.connID(s))
 	if !s.Current() {
 		return // taken over here: the newer session's login stands
 	}
 	k := devKey{s.AppKey, s.DeviceName}
 	g.supersede(k)
-	w := presenceWrite{conn: g.connID(s), at: g.now().Unix()}
+	t := g.now()
+	w := presenceWrite{conn: g.connID(s), at: t.Unix(), off: g.logoutEvent(s, t)}
 	if err := g.logout(k, w); err != nil {
 		g.log.Error("record logout; will retry", "app", s.AppKey, "device", s.DeviceName, "err", err)
 		g.later(k, w)
 	}
 }
 
-// logout marks the device offline if w's connection still holds it;
-// under the device's lock.
+// logout marks the device offline, with its device.offline in the same
+// write, if w's connection still holds it; under the device's lock. A
+// connection taken over (its offline written by the login that took
+// over) or marked offline already (node_lost) writes nothing.
 func (g *Gateway) logout(k devKey, w presenceWrite) error {
 	_, err := g.store.UpdateDevice(context.Background(), k.app, k.dev, func(d *store.Device) error {
-		if d.Node != g.node || d.Conn != w.conn {
-			return errSkip // taken over elsewhere
+		if d.Status != 1 || d.Node != g.node || d.Conn != w.conn {
+			return errSkip // taken over, or already offline
 		}
 		d.Status, d.LastLogoutTime = 0, w.at
+		d.Emit = []store.Event{w.off}
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, errSkip) {
@@ -317,10 +343,17 @@ func (g *Gateway) Unsubscribed(s *broker.Session, topic string) {
 	}
 }
 
-// Published routes what a device sends.
-func (g *Gateway) Published(s *broker.Session, topic string, payload []byte) {
+// Published routes what a device sends. Telemetry and event reports are
+// stored as events before it returns, so that the broker acknowledges
+// them only once they are durable; one that cannot be stored is refused
+// (see deviceEvent).
+func (g *Gateway) Published(s *broker.Session, topic string, qos byte, payload []byte) error {
 	ctx := context.Background()
 	switch topic {
+	case events.TopicEvent:
+		return g.deviceEvent(s, topic, func(ctx context.Context) error {
+			return g.events.DeviceEvent(ctx, s.AppKey, s.DeviceName, payload)
+		})
 	case TopicClick:
 		var c struct {
 			MsgID json.RawMessage `json:"msgid"`
@@ -331,7 +364,7 @@ func (g *Gateway) Published(s *broker.Session, topic string, payload []byte) {
 		}
 		if err != nil {
 			g.log.Debug("bad click payload", "app", s.AppKey, "device", s.DeviceName)
-			return
+			return nil
 		}
 		if err := g.dispatch.Click(ctx, s.AppKey, s.DeviceName, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			g.log.Error("record click", "app", s.AppKey, "device", s.DeviceName, "msgid", id, "err", err)
@@ -342,11 +375,42 @@ func (g *Gateway) Published(s *broker.Session, topic string, payload []byte) {
 		app, err := g.store.GetApp(ctx, s.AppKey)
 		if err != nil {
 			g.log.Error("load app for report", "app", s.AppKey, "err", err)
-			return
+			return nil
 		}
 		g.sync.Report(ctx, s, app, s.DeviceName, payload)
 	default:
+		if topic == events.TopicUp || strings.HasPrefix(topic, events.TopicUp+"/") {
+			return g.deviceEvent(s, topic, func(ctx context.Context) error {
+				return g.events.Telemetry(ctx, s.AppKey, s.DeviceName, topic, qos, payload)
+			})
+		}
 		g.log.Debug("publish to an unknown topic", "app", s.AppKey, "device", s.DeviceName, "topic", topic)
+	}
+	return nil
+}
+
+// storeTimeout bounds the wait for an event to be stored; the device's
+// publish is refused after it.
+const storeTimeout = 10 * time.Second
+
+// deviceEvent runs write, which stores an event the device published,
+// and tells the broker how to answer: nil once it is durable, a refusal
+// the device can tell apart (broker.ErrMalformed) when the publish
+// breaks the rules of its topic, else the store's error (the device
+// publishes it again).
+func (g *Gateway) deviceEvent(s *broker.Session, topic string, write func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	err := write(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, events.ErrMalformed):
+		g.log.Debug("device event refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic, "err", err)
+		return fmt.Errorf("%w: %w", broker.ErrMalformed, err)
+	default:
+		g.log.Error("store device event; publish refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic, "err", err)
+		return err
 	}
 }
 
@@ -539,7 +603,11 @@ func (g *Gateway) Reassert(ctx context.Context) {
 				stale = true
 				return errSkip
 			}
+			// Marked offline (node_lost) while this node looked dead:
+			// online again, and said so.
+			prev := *d
 			d.Status, d.Node, d.Conn = 1, g.node, conn
+			d.Emit = g.loginEvents(prev, s, g.now())
 			return nil
 		})
 		unlock()

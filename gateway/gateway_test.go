@@ -14,6 +14,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/devmsg/devmsg/broker"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/message"
@@ -35,19 +36,28 @@ type world struct {
 	gw       *gateway.Gateway
 	dispatch *message.Dispatcher
 	msgs     *message.Service
+	events   *events.Service
+	broker   *broker.Broker
 	mqtt     string // the broker's TCP address
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := pebble.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newWorldOn(t, st)
+}
+
+// newWorldOn is newWorld over st, which it closes at the end of the test.
+func newWorldOn(t *testing.T, st store.Store) *world {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	t.Cleanup(func() { st.Close() })
 	d := message.NewDispatcher(st, log)
-	gw := gateway.New(st, d, shadow.NewSync(st, log), log)
+	ev := events.NewService(st)
+	gw := gateway.New(st, d, shadow.NewSync(st, log), ev, log)
 	b := broker.New(broker.Config{TCPAddr: "127.0.0.1:0", ServiceTopics: gateway.ServiceTopics}, gw, log)
 	gw.SetBroker(b)
 	addrs, err := b.Start()
@@ -62,7 +72,7 @@ func newWorld(t *testing.T) *world {
 	if err := st.CreateApp(context.Background(), store.App{Key: appKey, Name: "gateway test"}); err != nil {
 		t.Fatal(err)
 	}
-	return &world{t: t, st: st, gw: gw, dispatch: d, msgs: message.NewService(st, ids, gw), mqtt: addrs["tcp"]}
+	return &world{t: t, st: st, gw: gw, dispatch: d, events: ev, broker: b, msgs: message.NewService(st, ids, gw), mqtt: addrs["tcp"]}
 }
 
 func (w *world) createDevice(name string) store.Device {

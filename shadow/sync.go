@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -151,7 +152,11 @@ func (s *Sync) report(ctx context.Context, app store.App, device string, payload
 	if cerr := Check(app.Properties, names, r.Properties); cerr != nil {
 		return ReportReply{Version: r.Version, Code: cerr.Code, Message: CodeText(cerr.Code) + ": " + cerr.Error()}
 	}
-	r.AppKey, r.DeviceName, r.Time = app.Key, device, s.now().UnixMilli()
+	now := s.now()
+	r.AppKey, r.DeviceName, r.Time = app.Key, device, now.UnixMilli()
+	r.Emit = func(sh store.Shadow) []store.Event {
+		return []store.Event{reportedEvent(r, sh, now)}
+	}
 	sh, err := s.store.ReportProperties(ctx, r)
 	switch {
 	case errors.Is(err, store.ErrVersionConflict):
@@ -165,6 +170,15 @@ func (s *Sync) report(ctx context.Context, app store.App, device string, payload
 		return ReportReply{Version: r.Version, Code: CodeInternal, Message: "internal error; report again later"}
 	}
 	return ReportReply{Version: sh.LastReportedVersion, Code: CodeOK, Message: CodeText(CodeOK)}
+}
+
+// reportedEvent is the property.reported of report r, accepted at now,
+// which left the shadow sh: the report's version (assigned by the store
+// when the device sent none), the properties it reported and the
+// shadow's versions.
+func reportedEvent(r store.Report, sh store.Shadow, now time.Time) store.Event {
+	return events.New(events.TypeReported, r.AppKey, r.DeviceName, now, events.Reported{
+		Version: sh.LastReportedVersion, Properties: r.Properties, SDKVer: sh.SDKVer, AppVer: sh.AppVer})
 }
 
 // ParseReport checks a report payload: a JSON object with a

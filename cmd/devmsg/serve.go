@@ -25,6 +25,7 @@ import (
 	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/netguard"
@@ -87,6 +88,7 @@ type Main struct {
 
 	reg        *prometheus.Registry
 	dispatcher *message.Dispatcher
+	events     *events.Service
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
 	api        *restapi.API
@@ -195,7 +197,7 @@ func (m *Main) joinCluster(ctx context.Context) error {
 		return nil
 	}
 	rs := m.redis
-	node, err := cluster.Join(ctx, cluster.Config{NodeID: m.Config.NodeID, Prefix: rs.Prefix()}, rs.Client(), m.store, m.log)
+	node, err := cluster.Join(ctx, cluster.Config{NodeID: m.Config.NodeID, Prefix: rs.Prefix(), Offline: events.NodeLost}, rs.Client(), m.store, m.log)
 	if err != nil {
 		return err
 	}
@@ -230,7 +232,7 @@ func (m *Main) resetPresence(ctx context.Context) error {
 	if m.node != nil {
 		resetNode = m.node.ID()
 	}
-	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix(), nil)
+	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix(), events.NodeLost)
 	if err != nil {
 		return fmt.Errorf("reset presence: %w", err)
 	}
@@ -248,7 +250,8 @@ func (m *Main) buildServices(ctx context.Context) error {
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	m.dispatcher = message.NewDispatcher(st, log)
-	m.gateway = gateway.New(st, m.dispatcher, shadow.NewSync(st, log), log)
+	m.events = events.NewService(st)
+	m.gateway = gateway.New(st, m.dispatcher, shadow.NewSync(st, log), m.events, log)
 	var limiter restapi.Limiter // nil: per process
 	if m.node != nil {
 		m.gateway.SetPeers(m.node)
@@ -658,12 +661,19 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *messa
 	counter := func(name, help string, f func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
+	refused := func(reason string, f func(broker.PublishRefusals) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_mqtt_publishes_refused_total",
+			Help:        "Device publishes refused (no PUBACK, or an MQTT 5 PUBACK with a reason code), by reason: quota (over the per-device publish rate), malformed, or error (not stored).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(f(mq.PublishesRefused())) })
+	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_connected_devices", Help: "Devices connected over MQTT."},
 			func() float64 { return float64(mq.Connected()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_subscribed_devices", Help: "Connected devices subscribed to their msg topic."},
 			func() float64 { return float64(d.Stats().Routes) }),
-		counter("devmsg_mqtt_publishes_dropped_total", "Device publishes dropped over the per-device rate limit.", mq.Dropped),
+		refused("quota", func(r broker.PublishRefusals) int64 { return r.RateLimit + r.Quota }),
+		refused("malformed", func(r broker.PublishRefusals) int64 { return r.Malformed }),
+		refused("error", func(r broker.PublishRefusals) int64 { return r.Failed }),
 		counter("devmsg_mqtt_subscriptions_refused_total", "Topic filters refused over the per-connection subscription limits.", mq.SubscriptionsRefused),
 		counter("devmsg_mqtt_logins_throttled_total", "Device logins refused unchecked after too many failed ones.", mq.LoginsThrottled),
 		counter("devmsg_messages_published_total", "Messages written to devices, redeliveries included.", func() int64 { return d.Stats().Published }),

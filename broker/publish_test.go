@@ -1,0 +1,231 @@
+package broker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// pubHandler refuses publishes by topic and records the accepted ones and
+// the sessions that ended.
+type pubHandler struct {
+	fakeHandler
+	// refuse maps a topic to the error Published returns for it.
+	refuse map[string]error
+	// entered and gate, when set, hold Published: it signals entered and
+	// waits for gate to close.
+	entered, gate chan struct{}
+	ended         chan *Session
+
+	mu       sync.Mutex
+	accepted []string // "topic qos payload"
+}
+
+func (h *pubHandler) Published(_ *Session, topic string, qos byte, payload []byte) error {
+	if h.gate != nil {
+		h.entered <- struct{}{}
+		<-h.gate
+	}
+	if err := h.refuse[topic]; err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.accepted = append(h.accepted, fmt.Sprintf("%s %d %s", topic, qos, payload))
+	return nil
+}
+
+func (h *pubHandler) Disconnected(s *Session) {
+	if h.ended != nil {
+		h.ended <- s
+	}
+}
+
+func (h *pubHandler) got() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.accepted...)
+}
+
+// publish sends a PUBLISH to the topic under the device's prefix d/app/dev/.
+func (rc *rawClient) publish(topic string, qos byte, payload string) uint16 {
+	rc.t.Helper()
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos}, ProtocolVersion: rc.version,
+		TopicName: "d/app/dev/" + topic, Payload: []byte(payload)}
+	if qos > 0 {
+		rc.nextID++
+		pk.PacketID = rc.nextID
+	}
+	var buf bytes.Buffer
+	if err := pk.PublishEncode(&buf); err != nil {
+		rc.t.Fatal(err)
+	}
+	rc.write(buf.Bytes())
+	return pk.PacketID
+}
+
+// ping sends PINGREQ and reads the PINGRESP: mochi answers packets in
+// order, so a PUBACK of a publish sent before would have come first.
+func (rc *rawClient) ping() {
+	rc.t.Helper()
+	rc.write([]byte{packets.Pingreq << 4, 0})
+	rc.read(packets.Pingresp)
+}
+
+// TestPublishRefusals: a publish the handler refuses gets a v5 PUBACK with
+// the reason code of the refusal (0x97, 0x99, 0x80), and no PUBACK at all
+// in MQTT 3.1.1 or at QoS 0; an accepted one is acknowledged with the
+// QoS passed through. The connection stays open either way.
+func TestPublishRefusals(t *testing.T) {
+	h := &pubHandler{refuse: map[string]error{
+		"quota":     fmt.Errorf("store full: %w", ErrQuota),
+		"malformed": fmt.Errorf("bad report: %w", ErrMalformed),
+		"fail":      errors.New("store down"),
+	}}
+	b, addr := startBroker(t, Config{}, h)
+	for _, version := range []byte{4, 5} {
+		rc, code := rawConnect(t, addr, version, "app/dev", "secret")
+		if code != 0 {
+			t.Fatalf("v%d CONNACK %#x", version, code)
+		}
+		for _, c := range []struct {
+			topic string
+			want  byte // v5 reason code; 0xff: no PUBACK in 3.1.1
+		}{{"up", 0}, {"quota", 0x97}, {"malformed", 0x99}, {"fail", 0x80}, {"up/x", 0}} {
+			id := rc.publish(c.topic, 1, "p")
+			if version == 4 && c.want != 0 {
+				rc.ping() // no PUBACK before the PINGRESP
+				continue
+			}
+			ack := rc.read(packets.Puback)
+			if ack.PacketID != id || ack.ReasonCode != c.want {
+				t.Errorf("v%d publish to %s: PUBACK id %d reason %#x, want id %d reason %#x", version, c.topic, ack.PacketID, ack.ReasonCode, id, c.want)
+			}
+		}
+		rc.publish("fail", 0, "p")
+		rc.publish("up", 0, "zero")
+		rc.ping()
+	}
+	want := []string{"up 1 p", "up/x 1 p", "up 0 zero"}
+	want = append(want, want...)
+	if got := h.got(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("accepted %q, want %q", got, want)
+	}
+	if got := b.PublishesRefused(); got != (PublishRefusals{Quota: 2, Malformed: 2, Failed: 4}) {
+		t.Errorf("refusals counted %+v", got)
+	}
+}
+
+// TestPubackWaitsForHandler: the PUBACK of a QoS 1 publish is written only
+// once Published has returned.
+func TestPubackWaitsForHandler(t *testing.T) {
+	h := &pubHandler{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	_, addr := startBroker(t, Config{}, h)
+	rc, _ := rawConnect(t, addr, 5, "app/dev", "secret")
+	rc.publish("up", 1, "p")
+	<-h.entered
+	_ = rc.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var ne net.Error
+	if _, err := rc.r.ReadByte(); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read while Published blocks: %v, want a timeout (no PUBACK yet)", err)
+	}
+	close(h.gate)
+	_ = rc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if ack := rc.read(packets.Puback); ack.ReasonCode != 0 {
+		t.Fatalf("PUBACK reason %#x", ack.ReasonCode)
+	}
+}
+
+// TestPublishRateRefused: a publish over the device's publish rate is
+// refused like a quota refusal (v5 0x97, 3.1.1 no PUBACK), never
+// reaches the handler, and is counted.
+func TestPublishRateRefused(t *testing.T) {
+	h := &pubHandler{}
+	b, addr := startBroker(t, Config{PublishRate: 0.001, PublishBurst: 2}, h)
+	rc, _ := rawConnect(t, addr, 5, "app/dev", "secret")
+	for i, want := range []byte{0, 0, 0x97} {
+		rc.publish("up", 1, "p")
+		if ack := rc.read(packets.Puback); ack.ReasonCode != want {
+			t.Errorf("publish %d: PUBACK reason %#x, want %#x", i, ack.ReasonCode, want)
+		}
+	}
+	rc.c.Close()
+	rc3, _ := rawConnect(t, addr, 4, "app/dev", "secret")
+	rc3.publish("up", 1, "p")
+	rc3.publish("up", 1, "p")
+	rc3.read(packets.Puback)
+	rc3.read(packets.Puback)
+	rc3.publish("up", 1, "p")
+	rc3.ping()
+	if got := len(h.got()); got != 4 {
+		t.Errorf("handler saw %d publishes, want 4", got)
+	}
+	if got := b.PublishesRefused().RateLimit; got != 2 {
+		t.Errorf("rate refusals counted %d, want 2", got)
+	}
+}
+
+// TestSessionEnd: the handler learns why each session ended, and what
+// protocol and transport it used.
+func TestSessionEnd(t *testing.T) {
+	h := &pubHandler{ended: make(chan *Session, 10)}
+	b, addr := startBroker(t, Config{}, h)
+	ended := func(what string, want End) *Session {
+		t.Helper()
+		select {
+		case s := <-h.ended:
+			if s.End() != want {
+				t.Errorf("%s: session ended with %v, want %v", what, s.End(), want)
+			}
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no Disconnected", what)
+		}
+		return nil
+	}
+
+	rc, _ := rawConnect(t, addr, 5, "app/dev", "secret")
+	rc.write([]byte{packets.Disconnect << 4, 0})
+	if s := ended("DISCONNECT", EndDisconnect); s.ProtocolVersion != 5 || s.Transport != "tcp" || s.Since.IsZero() {
+		t.Errorf("session protocol %d transport %q since %v", s.ProtocolVersion, s.Transport, s.Since)
+	}
+
+	rc, _ = rawConnect(t, addr, 4, "app/dev", "secret")
+	rc.write([]byte{packets.Disconnect << 4, 0})
+	if s := ended("3.1.1 DISCONNECT", EndDisconnect); s.ProtocolVersion != 4 {
+		t.Errorf("session protocol %d, want 4", s.ProtocolVersion)
+	}
+
+	rc, _ = rawConnect(t, addr, 4, "app/dev", "secret")
+	rc.c.Close()
+	ended("connection closed", EndError)
+
+	rawConnect(t, addr, 4, "app/dev", "secret")
+	rawConnect(t, addr, 5, "app/dev", "secret")
+	ended("takeover", EndTakeover)
+
+	if !b.Kick("app", "dev") {
+		t.Fatal("Kick found no session")
+	}
+	ended("kick", EndKicked)
+
+	rawConnectKeepalive(t, addr, 4, "app/dev", "secret", 1) // silent: times out after 1.5 s
+	ended("keepalive", EndKeepalive)
+
+	// Close, from a broker of its own: startBroker's closes at cleanup.
+	b2 := New(Config{TCPAddr: "127.0.0.1:0"}, h, b.log)
+	addrs, err := b2.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawConnect(t, addrs["tcp"], 5, "app/dev", "secret")
+	waitUntil(t, "session", func() bool { return b2.Session("app", "dev") != nil })
+	b2.Close()
+	ended("shutdown", EndShutdown)
+}
