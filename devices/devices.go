@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/store"
 )
@@ -98,16 +99,18 @@ type NewDevice struct {
 }
 
 // Create creates the app's devices, enabled and each with a generated
-// secret, all or none on a storage failure. The result has one device
-// per request, its Secret set, and one error per request: nil, or a
+// secret, all or none on a storage failure, each with its device.created
+// event in the same write. The result has one device per request, its
+// Secret set, and one error per request: nil, or a
 // *errdefs.ConflictError when the name is taken.
 func (s *Service) Create(ctx context.Context, appKey string, news []NewDevice) ([]store.Device, []error, error) {
-	now := s.now().Unix()
+	now := s.now()
 	devices := make([]store.Device, len(news))
 	for i, n := range news {
 		devices[i] = store.Device{
 			AppKey: appKey, Name: n.Name, Mark: n.Mark,
-			Secret: secret.Alnum(SecretLen), TimeCreate: now, Flag: store.FlagEnabled,
+			Secret: secret.Alnum(SecretLen), TimeCreate: now.Unix(), Flag: store.FlagEnabled,
+			Emit: []store.Event{events.New(events.TypeCreated, appKey, n.Name, now, nil)},
 		}
 	}
 	errs, err := s.store.CreateDevices(ctx, appKey, devices)
@@ -140,8 +143,9 @@ type Change struct {
 }
 
 // Update applies ch to the device under its lock, so presence and other
-// writers are not overwritten, and returns it. Disabling an enabled
-// device tells Events, which disconnects it.
+// writers are not overwritten, and returns it. A flag that changes is
+// told by a device.enabled or device.disabled event, in the same write.
+// Disabling an enabled device tells Events, which disconnects it.
 func (s *Service) Update(ctx context.Context, appKey, name string, ch Change) (store.Device, error) {
 	if ch.Flag != nil {
 		if err := ValidateFlag(int64(*ch.Flag)); err != nil {
@@ -156,7 +160,12 @@ func (s *Service) Update(ctx context.Context, appKey, name string, ch Change) (s
 	var disabled bool
 	d, err := s.store.UpdateDevice(ctx, appKey, name, func(d *store.Device) error {
 		disabled = ch.Flag != nil && *ch.Flag == store.FlagDisabled && d.Flag != store.FlagDisabled
-		if ch.Flag != nil {
+		if ch.Flag != nil && *ch.Flag != d.Flag {
+			typ := events.TypeEnabled
+			if *ch.Flag == store.FlagDisabled {
+				typ = events.TypeDisabled
+			}
+			d.Emit = []store.Event{events.New(typ, appKey, name, s.now(), nil)}
 			d.Flag = *ch.Flag
 		}
 		if ch.Mark != nil {
@@ -178,8 +187,10 @@ func (s *Service) Update(ctx context.Context, appKey, name string, ch Change) (s
 // device is disabled first, so from then on it cannot connect and sends
 // to it fail with record 1; then Events disconnects it and fails its
 // pending messages with record 5 (3007); only then is it removed. Its
-// messages stay readable by msgid. Once begun the steps run to the end,
-// whatever happens to ctx's caller.
+// messages stay readable by msgid. The removal writes the device.deleted
+// event; the disabling on the way is part of the deletion and has no
+// event of its own. Once begun the steps run to the end, whatever happens
+// to ctx's caller.
 func (s *Service) Delete(ctx context.Context, appKey, name string) error {
 	ctx = context.WithoutCancel(ctx)
 	_, err := s.store.UpdateDevice(ctx, appKey, name, func(d *store.Device) error {
@@ -193,7 +204,8 @@ func (s *Service) Delete(ctx context.Context, appKey, name string) error {
 		return fmt.Errorf("delete device: %w", err)
 	}
 	// ErrNotFound here: a concurrent delete won.
-	return notFound(name, s.store.DeleteDevice(ctx, appKey, name), "delete device")
+	deleted := events.New(events.TypeDeleted, appKey, name, s.now(), nil)
+	return notFound(name, s.store.DeleteDevice(ctx, appKey, name, deleted), "delete device")
 }
 
 // notFound turns the store's ErrNotFound into the device's not-found

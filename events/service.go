@@ -133,24 +133,27 @@ type Query struct {
 // Pull reads the app's log for q. With q.Wait it waits until a matching
 // event exists or the wait is over, and returns what it has then (maybe
 // nothing, with Next moved past what it examined). A cursor older than
-// the log is an *errdefs.InvalidError naming the oldest id.
+// the log is an *errdefs.InvalidError naming the oldest id. Only the
+// waiting is bounded by q.Wait: a read under way when it ends finishes.
 func (s *Service) Pull(ctx context.Context, q Query) (store.EventPage, error) {
+	waitCtx := ctx
 	if q.Wait > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, q.Wait)
+		waitCtx, cancel = context.WithTimeout(ctx, q.Wait)
 		defer cancel()
 	}
 	for {
 		p, err := s.store.ReadEvents(ctx, q.EventQuery)
 		if errors.Is(err, store.ErrEventsTrimmed) {
-			return p, errdefs.Invalid("after", "is older than the event log: the oldest kept event is %d", p.Oldest)
+			return p, errdefs.Invalid("after", "%d is older than the event log: the oldest kept event is %d (the events between were trimmed; pull with after=%d to read on from it)",
+				q.After, p.Oldest, max(p.Oldest-1, 0))
 		}
 		if err != nil || len(p.Events) > 0 || q.Wait <= 0 {
 			return p, err
 		}
 		q.After = p.Next
-		if err := s.store.WaitEvents(ctx, q.AppKey, p.Next); err != nil {
-			if ctx.Err() != nil {
+		if err := s.store.WaitEvents(waitCtx, q.AppKey, p.Next); err != nil {
+			if waitCtx.Err() != nil {
 				return store.EventPage{Next: p.Next, Oldest: p.Oldest}, nil
 			}
 			return p, err

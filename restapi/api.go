@@ -16,6 +16,7 @@ import (
 	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/shadow"
@@ -46,12 +47,14 @@ type Config struct {
 	// builds them (restapi/restapitest builds them on one store for
 	// tests). Messages and Shadows hold the rules of messages and
 	// properties, DeviceService those of devices, AppService creates apps
-	// and changes their settings, DeadLetters redelivers dead letters.
+	// and changes their settings, DeadLetters redelivers dead letters,
+	// Events reads the apps' event logs.
 	Messages      *message.Service
 	Shadows       *shadow.Service
 	DeviceService *devices.Service
 	DeadLetters   *callback.DeadLetters
 	AppService    *application.Service
+	Events        *events.Service
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
 	Apps *appcache.Cache
@@ -93,6 +96,7 @@ type API struct {
 	appSvc      *application.Service
 	devices     *devices.Service
 	deadLetters *callback.DeadLetters
+	events      *events.Service
 	limits      Limiter
 	apps        *appcache.Cache
 	verifier    *http.Client // for callback URL verification
@@ -123,6 +127,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		appSvc:      cfg.AppService,
 		devices:     cfg.DeviceService,
 		deadLetters: cfg.DeadLetters,
+		events:      cfg.Events,
 		limits:      cfg.RateLimiter,
 		apps:        cfg.Apps,
 		now:         time.Now,
@@ -158,6 +163,10 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	dev.GET("/baseinfo", a.limit(store.CategoryQuery), a.wrap(a.baseInfo))
 	dev.GET("/status", a.limit(store.CategoryQuery), a.wrap(a.status))
 
+	// The event log is read with the app's credentials, like devices.
+	ev := r.Group("/event/v1", a.authApp)
+	ev.GET("/events", a.limit(store.CategoryQuery), a.wrap(a.pullEvents))
+
 	msg := r.Group("/msg/v1", a.authApp)
 	msg.POST("/msg", a.limit(store.CategoryMessage), a.wrap(a.sendMessage))
 	msg.GET("/msg", a.limit(store.CategoryQuery), a.wrap(a.getMessage))
@@ -183,7 +192,7 @@ func (cfg Config) checkServices() error {
 		missing bool
 	}{
 		{"Messages", cfg.Messages == nil}, {"Shadows", cfg.Shadows == nil}, {"DeviceService", cfg.DeviceService == nil},
-		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil},
+		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil}, {"Events", cfg.Events == nil},
 	} {
 		if s.missing {
 			return fmt.Errorf("restapi: Config.%s is nil: cmd/devmsg builds every service (tests: restapi/restapitest)", s.name)
@@ -211,6 +220,10 @@ func headAsGet(h http.Handler) http.Handler {
 
 // bodyless drops what is written as a response body.
 type bodyless struct{ http.ResponseWriter }
+
+// Unwrap lets http.ResponseController reach the connection (a long-poll
+// moves its deadlines).
+func (b bodyless) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 func (bodyless) Write(p []byte) (int, error) { return len(p), nil }
 

@@ -39,6 +39,8 @@ type env struct {
 	// deviceEvents, when set, hears what the device service tells the
 	// broker (disabled, deleted).
 	deviceEvents devices.Events
+	// handler is the API's, for tests that serve it themselves.
+	handler http.Handler
 }
 
 // envOption changes the API's configuration from the test default.
@@ -88,7 +90,7 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
-	e.st = st
+	e.st, e.handler = st, api.Handler()
 	oapiOnce.Do(func() { oapi = openapitest.Load(t, "../docs/openapi.yaml") })
 	e.oapi = oapi
 	e.srv = httptest.NewUnstartedServer(api.Handler())

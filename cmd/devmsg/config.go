@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/internal/netguard"
 )
@@ -31,6 +32,7 @@ type Config struct {
 	Apps      []AppConfig     `yaml:"apps" env:"-"`
 	RateLimit RateLimitConfig `yaml:"rate_limit"`
 	Callback  CallbackConfig  `yaml:"callback"`
+	Events    EventsConfig    `yaml:"events"`
 }
 
 // LogConfig chooses how much the service logs and in which format.
@@ -111,6 +113,26 @@ type CallbackConfig struct {
 	AllowedNetworks []string `yaml:"allowed_networks"`
 }
 
+// EventsConfig bounds the event log of every app and shapes the batches of
+// its webhooks (DESIGN.md section 7).
+type EventsConfig struct {
+	// Retention is how long an event is kept.
+	Retention Duration `yaml:"retention"`
+	// MaxPerApp is the most events an app's log keeps; the oldest go first.
+	MaxPerApp int `yaml:"max_per_app"`
+	// BatchSize is the most events in one webhook POST.
+	BatchSize int `yaml:"batch_size"`
+	// Linger is how long a webhook batch waits for more events after
+	// its first.
+	Linger Duration `yaml:"linger"`
+}
+
+// domain returns the settings as package events takes them.
+func (e EventsConfig) domain() events.Config {
+	return events.Config{Retention: time.Duration(e.Retention), MaxPerApp: e.MaxPerApp,
+		BatchSize: e.BatchSize, Linger: time.Duration(e.Linger)}
+}
+
 // Duration is a time.Duration written as "10s" in YAML, env and flags.
 type Duration time.Duration
 
@@ -143,6 +165,12 @@ func defaultConfig() Config {
 			RetryInterval:  Duration(50 * time.Second),
 			MaxRetries:     3,
 			RequestTimeout: Duration(10 * time.Second),
+		},
+		Events: EventsConfig{
+			Retention: Duration(24 * time.Hour),
+			MaxPerApp: 1_000_000,
+			BatchSize: 100,
+			Linger:    Duration(200 * time.Millisecond),
 		},
 	}
 }
@@ -417,7 +445,7 @@ func setScalar(v reflect.Value, s string) error {
 
 // Validate reports the first bad value, naming its key.
 func (c Config) Validate() error {
-	for _, check := range []func() error{c.validateServer, c.validateApps, c.validateCallback} {
+	for _, check := range []func() error{c.validateServer, c.validateApps, c.validateCallback, c.validateEvents} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -515,6 +543,30 @@ func (c Config) validateCallback() error {
 	}
 	if _, err := netguard.ParseNetworks(cb.AllowedNetworks); err != nil {
 		return bad("callback.allowed_networks", "%v", err)
+	}
+	return nil
+}
+
+// Bounds of the events keys: a retention under the trim interval could
+// not be honoured, and a linger of minutes would make webhooks look dead.
+const (
+	minEventsRetention = time.Minute
+	maxEventsLinger    = 10 * time.Second
+)
+
+// validateEvents checks the event log's bounds and the webhook batching.
+func (c Config) validateEvents() error {
+	bad := badConfig
+	ev := c.Events
+	switch {
+	case time.Duration(ev.Retention) < minEventsRetention:
+		return bad("events.retention", "%s is under the minimum of %s", time.Duration(ev.Retention), minEventsRetention)
+	case ev.MaxPerApp < 1:
+		return bad("events.max_per_app", "%d must be at least 1", ev.MaxPerApp)
+	case ev.BatchSize < 1 || ev.BatchSize > 1000:
+		return bad("events.batch_size", "%d is outside 1..1000", ev.BatchSize)
+	case ev.Linger < 0 || time.Duration(ev.Linger) > maxEventsLinger:
+		return bad("events.linger", "%s is outside 0s..%s", time.Duration(ev.Linger), maxEventsLinger)
 	}
 	return nil
 }

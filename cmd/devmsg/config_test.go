@@ -64,6 +64,7 @@ func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 		"callback.batch_size", "callback.flush_interval", "callback.retry_interval",
 		"callback.max_retries", "callback.request_timeout", "callback.allow_custom_ports",
 		"callback.allowed_networks",
+		"events.retention", "events.max_per_app", "events.batch_size", "events.linger",
 	}
 	cfg := defaultConfig()
 	var got []string
@@ -99,6 +100,10 @@ func TestDefaultsValidate(t *testing.T) {
 	if cfg.RateLimit.Default != 1000 || !cfg.HTTP.TLS.Enabled || cfg.Store.Type != "embedded" || cfg.DataDir != "./data" {
 		t.Errorf("defaults: %+v", cfg)
 	}
+	// DESIGN.md section 7.
+	if want := (EventsConfig{Duration(24 * time.Hour), 1_000_000, 100, Duration(200 * time.Millisecond)}); cfg.Events != want {
+		t.Errorf("events defaults %+v, want %+v", cfg.Events, want)
+	}
 }
 
 func TestServeHelp(t *testing.T) {
@@ -128,8 +133,9 @@ func TestConfigLayers(t *testing.T) {
 		"DEVMSG_APPS=ignored: apps are file-only",
 		"DEVMSG_RATE_LIMIT_DEFAULT=0",
 		"DEVMSG_CALLBACK_ALLOWED_NETWORKS=127.0.0.0/8, fd00::/8",
+		"DEVMSG_EVENTS_RETENTION=2h",
 	}
-	cfg, err := loadConfig([]string{"--config", file, "--http.addr", ":3000", "--data_dir=/tmp/x", "--callback.allow_custom_ports"}, env)
+	cfg, err := loadConfig([]string{"--config", file, "--http.addr", ":3000", "--data_dir=/tmp/x", "--callback.allow_custom_ports", "--events.max_per_app=5000"}, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +156,9 @@ func TestConfigLayers(t *testing.T) {
 		{"env zero means unlimited", cfg.RateLimit.Default, 0},
 		{"env CIDR list", strings.Join(cfg.Callback.AllowedNetworks, ","), "127.0.0.0/8,fd00::/8"},
 		{"apps not taken from env", len(cfg.Apps), 0},
+		{"env events duration", cfg.Events.Retention, Duration(2 * time.Hour)},
+		{"flag events int", cfg.Events.MaxPerApp, 5000},
+		{"events default", cfg.Events.Linger, Duration(200 * time.Millisecond)},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -166,6 +175,8 @@ func TestConfigLayers(t *testing.T) {
 		{nil, []string{"DEVMSG_NODE_ID=abc"}, "DEVMSG_NODE_ID"},
 		{nil, []string{"DEVMSG_LOG_LEVEL=loud"}, "log.level"},
 		{nil, []string{"DEVMSG_CALLBACK_ALLOWED_NETWORKS=10.0.0.0/8,intranet"}, `callback.allowed_networks: "intranet" is not a CIDR`},
+		{nil, []string{"DEVMSG_EVENTS_LINGER=-1s"}, "events.linger: -1s is outside"},
+		{[]string{"--events.retention=soon"}, nil, "events.retention"},
 		{[]string{"stray"}, nil, "stray"},
 	} {
 		if _, err := loadConfig(bad.args, bad.env); err == nil || !strings.Contains(err.Error(), bad.want) {

@@ -91,11 +91,13 @@ type Main struct {
 	events     *events.Service
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
+	trimmer    *events.Trimmer
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
+	trimmerStarted   bool
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -276,6 +278,12 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	m.callbacks = callbacks
+	// Every node trims the event logs, in a cluster too: trimming is
+	// idempotent, and no lease is needed to keep the logs bounded.
+	m.trimmer, err = events.NewTrimmer(cfg.Events.domain(), st, log, m.reg)
+	if err != nil {
+		return err
+	}
 	ids, err := message.NewIDs(ctx, cfg.NodeID, st)
 	if err != nil {
 		return err
@@ -290,6 +298,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
 		DeviceService:       devices.NewService(st, m.gateway),
 		DeadLetters:         callback.NewDeadLetters(st, callbacks),
+		Events:              m.events,
 		RateLimiter:         limiter,
 
 		CallbackAllowCustomPorts: cb.AllowCustomPorts,
@@ -348,6 +357,8 @@ func (m *Main) registerMetrics() {
 // only once everything they reach is running.
 func (m *Main) startServices(ctx context.Context) error {
 	m.dispatcher.Start()
+	m.trimmer.Start()
+	m.trimmerStarted = true
 	// One node at a time delivers callbacks: the one holding the lease.
 	// Stopped before the store closes (by node.Close in a cluster); what
 	// is not delivered stays queued.
@@ -457,6 +468,9 @@ func (m *Main) close() error {
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()
+	}
+	if m.trimmerStarted {
+		m.trimmer.Stop()
 	}
 	if m.node != nil {
 		// After the broker has disconnected this node's devices; stops

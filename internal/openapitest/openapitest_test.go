@@ -50,6 +50,7 @@ func TestEveryRouteDocumented(t *testing.T) {
 	api := []string{
 		"POST /device/v1/devices", "POST /device/v1/property", "GET /device/v1/property",
 		"GET /device/v1/baseinfo", "GET /device/v1/status", "POST /msg/v1/msg", "GET /msg/v1/msg", "DELETE /msg/v1/msg",
+		"GET /event/v1/events",
 	}
 	admin := []string{
 		"POST /admin/v1/apps", "GET /admin/v1/apps",

@@ -12,6 +12,7 @@ import (
 	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
@@ -43,6 +44,9 @@ func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 	}
 	if cfg.DeadLetters == nil {
 		cfg.DeadLetters = callback.NewDeadLetters(st, cfg.Callbacks)
+	}
+	if cfg.Events == nil {
+		cfg.Events = events.NewService(st)
 	}
 	if cfg.AppService == nil {
 		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)

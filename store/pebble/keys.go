@@ -39,6 +39,10 @@ const (
 	// r/<app>\0<msgid> → empty. An app's messages in id order, for
 	// ListMessages; written with the message.
 	pAppMsg = "r/"
+	// v/<app>\0<id> → an event of the app's log (see events.go).
+	pEvent = "v/"
+	// w/<app> → int64, the highest id trimmed from the app's log.
+	pEventTrim = "w/"
 )
 
 func key(prefix string, parts ...string) []byte {

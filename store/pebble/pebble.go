@@ -68,6 +68,8 @@ type Store struct {
 	// pending caches each device's pending-queue count; it is read and
 	// written only under the device's lock, like the counter key itself.
 	pending countCache
+	// events is the event log's state (see events.go).
+	events eventLogs
 
 	log        *slog.Logger
 	now        func() time.Time
@@ -525,27 +527,29 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 	defer s.createMu.Unlock()
 	results := make([]error, len(devices))
 	seen := make(map[string]bool, len(devices))
-	err = s.write(func(b *pebble.Batch) error {
+	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+		var evs []store.Event
 		for i, d := range devices {
 			k := key(pDevice, appKey, d.Name)
 			exists, err := s.exists(k)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if exists || seen[d.Name] {
 				results[i] = store.ErrAlreadyExists
 				continue
 			}
 			seen[d.Name] = true
+			evs = append(evs, store.Stamp(d.Emit, appKey, d.Name)...)
 			d.AppKey = appKey
 			if err := setJSON(b, k, d); err != nil {
-				return err
+				return nil, err
 			}
 			if err := set(b, key(pShadow, appKey, d.Name), shadow); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		return nil // an empty batch commits without an fsync
+		return evs, nil // an empty batch commits without an fsync
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create devices in %s: %w", appKey, err)
@@ -588,18 +592,21 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 			return store.Device{}, err
 		}
 	}
+	d.Emit = nil
 	if err := fn(&d); err != nil {
 		return store.Device{}, err
 	}
 	d.AppKey, d.Name = appKey, name
-	err := s.write(func(b *pebble.Batch) error {
+	evs := store.Stamp(d.Emit, appKey, name)
+	d.Emit = nil
+	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		if err := setJSON(b, k, d); err != nil {
-			return err
+			return nil, err
 		}
 		if d.Status == 1 {
-			return set(b, key(pOnline, appKey, name), nil)
+			return evs, set(b, key(pOnline, appKey, name), nil)
 		}
-		return b.Delete(key(pOnline, appKey, name), nil)
+		return evs, b.Delete(key(pOnline, appKey, name), nil)
 	})
 	if err != nil {
 		s.devices.drop(appKey, name) // the batch may or may not have landed
@@ -612,9 +619,6 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 // DeleteDevice removes the device with its shadow, pending queue, pending
 // count and online-index entry in one synced batch; see store.Store.
 func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error {
-	if len(evs) > 0 {
-		return errNoEventLog
-	}
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
@@ -644,14 +648,14 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
 	}
-	err = s.write(func(b *pebble.Batch) error {
+	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		keys := append(queued, k, key(pShadow, appKey, name), key(pCount, appKey, name), key(pOnline, appKey, name))
 		for _, dk := range keys {
 			if err := b.Delete(dk, nil); err != nil {
-				return fmt.Errorf("delete %q: %w", dk, err)
+				return nil, fmt.Errorf("delete %q: %w", dk, err)
 			}
 		}
-		return nil
+		return store.Stamp(evs, appKey, name), nil
 	})
 	// Dropped even on failure: the batch may or may not have landed, and
 	// a miss reads the database again under the stripe.
@@ -761,9 +765,6 @@ func (s *Store) lastKey(prefix string) ([]byte, error) {
 // ResetPresence marks the matching devices of the online index offline,
 // a chunk of devices per synced batch.
 func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (int, error) {
-	if offline != nil {
-		return 0, errNoEventLog
-	}
 	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
@@ -782,7 +783,7 @@ func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now in
 		if len(keys) == 0 {
 			return total, nil
 		}
-		n, err := s.resetChunk(keys, node, loginBefore, now)
+		n, err := s.resetChunk(keys, node, loginBefore, now, offline)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("reset presence: %w", err)
@@ -794,7 +795,7 @@ func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now in
 
 // resetChunk resets the devices of the online index keys that match, under
 // their locks, in one batch, and counts them.
-func (s *Store) resetChunk(keys [][]byte, node int, loginBefore, now int64) (int, error) {
+func (s *Store) resetChunk(keys [][]byte, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (int, error) {
 	type dev struct{ app, name string }
 	devs := make([]dev, len(keys))
 	held := make([]int, len(keys))
@@ -814,32 +815,36 @@ func (s *Store) resetChunk(keys [][]byte, node int, loginBefore, now int64) (int
 		}
 	}()
 	var changed []dev
-	err := s.write(func(b *pebble.Batch) error {
+	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+		var evs []store.Event
 		for i, d := range devs {
 			var dv store.Device
 			err := s.getJSON(key(pDevice, d.app, d.name), &dv)
 			if errors.Is(err, store.ErrNotFound) {
 				if err := b.Delete(keys[i], nil); err != nil {
-					return err
+					return nil, err
 				}
 				continue
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if (node != store.AllNodes && dv.Node != node) || dv.LastLoginTime >= loginBefore {
 				continue
 			}
 			if err := b.Delete(keys[i], nil); err != nil {
-				return err
+				return nil, err
+			}
+			if offline != nil {
+				evs = append(evs, store.Stamp(offline(dv), d.app, d.name)...)
 			}
 			dv.Status, dv.LastLogoutTime = 0, now
 			if err := setJSON(b, key(pDevice, d.app, d.name), dv); err != nil {
-				return err
+				return nil, err
 			}
 			changed = append(changed, d)
 		}
-		return nil
+		return evs, nil
 	})
 	for _, d := range changed {
 		s.devices.drop(d.app, d.name)

@@ -96,3 +96,15 @@ func BenchmarkListDevicesMillion(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAppendEventsParallel: one event per AppendEvents, as a QoS 1
+// publish makes them; 100 goroutines is a hundred devices publishing.
+func BenchmarkAppendEventsParallel(b *testing.B) {
+	for _, n := range append(storetest.Writers, 100) {
+		b.Run(fmt.Sprint("goroutines=", n), func(b *testing.B) {
+			s := open(b, b.TempDir())
+			defer s.Close()
+			storetest.BenchAppendEvents(b, s, n)
+		})
+	}
+}

@@ -172,7 +172,16 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 	if r.AppVer != "" {
 		sh.AppVer = r.AppVer
 	}
-	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, key(pShadow, r.AppKey, r.DeviceName), sh) }); err != nil {
+	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+		if err := setJSON(b, key(pShadow, r.AppKey, r.DeviceName), sh); err != nil {
+			return nil, err
+		}
+		if r.Emit == nil {
+			return nil, nil
+		}
+		return store.Stamp(r.Emit(sh), r.AppKey, r.DeviceName), nil
+	})
+	if err != nil {
 		return store.Shadow{}, fmt.Errorf("report %s/%s: %w", r.AppKey, r.DeviceName, err)
 	}
 	return sh, nil

@@ -43,6 +43,20 @@ func RunBarrierTests(t *testing.T, rounds int, open func(t *testing.T) Crashable
 			t.Fatalf("Barrier with a cancelled context: %v, want nil or context.Canceled", err)
 		}
 	})
+	t.Run("EventsSurviveCrash", func(t *testing.T) {
+		for round := range rounds {
+			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
+				c := open(t)
+				// TODO(ev-store): gone once every backend has its event log.
+				if _, err := c.Store.ReadEvents(context.Background(), store.EventQuery{AppKey: "probe", Limit: 1}); errors.Is(err, errors.ErrUnsupported) {
+					t.Skip(err)
+				}
+				testEventsCrash(t, c)
+			}) {
+				return
+			}
+		}
+	})
 	t.Run("SurvivesCrash", func(t *testing.T) {
 		for round := range rounds {
 			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testBarrierCrash(t, open(t)) }) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,5 +105,20 @@ func BenchSetDesired(b *testing.B, s store.Store, n int) {
 			return
 		}
 		versions[w]++
+	})
+}
+
+// BenchAppendEvents measures AppendEvents of one telemetry event (a
+// 100-byte payload, as an MQTT device publishes it) per op, from n
+// goroutines, all to one app's log: the ordering of one log is what
+// could serialise them.
+func BenchAppendEvents(b *testing.B, s store.Store, n int) {
+	ctx := context.Background()
+	data := []byte(`{"topic":"up","qos":1,"payload":"` + strings.Repeat("x", 100) + `","encoding":"utf8"}`)
+	parallel(b, n, func(w int, op int64) {
+		e := store.Event{AppKey: "app", DeviceName: fmt.Sprint("dev-", w), Type: "device.up", Time: op, Data: data}
+		if _, err := s.AppendEvents(ctx, []store.Event{e}); err != nil {
+			b.Fatal(err)
+		}
 	})
 }
