@@ -47,6 +47,7 @@ func (a *API) adminRoutes(g *gin.RouterGroup) {
 	g.GET("/apps/:key/callback/deliveries", a.wrap(a.listDeliveries))
 	g.GET("/apps/:key/callback/deadletters", a.wrap(a.listDeadLetters))
 	g.POST("/apps/:key/callback/deadletters/:id/redeliver", a.wrap(a.redeliverDeadLetter))
+	a.eventWebhookRoutes(g)
 }
 
 // appParam loads the app named in the path, refusing an app's credentials

@@ -73,6 +73,9 @@ type Config struct {
 	// Callbacks lists an app's recent deliveries, and hears of dead
 	// letters put back when New builds DeadLetters; nil: none.
 	Callbacks CallbackEvents
+	// EventWebhooks keeps the apps' event webhooks, which the admin API
+	// adds and deletes; nil: no webhook endpoints.
+	EventWebhooks *events.Webhooks
 }
 
 // CallbackEvents is told of admin actions the callback worker must act

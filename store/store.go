@@ -62,8 +62,11 @@ type App struct {
 	// Properties is the app's property model; empty means no model.
 	Properties []PropertyDef `json:"properties,omitempty"`
 	// Callback holds the app's message-status callback settings.
-	Callback  CallbackSettings `json:"callback"`
-	CreatedAt int64            `json:"created_at"` // Unix seconds
+	Callback CallbackSettings `json:"callback"`
+	// EventWebhooks are the app's event webhooks, at most
+	// MaxEventWebhooks, in the order they were added.
+	EventWebhooks []EventWebhook `json:"event_webhooks,omitempty"`
+	CreatedAt     int64          `json:"created_at"` // Unix seconds
 }
 
 // MaxCallbackURLs is the most callback URLs an app may hold.

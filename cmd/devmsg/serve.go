@@ -40,7 +40,9 @@ import (
 
 const (
 	// callbackLease is the cluster lease of the callback worker.
-	callbackLease  = "callbacks"
+	callbackLease = "callbacks"
+	// webhookLease is the cluster lease of the event webhooks' delivery.
+	webhookLease   = "event-webhooks"
 	metaAdminHash  = "admin_password_sha256"
 	metaDefaultApp = "default_app_key"
 	shutdownBudget = 30 * time.Second
@@ -92,12 +94,14 @@ type Main struct {
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
 	trimmer    *events.Trimmer
+	webhooks   *events.Webhooks
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
 	trimmerStarted   bool
+	webhooksStarted  bool // likewise
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -284,6 +288,15 @@ func (m *Main) buildServices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.webhooks, err = events.NewWebhooks(events.WebhookConfig{
+		BatchSize:       cfg.Events.BatchSize,
+		Linger:          time.Duration(cfg.Events.Linger),
+		RequestTimeout:  time.Duration(cb.RequestTimeout),
+		AllowedNetworks: allowedNetworks,
+	}, st, apps, log, m.reg)
+	if err != nil {
+		return err
+	}
 	ids, err := message.NewIDs(ctx, cfg.NodeID, st)
 	if err != nil {
 		return err
@@ -305,6 +318,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		CallbackAllowedNetworks:  allowedNetworks,
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
+		EventWebhooks:            m.webhooks,
 		Apps:                     apps,
 	}, st, log, m.reg)
 	if err != nil {
@@ -367,8 +381,13 @@ func (m *Main) startServices(ctx context.Context) error {
 			return err
 		}
 		m.callbacksStarted = true
+		m.webhooks.Start()
+		m.webhooksStarted = true
 	} else {
 		m.node.Lead(callbackLease, func() error { return m.callbacks.Start(context.Background()) }, m.callbacks.Stop)
+		// The event webhooks likewise, under a lease of their own: each
+		// webhook's cursor is shared, its loop runs on one node.
+		m.node.Lead(webhookLease, func() error { m.webhooks.Start(); return nil }, m.webhooks.Stop)
 		// Listening for other nodes before any device can connect.
 		m.node.Run(m.gateway)
 	}
@@ -465,6 +484,9 @@ func (m *Main) close() error {
 	}
 	if m.callbacksStarted {
 		m.callbacks.Stop()
+	}
+	if m.webhooksStarted {
+		m.webhooks.Stop()
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()

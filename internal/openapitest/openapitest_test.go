@@ -66,6 +66,8 @@ func TestEveryRouteDocumented(t *testing.T) {
 		"GET /admin/v1/apps/{key}/callback/deadletters",
 		"POST /admin/v1/apps/{key}/callback/deadletters/{id}/redeliver",
 		"GET /admin/v1/apps/{key}/messages",
+		"GET /admin/v1/apps/{key}/events/webhooks", "POST /admin/v1/apps/{key}/events/webhooks",
+		"DELETE /admin/v1/apps/{key}/events/webhooks",
 	}
 	ops := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
 	want := slices.Concat(api, admin, ops)

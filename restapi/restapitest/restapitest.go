@@ -7,7 +7,10 @@ package restapitest
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/application"
 	"github.com/devmsg/devmsg/callback"
@@ -50,6 +53,15 @@ func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 	}
 	if cfg.AppService == nil {
 		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
+	}
+	if cfg.EventWebhooks == nil {
+		// Not started: webhooks are added and deleted, never delivered.
+		hooks, err := events.NewWebhooks(events.WebhookConfig{BatchSize: 100, RequestTimeout: 10 * time.Second},
+			st, cfg.Apps, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		if err != nil {
+			return cfg, err
+		}
+		cfg.EventWebhooks = hooks
 	}
 	return cfg, nil
 }

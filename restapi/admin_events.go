@@ -1,0 +1,120 @@
+package restapi
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/events"
+	"github.com/devmsg/devmsg/internal/netguard"
+	"github.com/devmsg/devmsg/store"
+)
+
+// eventWebhookRoutes serves an app's event webhooks (DESIGN.md section
+// 7), when the API has them.
+func (a *API) eventWebhookRoutes(g *gin.RouterGroup) {
+	if a.cfg.EventWebhooks == nil {
+		return
+	}
+	g.GET("/apps/:key/events/webhooks", a.wrap(a.listEventWebhooks))
+	g.POST("/apps/:key/events/webhooks", a.wrap(a.addEventWebhook))
+	g.DELETE("/apps/:key/events/webhooks", a.wrap(a.deleteEventWebhook))
+}
+
+type eventWebhookView struct {
+	URL       string   `json:"url"`
+	Types     []string `json:"types"`
+	Format    string   `json:"format"`
+	CreatedAt int64    `json:"created_at"` // Unix ms
+}
+
+// eventWebhooksView lists the app's webhooks with the signing secret
+// their receivers verify with (the callbacks' one).
+func eventWebhooksView(app store.App) gin.H {
+	out := make([]eventWebhookView, len(app.EventWebhooks))
+	for i, h := range app.EventWebhooks {
+		types := h.Types
+		if types == nil {
+			types = events.Types
+		}
+		out[i] = eventWebhookView{h.URL, types, h.Format, h.CreatedAt}
+	}
+	return gin.H{"webhooks": out, "signing_secret": callback.SigningSecret(app)}
+}
+
+// listEventWebhooks serves GET /admin/v1/apps/{key}/events/webhooks.
+func (a *API) listEventWebhooks(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, eventWebhooksView(app))
+}
+
+// addEventWebhook serves POST /admin/v1/apps/{key}/events/webhooks
+// {"url","types","format"}: checks the webhook, verifies its URL with the
+// echostr GET of the callbacks, then adds it; it gets the events made
+// from then on.
+func (a *API) addEventWebhook(c *gin.Context) error {
+	app, obj, err := a.appAndBody(c)
+	if err != nil {
+		return err
+	}
+	u, err := urlField(obj)
+	if err != nil {
+		return err
+	}
+	var h store.EventWebhook
+	h.URL = u
+	if obj.has("types") {
+		if err := json.Unmarshal(obj["types"], &h.Types); err != nil || h.Types == nil {
+			return errInvalid("types must be an array of event types (%s)", strings.Join(events.Types, ", "))
+		}
+	}
+	if h.Format, _, err = obj.stringField("format", false); err != nil {
+		return err
+	}
+	if h, err = events.CheckWebhook(h); err != nil {
+		return err
+	}
+	if err := callback.CheckURL(u, a.cfg.CallbackAllowCustomPorts); err != nil {
+		// The callback URL rules, worded for this URL.
+		return errInvalid("event webhook %s", strings.TrimPrefix(err.Error(), "callback "))
+	}
+	// Checked before the verification, which can take seconds, and again
+	// in the update, which a concurrent change may have made stale.
+	if err := events.CheckAddable(app, u); err != nil {
+		return err
+	}
+	err = callback.Verify(c.Request.Context(), a.verifier, u, app)
+	if errors.Is(err, netguard.ErrNotAllowed) {
+		// DESIGN.md section 4: no address, no dial detail.
+		return errInvalid("URL not allowed: event webhook URL %q", u)
+	}
+	if err != nil {
+		return errInvalid("event webhook URL %q: %v", u, err)
+	}
+	if app, err = a.cfg.EventWebhooks.Add(c.Request.Context(), app.Key, h); err != nil {
+		return err
+	}
+	return writeJSON(c, eventWebhooksView(app))
+}
+
+// deleteEventWebhook serves DELETE .../events/webhooks?url=...
+func (a *API) deleteEventWebhook(c *gin.Context) error {
+	app, err := a.appParam(c)
+	if err != nil {
+		return err
+	}
+	u := c.Query("url")
+	if u == "" {
+		return errMissing("url")
+	}
+	if app, err = a.cfg.EventWebhooks.Delete(c.Request.Context(), app.Key, u); err != nil {
+		return err
+	}
+	return writeJSON(c, eventWebhooksView(app))
+}
