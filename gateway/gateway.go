@@ -460,10 +460,34 @@ func (g *Gateway) Deleted(ctx context.Context, appKey, device string) error {
 	return nil
 }
 
-// kick disconnects the device wherever it is connected.
+// kick disconnects the device wherever it is connected, and marks it
+// offline (kicked) at once rather than when the connection's end is
+// reported: a delete that follows must not beat the device's offline
+// event, and the connection's own logout, here or on another node,
+// then finds the device offline and writes nothing.
 func (g *Gateway) kick(ctx context.Context, appKey, device string) {
 	if !g.broker.Kick(appKey, device) {
 		g.tell(ctx, appKey, device, cluster.KindKick)
+	}
+	defer g.lock(appKey, device)()
+	g.supersede(devKey{appKey, device})
+	t := g.now()
+	_, err := g.store.UpdateDevice(ctx, appKey, device, func(d *store.Device) error {
+		if d.Status != 1 {
+			return errSkip
+		}
+		ms := int64(-1)
+		if v, ok := g.since.Load(d.Conn); ok {
+			ms = t.UnixMilli() - v.(int64)
+		}
+		held := *d
+		held.AppKey, held.Name = appKey, device
+		d.Emit = []store.Event{events.OfflineOf(held, events.ReasonKicked, t, ms)}
+		d.Status, d.LastLogoutTime = 0, t.Unix()
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, store.ErrNotFound) {
+		g.log.Error("mark a kicked device offline", "app", appKey, "device", device, "err", err)
 	}
 }
 

@@ -3,10 +3,10 @@ package gateway_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +38,8 @@ type world struct {
 	msgs     *message.Service
 	events   *events.Service
 	broker   *broker.Broker
-	mqtt     string // the broker's TCP address
+	logs     *lockedBuffer // what the gateway and broker log
+	mqtt     string        // the broker's TCP address
 }
 
 func newWorld(t *testing.T) *world {
@@ -53,7 +54,8 @@ func newWorld(t *testing.T) *world {
 // newWorldOn is newWorld over st, which it closes at the end of the test.
 func newWorldOn(t *testing.T, st store.Store) *world {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	t.Cleanup(func() { st.Close() })
 	d := message.NewDispatcher(st, log)
 	ev := events.NewService(st)
@@ -72,7 +74,25 @@ func newWorldOn(t *testing.T, st store.Store) *world {
 	if err := st.CreateApp(context.Background(), store.App{Key: appKey, Name: "gateway test"}); err != nil {
 		t.Fatal(err)
 	}
-	return &world{t: t, st: st, gw: gw, dispatch: d, events: ev, broker: b, msgs: message.NewService(st, ids, gw), mqtt: addrs["tcp"]}
+	return &world{t: t, st: st, gw: gw, dispatch: d, events: ev, broker: b, logs: logs, msgs: message.NewService(st, ids, gw), mqtt: addrs["tcp"]}
+}
+
+// lockedBuffer is a log the test reads while the server writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (w *world) createDevice(name string) store.Device {
