@@ -22,6 +22,9 @@ const (
 	eventsPerPage = 100
 	// streamBatch is the most events one pull of the live stream reads.
 	streamBatch = 100
+	// tailProbe is how many events each read of the search for the
+	// newest event asks for.
+	tailProbe = 100
 	// streamWait is how long one pull of the live stream long-polls; a
 	// comment goes to the browser after each empty one, so proxies and
 	// the browser see the stream alive.
@@ -123,14 +126,14 @@ type eventRow struct {
 func newEventRow(w events.Wire) eventRow {
 	r := eventRow{ID: w.ID, Type: w.Type, Device: w.DeviceName, Time: w.Time, AppKey: w.AppKey}
 	var pretty bytes.Buffer
-	if json.Indent(&pretty, w.Data, "", "  ") == nil {
+	if json.Indent(&pretty, unescapeHTML(w.Data), "", "  ") == nil {
 		r.Data = pretty.String()
 	} else {
 		r.Data = string(w.Data)
 	}
 	if len(r.Data) > foldBytes || strings.Count(r.Data, "\n") >= foldLines {
 		var compact bytes.Buffer
-		if json.Compact(&compact, w.Data) == nil {
+		if json.Compact(&compact, unescapeHTML(w.Data)) == nil {
 			r.Short = clip(compact.String(), 80)
 		} else {
 			r.Short = clip(r.Data, 80)
@@ -138,6 +141,37 @@ func newEventRow(w events.Wire) eventRow {
 		r.Folded = true
 	}
 	return r
+}
+
+// unescapeHTML undoes the \u003c, \u003e and \u0026 escapes that Go's JSON
+// encoders write for <, > and &, so a payload reads as the device sent it
+// (the page escapes it for HTML). Other escapes are kept as they are.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			switch strings.ToLower(string(b[i+2 : i+6])) {
+			case "003c":
+				out, i = append(out, '<'), i+5
+				continue
+			case "003e":
+				out, i = append(out, '>'), i+5
+				continue
+			case "0026":
+				out, i = append(out, '&'), i+5
+				continue
+			}
+		}
+		out, i = append(out, b[i], b[i+1]), i+1 // an escape pair, kept
+	}
+	return out
 }
 
 type eventsData struct {
@@ -213,50 +247,62 @@ func eventsTitle(f eventFilter) string {
 
 // newestEvent returns the id of the app's newest event (0 when the log is
 // empty), where the live view starts. The pull API reads forward from a
-// cursor only, so it is found by search: a read after x returns an event
-// exactly when the newest id is above x. That is about 2·log2(n) reads of
-// one event for a log of n ids, each a cheap indexed read.
+// cursor only, so it is found by search: an unfiltered read after x
+// returns events exactly when the newest id is above x, and a read that
+// returns fewer than it asked for has reached the newest. A log of under
+// tailProbe events takes one read; a million, about 2·log2(10,000)
+// reads of tailProbe events.
 func (c *Console) newestEvent(q *req) (int64, error) {
 	var f eventFilter // unfiltered: every id counts
-	page, err := f.pull(q, 0, 1, 0)
-	if err != nil || len(page.Events) == 0 {
-		return 0, err
+	// read returns how many events there are after x, up to tailProbe,
+	// and the last one's id.
+	read := func(x int64) (n int, last int64, err error) {
+		p, err := f.pull(q, x, tailProbe, 0)
+		if err != nil || len(p.Events) == 0 {
+			return 0, 0, err
+		}
+		id := p.Events[len(p.Events)-1].ID
+		if last, err = strconv.ParseInt(id, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("event id %q: %w", id, err)
+		}
+		return len(p.Events), last, nil
 	}
-	lo, err := strconv.ParseInt(page.Events[0].ID, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("event id %q: %w", page.Events[0].ID, err)
+	n, lo, err := read(0)
+	if err != nil || n < tailProbe {
+		return lo, err
 	}
-	// newest >= lo. Gallop to an id no event is after, then halve.
-	above := func(x int64) (bool, error) {
-		p, err := f.pull(q, x, 1, 0)
-		return len(p.Events) > 0, err
-	}
+	// The newest id is at least lo. Gallop to an id no event is after,
+	// then halve; a short read ends the search early.
 	hi := lo
-	for step := int64(1); ; step *= 2 {
-		hi = lo + step
-		if hi < lo { // overflow: no id is above MaxInt64
+	for step := int64(tailProbe); ; step *= 2 {
+		if hi = lo + step; hi < lo { // overflow: no id is above MaxInt64
 			hi = 1<<63 - 1
 			break
 		}
-		ok, err := above(hi)
+		n, last, err := read(hi)
 		if err != nil {
 			return 0, err
 		}
-		if !ok {
+		if n == 0 {
 			break
 		}
-		lo = hi + 1
+		if n < tailProbe {
+			return last, nil
+		}
+		lo = last
 	}
 	for lo < hi {
 		m := lo + (hi-lo)/2
-		ok, err := above(m)
-		if err != nil {
+		n, last, err := read(m)
+		switch {
+		case err != nil:
 			return 0, err
-		}
-		if ok {
-			lo = m + 1
-		} else {
+		case n == 0:
 			hi = m
+		case n < tailProbe:
+			return last, nil
+		default:
+			lo = last
 		}
 	}
 	return lo, nil
@@ -338,13 +384,19 @@ func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			var ae *apiError
-			msg := "Internal error; the stream stopped. Reload the page to start it again."
-			if errors.As(err, &ae) {
-				msg = ae.Message
-			} else {
+			if errors.As(err, &ae) && ae.Status != http.StatusTooManyRequests && ae.Status < 500 {
+				// A refusal that trying again would not change: a bad
+				// filter, a cursor the log no longer has, a rotated
+				// secret. The script shows it and stops.
+				send(sseMessage("", "devmsg-error", ae.Message))
+				return
+			}
+			// Over the rate limit, or the service failed: end the
+			// response; the browser reconnects after streamRetry with
+			// the last id it got.
+			if ae == nil {
 				c.log.Error("console event stream", "app", q.key, "err", err)
 			}
-			send(sseMessage("", "devmsg-error", msg))
 			return
 		}
 		var out strings.Builder

@@ -16,18 +16,30 @@ const webhookFormatJIOT = "jiot"
 // eventWebhook is one of the app's event webhooks, as the admin API lists
 // it.
 type eventWebhook struct {
-	URL    string   `json:"url"`
-	Types  []string `json:"types"`
-	Format string   `json:"format"`
+	URL       string   `json:"url"`
+	Types     []string `json:"types"`
+	Format    string   `json:"format"`
+	CreatedAt int64    `json:"created_at"` // Unix ms
+}
+
+// AllTypes reports whether the webhook gets every event type.
+func (w eventWebhook) AllTypes() bool {
+	for _, t := range events.Types {
+		if !slices.Contains(w.Types, t) {
+			return false
+		}
+	}
+	return true
 }
 
 type eventWebhooks struct {
-	Webhooks []eventWebhook `json:"webhooks"`
+	Webhooks      []eventWebhook `json:"webhooks"`
+	SigningSecret string         `json:"signing_secret"`
 }
 
 type webhooksData struct {
-	Webhooks []eventWebhook
-	Types    []string
+	eventWebhooks
+	Types []string
 }
 
 func (c *Console) webhooksPage(q *req) error {
@@ -35,7 +47,7 @@ func (c *Console) webhooksPage(q *req) error {
 	if err := q.api(http.MethodGet, q.appPath("/events/webhooks"), nil, nil, &list); err != nil {
 		return err
 	}
-	d := webhooksData{Webhooks: list.Webhooks, Types: events.Types}
+	d := webhooksData{eventWebhooks: list, Types: events.Types}
 	return q.render(http.StatusOK, "webhooks", "Event webhooks", "webhooks", d)
 }
 
