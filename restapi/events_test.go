@@ -235,16 +235,19 @@ func TestPullLongPollOutlivesServerTimeouts(t *testing.T) {
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	defer srv.Close()
-	req, _ := http.NewRequest("GET", srv.URL+"/event/v1/events?wait=1.2", nil)
-	req.SetBasicAuth(e.app.Key, e.app.MasterSecret)
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatalf("long-poll over the server's timeouts: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 || !strings.Contains(string(body), `"events":[]`) {
-		t.Fatalf("long-poll answer %d %s %v", resp.StatusCode, body, err)
+	// HEAD answers like GET, through the same long wait.
+	for _, method := range []string{"GET", "HEAD"} {
+		req, _ := http.NewRequest(method, srv.URL+"/event/v1/events?wait=1.2", nil)
+		req.SetBasicAuth(e.app.Key, e.app.MasterSecret)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("%s long-poll over the server's timeouts: %v", method, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || method == "GET" && !strings.Contains(string(body), `"events":[]`) {
+			t.Fatalf("%s long-poll answer %d %s %v", method, resp.StatusCode, body, err)
+		}
 	}
 }
 

@@ -95,6 +95,7 @@ type Main struct {
 	callbacks  *callback.Worker
 	trimmer    *events.Trimmer
 	webhooks   *events.Webhooks
+	counted    *events.CountedStore // the store, counting the events appended
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
@@ -191,8 +192,11 @@ func (m *Main) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.store = st
 	m.redis, _ = st.(*redis.Store)
+	// Below everything that writes, cluster fencing included, so that
+	// every event appended is counted.
+	m.counted = events.Counted(st)
+	m.store = m.counted
 	return nil
 }
 
@@ -253,7 +257,7 @@ func (m *Main) resetPresence(ctx context.Context) error {
 func (m *Main) buildServices(ctx context.Context) error {
 	cfg, st, log := m.Config, m.store, m.log
 	m.reg = prometheus.NewRegistry()
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.counted.Collector())
 
 	m.dispatcher = message.NewDispatcher(st, log)
 	m.events = events.NewService(st)

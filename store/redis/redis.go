@@ -56,6 +56,8 @@ type Store struct {
 	// fenceKey must hold fenceToken for a script or transaction to write;
 	// "" when unfenced (see fence.go).
 	fenceKey, fenceToken string
+	// waiters wakes WaitEvents callers (see events.go).
+	waiters eventWaiters
 }
 
 // Open connects to Redis and checks that it answers.
@@ -136,6 +138,7 @@ func checkEviction(ctx context.Context, rdb goredis.UniversalClient) error {
 
 // Close closes the client; every acknowledged write is already in Redis.
 func (s *Store) Close() error {
+	s.waiters.close()
 	if err := s.rdb.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
 		return fmt.Errorf("close redis: %w", err)
 	}
@@ -385,7 +388,7 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 	results := make([]error, len(devices))
 	seen := make(map[string]bool, len(devices))
 	keys := []string{s.devIndexKey(appKey)}
-	var args []any
+	var args, events []any
 	var sent []int // index in devices of each device sent
 	for i, d := range devices {
 		if seen[d.Name] {
@@ -394,17 +397,21 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 		}
 		seen[d.Name] = true
 		d.AppKey = appKey
+		evs := store.Stamp(d.Emit, appKey, d.Name)
 		data, err := json.Marshal(d)
 		if err != nil {
 			return nil, fmt.Errorf("create devices in %s: %w", appKey, err)
 		}
 		keys = append(keys, s.devKey(appKey, d.Name), s.shadowKey(appKey, d.Name))
-		args = append(args, d.Name, data)
+		args = append(args, d.Name, data, len(evs))
+		events = append(events, eventArgs(evs)...)
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
 		return results, nil
 	}
+	keys = append(keys, s.eventKeys(appKey)...)
+	args = append(append([]any{s.eventChannel(), appKey, len(sent)}, args...), events...)
 	res, err := s.run(ctx, createDevicesScript, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("create devices in %s: %w", appKey, err)
@@ -447,6 +454,8 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 			return err
 		}
 		d.AppKey, d.Name = appKey, name
+		evs := store.Stamp(d.Emit, appKey, name)
+		d.Emit = nil
 		data, err := json.Marshal(d)
 		if err != nil {
 			return err
@@ -463,6 +472,7 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 			} else {
 				p.SRem(ctx, s.onlineKey(appKey), name)
 			}
+			s.txAppend(ctx, p, appKey, evs)
 			return nil
 		}); err != nil {
 			return err
@@ -493,11 +503,9 @@ func (s *Store) addOnlineApp(ctx context.Context, appKey string) error {
 // DeleteDevice removes the device, its shadow, its pending queue and its
 // index entries in one script; see store.Store.
 func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error {
-	if len(evs) > 0 {
-		return errNoEventLog
-	}
-	keys := []string{s.devKey(appKey, name), s.shadowKey(appKey, name), s.queueKey(appKey, name), s.onlineKey(appKey), s.devIndexKey(appKey)}
-	n, err := s.run(ctx, deleteDeviceScript, keys, name).Int64()
+	keys := append([]string{s.devKey(appKey, name), s.shadowKey(appKey, name), s.queueKey(appKey, name), s.onlineKey(appKey), s.devIndexKey(appKey)}, s.eventKeys(appKey)...)
+	args := append([]any{name, s.eventChannel(), appKey}, eventArgs(store.Stamp(evs, appKey, name))...)
+	n, err := s.run(ctx, deleteDeviceScript, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
 	}
@@ -578,9 +586,6 @@ const resetWorkers = 16
 // each in its own optimistic transaction, and counts the devices it
 // changed.
 func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (int, error) {
-	if offline != nil {
-		return 0, errNoEventLog
-	}
 	apps, err := s.rdb.SMembers(ctx, s.onlineAppsKey()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("reset presence: %w", err)
@@ -598,7 +603,7 @@ func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now in
 		go func() {
 			defer wg.Done()
 			for d := range work {
-				ok, err := s.resetDevice(ctx, d.app, d.name, node, loginBefore, now)
+				ok, err := s.resetDevice(ctx, d.app, d.name, node, loginBefore, now, offline)
 				mu.Lock()
 				if ok {
 					changed++
@@ -635,7 +640,7 @@ func (s *Store) ResetPresence(ctx context.Context, node int, loginBefore, now in
 // resetDevice marks one device of an online set offline and takes it out
 // of the set if it matches; changed is false if it was not online (or is
 // gone) or does not match.
-func (s *Store) resetDevice(ctx context.Context, appKey, name string, node int, loginBefore, now int64) (changed bool, err error) {
+func (s *Store) resetDevice(ctx context.Context, appKey, name string, node int, loginBefore, now int64, offline func(store.Device) []store.Event) (changed bool, err error) {
 	k := s.devKey(appKey, name)
 	err = s.watch(ctx, func(tx *goredis.Tx) error {
 		changed = false
@@ -649,7 +654,11 @@ func (s *Store) resetDevice(ctx context.Context, appKey, name string, node int, 
 			return nil // another node's, or logged in since
 		}
 		var data []byte
+		var evs []store.Event
 		if online {
+			if offline != nil {
+				evs = store.Stamp(offline(d), appKey, name)
+			}
 			d.Status, d.LastLogoutTime = 0, now
 			if data, err = json.Marshal(d); err != nil {
 				return err
@@ -660,6 +669,7 @@ func (s *Store) resetDevice(ctx context.Context, appKey, name string, node int, 
 				p.Set(ctx, k, data, 0)
 			}
 			p.SRem(ctx, s.onlineKey(appKey), name)
+			s.txAppend(ctx, p, appKey, evs)
 			return nil
 		})
 		changed = err == nil && online

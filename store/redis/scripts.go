@@ -84,32 +84,42 @@ return last
 `)
 
 // createDevicesScript creates the devices whose names are free, each with
-// a new shadow, and returns 1 for each name that was taken, 0 otherwise.
-// KEYS: device index, then device and shadow key of each device.
-// ARGV: name and device JSON of each device.
-var createDevicesScript = newScript(`
-local n = #ARGV / 2
+// a new shadow, appends the events of each device it creates, and returns
+// 1 for each name that was taken, 0 otherwise.
+// KEYS: device index, then device and shadow key of each device, then the
+// event stream and last-id keys. ARGV: event channel, app, device count,
+// then name, device JSON and event count of each device, then the events
+// of each device in turn.
+var createDevicesScript = newScript(appendEventsLua + `
+local n = tonumber(ARGV[3])
 local res = {}
 for i = 1, n do res[i] = redis.call('EXISTS', KEYS[2*i]) end
+local starts, a = {}, 4 + 3 * n
 for i = 1, n do
+  local k = tonumber(ARGV[3*i + 3])
   if res[i] == 0 then
-    redis.call('SET', KEYS[2*i], ARGV[2*i])
+    redis.call('SET', KEYS[2*i], ARGV[3*i + 2])
     redis.call('DEL', KEYS[2*i+1])
     redis.call('HSET', KEYS[2*i+1], 'v', '1', 'rv', '0', 'dt', '0', 'rt', '0', 'sdk', '', 'appv', '')
-    redis.call('ZADD', KEYS[1], 0, ARGV[2*i-1])
+    redis.call('ZADD', KEYS[1], 0, ARGV[3*i + 1])
+    for j = 0, k - 1 do starts[#starts + 1] = a + 4 * j end
   end
+  a = a + 4 * k
 end
+appendEvents(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[1], ARGV[2], starts)
 return res
 `)
 
 // deleteDeviceScript removes a device, its shadow, its pending queue and
-// its place in the device and online indexes.
-// KEYS: device, shadow, queue, online set, device index. ARGV: name.
-var deleteDeviceScript = newScript(`
+// its place in the device and online indexes, and appends the events.
+// KEYS: device, shadow, queue, online set, device index, event stream,
+// event last id. ARGV: name, event channel, app, then the events.
+var deleteDeviceScript = newScript(appendEventsLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('SREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
+appendEvents(KEYS[6], KEYS[7], ARGV[2], ARGV[3], span(4, (#ARGV - 3) / 4))
 return 0
 `)
 
@@ -133,7 +143,9 @@ return redis.call('HGETALL', KEYS[2])
 // reportScript applies a device's report and returns the shadow hash.
 // KEYS: shadow. ARGV: version ("0": the next one), time, sdk_ver,
 // app_ver, then name and value of each property.
-var reportScript = newScript(cmpLua + `
+var reportScript = newScript(reportLua)
+
+const reportLua = cmpLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 if ARGV[1] ~= '0' and cmp(ARGV[1], redis.call('HGET', KEYS[1], 'rv') or '0') <= 0 then return -3 end
 if ARGV[1] == '0' then
@@ -148,7 +160,7 @@ redis.call('HSET', KEYS[1], 'rt', ARGV[2])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'sdk', ARGV[3]) end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'appv', ARGV[4]) end
 return redis.call('HGETALL', KEYS[1])
-`)
+`
 
 // seqLua rewrites the JSON of an outbox entry, marshalled with Seq 0 (its
 // first field: {"seq":0,...), to hold seq; addOutbox adds the n entries

@@ -139,17 +139,82 @@ func (s *Store) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int
 	return shadowReply(v)
 }
 
-// ReportProperties applies a device's report in one script.
+// ReportProperties applies a device's report in one script. With
+// r.Emit, whose events depend on the shadow the report leaves, it reads
+// the shadow under WATCH, works out that shadow, and runs the same script
+// with the version made explicit and the events' append in one MULTI.
 func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Shadow, error) {
-	args := []any{strconv.FormatInt(r.Version, 10), r.Time, r.SDKVer, r.AppVer}
-	for name, v := range r.Properties {
-		args = append(args, name, []byte(v))
+	if r.Emit != nil {
+		return s.reportEmitting(ctx, r)
 	}
-	v, err := s.run(ctx, reportScript, []string{s.shadowKey(r.AppKey, r.DeviceName)}, args...).Result()
+	v, err := s.run(ctx, reportScript, []string{s.shadowKey(r.AppKey, r.DeviceName)}, reportArgs(r)...).Result()
 	if err != nil {
 		return store.Shadow{}, fmt.Errorf("report %s/%s: %w", r.AppKey, r.DeviceName, err)
 	}
 	return shadowReply(v)
+}
+
+func reportArgs(r store.Report) []any {
+	args := []any{strconv.FormatInt(r.Version, 10), r.Time, r.SDKVer, r.AppVer}
+	for name, v := range r.Properties {
+		args = append(args, name, []byte(v))
+	}
+	return args
+}
+
+func (s *Store) reportEmitting(ctx context.Context, r store.Report) (store.Shadow, error) {
+	k := s.shadowKey(r.AppKey, r.DeviceName)
+	var out store.Shadow
+	err := s.watch(ctx, func(tx *goredis.Tx) error {
+		m, err := tx.HGetAll(ctx, k).Result()
+		if err != nil {
+			return err
+		}
+		if len(m) == 0 {
+			return store.ErrNotFound
+		}
+		sh, err := decodeShadow(m)
+		if err != nil {
+			return err
+		}
+		rr := r
+		if rr.Version == 0 {
+			rr.Version = sh.LastReportedVersion + 1
+		} else if rr.Version <= sh.LastReportedVersion {
+			return store.ErrVersionConflict
+		}
+		for name, v := range rr.Properties {
+			p := sh.Properties[name]
+			p.ReportedValue, p.ReportedSTime = v, rr.Time
+			sh.Properties[name] = p
+		}
+		sh.LastReportedVersion, sh.LastReportedSTime = rr.Version, rr.Time
+		if rr.SDKVer != "" {
+			sh.SDKVer = rr.SDKVer
+		}
+		if rr.AppVer != "" {
+			sh.AppVer = rr.AppVer
+		}
+		evs := store.Stamp(r.Emit(sh), r.AppKey, r.DeviceName)
+		// The fence was checked under WATCH: the script is told none.
+		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			p.Eval(ctx, fenceLua+reportLua, []string{k}, append([]any{""}, reportArgs(rr)...)...)
+			s.txAppend(ctx, p, r.AppKey, evs)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		out = sh
+		return nil
+	}, k)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrVersionConflict) {
+			return store.Shadow{}, err
+		}
+		return store.Shadow{}, fmt.Errorf("report %s/%s: %w", r.AppKey, r.DeviceName, err)
+	}
+	return out, nil
 }
 
 // GetSeq returns the unexpired entry for the app's seq_no, or

@@ -45,14 +45,7 @@ func RunBarrierTests(t *testing.T, rounds int, open func(t *testing.T) Crashable
 	})
 	t.Run("EventsSurviveCrash", func(t *testing.T) {
 		for round := range rounds {
-			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
-				c := open(t)
-				// TODO(ev-store): gone once every backend has its event log.
-				if _, err := c.Store.ReadEvents(context.Background(), store.EventQuery{AppKey: "probe", Limit: 1}); errors.Is(err, errors.ErrUnsupported) {
-					t.Skip(err)
-				}
-				testEventsCrash(t, c)
-			}) {
+			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testEventsCrash(t, open(t)) }) {
 				return
 			}
 		}

@@ -63,12 +63,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 	}
 	for _, tc := range append(tests, eventTests...) {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStore(t)
-			// TODO(ev-store): gone once every backend has its event log.
-			if _, err := s.ReadEvents(context.Background(), store.EventQuery{AppKey: "probe", Limit: 1}); errors.Is(err, errors.ErrUnsupported) {
-				t.Skip(err)
-			}
-			tc.fn(t, s)
+			tc.fn(t, newStore(t))
 		})
 	}
 }
@@ -182,10 +177,6 @@ func writeBeforeReopen(t *testing.T, s store.Store) *reopenFixture {
 		t.Fatal(err)
 	}
 	must(t, s.CreateMessage(ctx, msg(30, "k1", "dev-3", store.StateFailed), 0, nil))
-	// TODO(ev-store): gone once every backend has its event log.
-	if _, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "probe", Limit: 1}); errors.Is(err, errors.ErrUnsupported) {
-		t.Skip(err)
-	}
 	must(t, s.DeleteDevice(ctx, "k1", "dev-3", store.Event{Type: "device.deleted", Time: 9}))
 	// Events: k1 keeps its log; k2's is trimmed empty, yet its ids go on
 	// from where they were.
