@@ -22,6 +22,12 @@ const (
 	eventsPerPage = 100
 	// streamBatch is the most events one pull of the live stream reads.
 	streamBatch = 100
+	// streamCatchUp is how far behind the stream may fall, in events it
+	// sends back to back (full pulls), before it skips to the newest
+	// event: the page keeps this many rows, so more would only be
+	// rendered to be dropped. A browser reconnecting after an hour away
+	// from a busy app, or one watching a firehose, gets a notice instead.
+	streamCatchUp = 500
 	// tailProbe is how many events each read of the search for the
 	// newest event asks for.
 	tailProbe = 100
@@ -371,6 +377,7 @@ func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := c.pages["events"]
+	behind := 0 // events sent back to back in full pulls
 	for {
 		page, err := f.pull(q, after, streamBatch, c.streamWait)
 		if ctx.Err() != nil {
@@ -419,6 +426,20 @@ func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
 			out.WriteString(": waiting\n\n")
 		}
 		after = next
+		if len(page.Events) < streamBatch {
+			behind = 0
+		} else if behind += len(page.Events); behind >= streamCatchUp {
+			newest, err := c.newestEvent(q)
+			if err != nil {
+				return // as a failed pull: the browser reconnects
+			}
+			if newest > after {
+				out.WriteString(sseMessage(strconv.FormatInt(newest, 10), "devmsg-skip", fmt.Sprintf(
+					"Events came faster than this view shows them: it skipped ahead to event %d. The ones in between are in the log: filter the view, or pull them.", newest)))
+				after = newest
+			}
+			behind = 0
+		}
 		if !send(out.String()) {
 			return
 		}

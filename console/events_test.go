@@ -266,6 +266,39 @@ func TestEventsNewestSearch(t *testing.T) {
 	}
 }
 
+// TestEventsStreamSkipsAhead: a stream far behind (here from the start
+// of a log of 1,200 events) sends as many rows as the page keeps, then
+// skips to the newest event with a notice, and goes on from there.
+func TestEventsStreamSkipsAhead(t *testing.T) {
+	e := newEnv(t)
+	e.c.streamWait = time.Second
+	a := e.createApp("firehose")
+	evs := make([]store.Event, 1200)
+	for i := range evs {
+		evs[i] = upEvent(a, "dev-0", "up", strconv.Itoa(i))
+	}
+	ids := e.appendEvents(evs...)
+	b := e.browser()
+	b.loginApp(a)
+	s := b.stream("/console/apps/"+a.Key+"/events/stream?after=0", "")
+	rows := 0
+	m := s.next()
+	for ; m.Event == "devmsg-event"; m = s.next() {
+		rows++
+	}
+	newest := fmt.Sprint(ids[len(ids)-1])
+	if m.Event != "devmsg-skip" || m.ID != newest || !strings.Contains(m.Data, "skipped ahead to event "+newest) {
+		t.Fatalf("after %d rows the stream sent %+v, want a skip to %s", rows, m, newest)
+	}
+	if rows != streamCatchUp {
+		t.Errorf("%d rows before the skip, want %d", rows, streamCatchUp)
+	}
+	late := e.appendEvents(upEvent(a, "dev-0", "up", "late"))
+	if m := s.next(); m.ID != fmt.Sprint(late[0]) {
+		t.Fatalf("after the skip the stream sent %+v, want event %d", m, late[0])
+	}
+}
+
 // TestEventsStreamEnds: a stream stops working when the browser goes
 // away, when the session signs out, and when the console closes.
 func TestEventsStreamEnds(t *testing.T) {

@@ -84,6 +84,15 @@
       localTimes(rows.rows[0]);
       while (rows.rows.length > maxRows) rows.deleteRow(rows.rows.length - 1);
     });
+    es.addEventListener('devmsg-skip', function (e) {
+      var tr = document.createElement('tr');
+      tr.className = 'event-skip';
+      var td = document.createElement('td');
+      td.colSpan = 4;
+      td.textContent = e.data;
+      tr.appendChild(td);
+      rows.insertBefore(tr, rows.firstChild);
+    });
     es.addEventListener('devmsg-error', function (e) {
       es.close();
       table.removeAttribute('data-live');
