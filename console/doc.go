@@ -95,7 +95,9 @@
 // the id past what the filtered read examined. The stream ends when the
 // browser goes away (the request's context ends the pull), when the
 // session ends, and when the console closes; it moves the connection's
-// write deadline on before each write, past the server's WriteTimeout.
+// write deadline on before each write, past the server's WriteTimeout. A
+// stream more than streamCatchUp events behind skips to the newest event
+// (SSE event devmsg-skip, shown as a notice row).
 //
 // # Element ids for browser tests
 //
@@ -192,7 +194,8 @@
 //	events-table (data-stream: the stream's URL; data-live="1" while the stream is open),
 //	  events-rows (rows tr.event[data-id=ID][data-type=TYPE][data-device=NAME], newest first;
 //	  cells .event-time (.event-id), .event-type, .event-device, .event-data: the data as
-//	  indented JSON in a pre, folded (details.fold, pre.fold-full) when long), events-empty
+//	  indented JSON in a pre, folded (details.fold, pre.fold-full) when long), events-empty,
+//	  tr.event-skip   a notice that the stream skipped ahead
 //	device-events-link   on the device page
 //
 // Event webhooks (/console/apps/{key}/webhooks):
