@@ -230,6 +230,21 @@ func TestEventsLiveView(t *testing.T) {
 	}
 	fs.quiet(300 * time.Millisecond)
 
+	// Events the filter passes over still move the browser's cursor (an
+	// SSE id without an event), so a reconnect does not read them again.
+	skipped := e.appendEvents(upEvent(a, "dev-2", "up", "not for this view"))
+	for moved := false; !moved; {
+		select {
+		case m := <-fs.msgs:
+			if m.Event != "" {
+				t.Fatalf("the filtered stream sent %+v", m)
+			}
+			moved = m.ID == fmt.Sprint(skipped[0])
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the filtered stream did not move its id past event %d", skipped[0])
+		}
+	}
+
 	// A reconnecting browser sends the last id it got: the stream goes on
 	// after it, not from the page's start.
 	r := b.stream(path, fmt.Sprint(more[0]))
