@@ -39,4 +39,10 @@ func TestClaimTakenElsewhereIsLost(t *testing.T) {
 	if _, err := st.GetApp(ctx, "after"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the write landed: %v", err)
 	}
+	if _, err := fst.AppendEvents(ctx, []store.Event{{AppKey: "before", Type: "device.up"}}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("an event append of a node that lost its node_id: %v, want ErrFenced", err)
+	}
+	if _, err := fst.TrimEvents(ctx, "before", 1, 0); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("an event trim of a node that lost its node_id: %v, want ErrFenced", err)
+	}
 }

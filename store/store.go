@@ -192,7 +192,10 @@ type Report struct {
 	Time   int64 // Unix ms
 	// Emit, when not nil, is called with the shadow the report leaves
 	// (its LastReportedVersion is the report's version) and the events it
-	// returns are appended to the event log in the same atomic write.
+	// returns are appended to the event log in the same atomic write. It
+	// may be called more than once (a retried optimistic write) and must
+	// have no side effects; events with an empty AppKey or DeviceName get
+	// the report's (so with Device.Emit and DeleteDevice's events).
 	Emit func(Shadow) []Event
 }
 
@@ -495,7 +498,11 @@ type Store interface {
 	// dead, so that devices it holds again after a restart stay online.
 	// offline, when not nil, is called with each device it resets, as it
 	// was before the reset, and the events it returns are appended to the
-	// event log in the same write as that device's reset.
+	// event log in the same write as that device's reset. A backend that
+	// retries a device's write (optimistic locking) calls it again, and
+	// may have called it for a device that it then leaves alone: offline
+	// must have no side effects; only the events of a write that lands
+	// are appended.
 	ResetPresence(ctx context.Context, node int, loginBefore, now int64, offline func(Device) []Event) (int, error)
 
 	// GetMeta and PutMeta hold small service-wide values (for example the

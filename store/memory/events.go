@@ -131,7 +131,7 @@ func (s *Store) TrimEvents(ctx context.Context, appKey string, olderThan int64, 
 		return 0, nil
 	}
 	n := 0
-	for n < len(l.evs) && l.evs[n].Time < olderThan {
+	for olderThan > 0 && n < len(l.evs) && l.evs[n].Time < olderThan {
 		n++
 	}
 	if max > 0 && len(l.evs)-n > max {

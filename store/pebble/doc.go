@@ -14,7 +14,8 @@
 // internals. Its files split it by concern, with the names store/redis
 // uses: pebble.go (open, close, locks, reads and writes, Barrier, apps,
 // devices, presence, meta), keys.go (the key layout), shadow.go (shadows
-// and seq_no entries), messages.go (messages, queues, the outbox),
+// and seq_no entries), events.go (the event log), messages.go
+// (messages, queues, the outbox),
 // callbacks.go (delivery queues, dead letters), devicecache.go (the
 // device and pending-count caches) and sweep.go (the seq_no sweeper,
 // which Redis does not need).

@@ -44,10 +44,12 @@ type eventApp struct {
 
 // eventLogs holds the state of every app whose log has been touched.
 type eventLogs struct {
-	// mu (the "evMu" above) guards apps and each app's last, and is held
-	// from assigning ids to handing the batch to Pebble.
-	mu   sync.Mutex
-	apps map[string]*eventApp
+	// mu (the "evMu" above) guards loading apps and each app's last, and
+	// is held from assigning ids to handing the batch to Pebble.
+	mu sync.Mutex
+	// apps maps an app key to its *eventApp, stored once loaded; readers
+	// look it up without mu, which a stalled write may hold a while.
+	apps sync.Map
 	// wakeMu guards each app's durable and wake.
 	wakeMu sync.Mutex
 	// trimMu serialises trims.
@@ -122,8 +124,8 @@ func eventTime(v []byte) (int64, error) {
 // is the greater of the last event's and the last trimmed one's, and
 // everything on disk at that point is durable. ev.mu is held.
 func (s *Store) eventApp(app string) (*eventApp, error) {
-	if a := s.events.apps[app]; a != nil {
-		return a, nil
+	if a, ok := s.events.apps.Load(app); ok {
+		return a.(*eventApp), nil
 	}
 	a := &eventApp{wake: make(chan struct{})}
 	last, err := s.lastKey(string(eventPrefix(app)))
@@ -139,15 +141,15 @@ func (s *Store) eventApp(app string) (*eventApp, error) {
 	}
 	a.last = max(a.last, trimmed)
 	a.durable = a.last
-	if s.events.apps == nil {
-		s.events.apps = map[string]*eventApp{}
-	}
-	s.events.apps[app] = a
+	s.events.apps.Store(app, a)
 	return a, nil
 }
 
-// lockedApp returns the app's state, taking ev.mu for the look-up.
+// lockedApp returns the app's state, taking ev.mu only to load it.
 func (s *Store) lockedApp(app string) (*eventApp, error) {
+	if a, ok := s.events.apps.Load(app); ok {
+		return a.(*eventApp), nil
+	}
 	s.events.mu.Lock()
 	defer s.events.mu.Unlock()
 	return s.eventApp(app)
@@ -380,7 +382,7 @@ func (s *Store) TrimEvents(ctx context.Context, appKey string, olderThan int64, 
 		if err != nil {
 			return false, fmt.Errorf("event %d: %w", id, err)
 		}
-		if t >= olderThan {
+		if olderThan <= 0 || t >= olderThan {
 			return false, nil
 		}
 		cut = id

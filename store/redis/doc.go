@@ -34,6 +34,9 @@
 //	{P a:<app>}:cbqs           set of URLs whose queues hold entries
 //	{P a:<app>}:dead           dead letters: DeadLetter JSON scored by id
 //	{P a:<app>}:act:cb|exp     activity flags (see active.go)
+//	{P a:<app>}:ev             the app's event log: a stream (see events.go)
+//	{P a:<app>}:evlast         the last stream id the log handed out
+//	{P a:<app>}:evtrim         the highest stream id trimmed from the log
 //
 // Service-wide keys share the tag {P g}:
 //
@@ -45,6 +48,7 @@
 //	{P g}:act:exp              apps that may hold pending messages
 //	{P g}:online               apps that have had online devices (only grows)
 //	P meta:<key>               GetMeta/PutMeta values
+//	P events                   pub/sub channel: the app key of each append
 //
 // Seqs and dead-letter ids are sorted-set scores, which are doubles: exact
 // below 2^53, which a counter incremented per record never reaches.
@@ -93,7 +97,11 @@
 //   - CreateDevices: every free name with its shadow, per-name results;
 //   - DeleteDevice: device, shadow, queue, index and online entries;
 //   - SetDesired: seq_no check, version check, merge, seq_no record;
-//   - ReportProperties: version check or assignment, merge;
+//   - ReportProperties: version check or assignment, merge (with
+//     Report.Emit, an optimistic transaction, as the events depend on
+//     the shadow it leaves);
+//   - AppendEvents, TrimEvents: the app's stream and its two keys; every
+//     write that emits events appends them in its own script or MULTI;
 //   - CreateMessage: seq_no check, device check, queue limit (ZCARD of
 //     the queue against MaxPending), message, its entry in the app's
 //     message index, queue, expiry index, outbox entries, seq_no record
@@ -158,6 +166,6 @@
 // layout and scripts. Its files split it by concern: redis.go (open,
 // keys, apps, devices, presence, meta), shadow.go (shadows and seq_no
 // entries), messages.go, callbacks.go (outbox, delivery queues, dead
-// letters), scripts.go (the Lua), fence.go (the cluster fence) and
-// active.go (the activity index).
+// letters), scripts.go (the Lua), events.go (the event log), fence.go
+// (the cluster fence) and active.go (the activity index).
 package redis

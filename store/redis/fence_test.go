@@ -52,6 +52,15 @@ func TestFence(t *testing.T) {
 	fenced("CreateDevices", err)
 	_, err = s.SetDesired(ctx, store.DesiredUpdate{AppKey: "app", DeviceName: "dev", Version: 1, Properties: map[string]json.RawMessage{"p": json.RawMessage("1")}}, 0, nil)
 	fenced("SetDesired", err)
+	_, err = s.AppendEvents(ctx, []store.Event{{AppKey: "app", Type: "device.up"}})
+	fenced("AppendEvents", err)
+	_, err = s.ReportProperties(ctx, store.Report{AppKey: "app", DeviceName: "dev", Emit: func(store.Shadow) []store.Event { return []store.Event{{Type: "property.reported"}} }})
+	fenced("ReportProperties with Emit", err)
+	_, err = s.TrimEvents(ctx, "app", 1<<62, 0)
+	fenced("TrimEvents", err)
+	if p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "app", Limit: 10}); err != nil || len(p.Events) != 0 {
+		t.Errorf("fenced writes appended events: %+v, %v", p.Events, err)
+	}
 
 	if _, err := s.GetMessage(ctx, "app", 2); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a fenced message was stored: %v", err)

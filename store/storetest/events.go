@@ -318,7 +318,11 @@ func testEventsTrimByCount(t *testing.T, s store.Store) {
 
 func testEventsTrimAll(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	in := appendEvents(t, s, ev("a", "d", "device.up", 1, `{}`), ev("a", "d", "device.up", 2, `{}`))
+	in := appendEvents(t, s, ev("a", "d", "device.up", -1, `{}`), ev("a", "d", "device.up", 2, `{}`))
+	// olderThan 0 and max 0 bound nothing, whatever the events' times.
+	if n, err := s.TrimEvents(ctx, "a", 0, 0); err != nil || n != 0 {
+		t.Fatalf("TrimEvents(0, 0): %d, %v; want 0", n, err)
+	}
 	if n, err := s.TrimEvents(ctx, "a", math.MaxInt64, 0); err != nil || n != 2 {
 		t.Fatalf("TrimEvents all: %d, %v; want 2", n, err)
 	}
