@@ -266,8 +266,8 @@ func (l *loop) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		limit := w.cfg.BatchSize
 		if jiot {
-			// Read as many, to move fast past other types; each goes
-			// in a POST of its own.
+			// A read of at least 100 moves fast past the other types;
+			// each device.event read goes in a POST of its own.
 			limit = max(limit, 100)
 		}
 		p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: l.app, After: next, Limit: min(limit-len(batch), MaxPullLimit), Types: l.hook.Types})

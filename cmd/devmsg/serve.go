@@ -93,16 +93,16 @@ type Main struct {
 	events     *events.Service
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
-	trimmer    *events.Trimmer
 	webhooks   *events.Webhooks
+	trimmer    *events.Trimmer
 	counted    *events.CountedStore // the store, counting the events appended
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
-	trimmerStarted   bool
 	webhooksStarted  bool // likewise
+	trimmerStarted   bool
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -286,18 +286,18 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	m.callbacks = callbacks
-	// Every node trims the event logs, in a cluster too: trimming is
-	// idempotent, and no lease is needed to keep the logs bounded.
-	m.trimmer, err = events.NewTrimmer(cfg.Events.domain(), st, log, m.reg)
-	if err != nil {
-		return err
-	}
 	m.webhooks, err = events.NewWebhooks(events.WebhookConfig{
 		BatchSize:       cfg.Events.BatchSize,
 		Linger:          time.Duration(cfg.Events.Linger),
 		RequestTimeout:  time.Duration(cb.RequestTimeout),
 		AllowedNetworks: allowedNetworks,
 	}, st, apps, log, m.reg)
+	if err != nil {
+		return err
+	}
+	// Every node trims the event logs, in a cluster too: trimming is
+	// idempotent, and no lease is needed to keep the logs bounded.
+	m.trimmer, err = events.NewTrimmer(cfg.Events.domain(), st, log, m.reg)
 	if err != nil {
 		return err
 	}
