@@ -107,6 +107,10 @@ func TestLoginsInTakeoverOrder(t *testing.T) {
 	if _, err := dial(t, addr, "app/dev", "secret", "first"); err != nil {
 		t.Fatal(err)
 	}
+	// mochi writes the CONNACK before it establishes the session: wait
+	// until the first is established (and its report blocked), or under
+	// load the second may establish first and legitimately be the older.
+	waitUntil(t, "the first session established", func() bool { return b.Session("app", "dev") != nil })
 	if _, err := dial(t, addr, "app/dev", "secret", "second"); err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/devmsg/devmsg/store/redis"
 	"github.com/devmsg/devmsg/store/redis/redistest"
 )
 
@@ -153,6 +156,31 @@ func TestClusterThreeNodes(t *testing.T) {
 	c.mu.Lock()
 	t.Logf("%d messages acknowledged in all, every one delivered to its device", len(c.acked))
 	c.mu.Unlock()
+
+	// Presence events pair up across the nodes: the takeover on another
+	// node, the kill (node_lost for the orphan, a takeover of the dead
+	// node's connection for those that moved first), the disable.
+	st, err := redis.Open(context.Background(), redis.Options{Addrs: []string{rdb.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, d := range devs {
+		got := presenceLog(t, st, c.key, d.name)
+		last := got[len(got)-1]
+		var want string
+		switch d {
+		case orphan:
+			want = "offline node_lost"
+		case disabled:
+			want = "offline kicked"
+		default:
+			want = "online" // still connected
+		}
+		if last != want || d == devs[3] && !slices.Contains(got, "offline takeover") {
+			t.Errorf("%s: presence events %q", d.name, got)
+		}
+	}
 }
 
 // testCluster is the test's view of the nodes: which are up, the app, and

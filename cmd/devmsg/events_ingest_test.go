@@ -213,3 +213,68 @@ func TestNodeLostAfterKill9(t *testing.T) {
 		}
 	}
 }
+
+// presenceLog returns the device's presence events in log order, as
+// "online" and "offline REASON", and fails the test unless they
+// alternate, starting with an online: every online followed by exactly
+// one offline, never two of either in a row.
+func presenceLog(t *testing.T, st store.Store, appKey, device string) []string {
+	t.Helper()
+	var got []string
+	for _, e := range readLog(t, st, appKey, device) {
+		switch e.Type {
+		case events.TypeOnline:
+			got = append(got, "online")
+		case events.TypeOffline:
+			var off events.Offline
+			must(t, json.Unmarshal(e.Data, &off))
+			got = append(got, "offline "+off.Reason)
+		}
+	}
+	for i, e := range got {
+		if strings.HasPrefix(e, "online") != (i%2 == 0) {
+			t.Errorf("%s: presence events do not alternate at %d: %q", device, i, got)
+			break
+		}
+	}
+	return got
+}
+
+// TestOnlineTransportAndProtocol: device.online names the listener a
+// connection came through and its MQTT version.
+func TestOnlineTransportAndProtocol(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
+		t.Skip("mosquitto_pub not installed (Debian package mosquitto-clients; CI installs it)")
+	}
+	f := newFleet(t)
+	secret := f.createDevice("where")
+	for _, url := range []string{"tcp://" + f.s.mqtt["tcp"], "ssl://" + f.s.mqtt["tls"], "ws://" + f.s.mqtt["ws"] + "/mqtt"} {
+		d, err := f.connect("where", secret, devOpts{url: url})
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		d.c.Disconnect(250)
+	}
+	host, port, _ := strings.Cut(f.s.mqtt["tcp"], ":")
+	mosquittoPub(t, "", "-V", "mqttv5", "-q", "1", "-h", host, "-p", port, "-u", demoKey+"/where", "-P", secret,
+		"-t", "d/"+demoKey+"/where/up", "-m", "v5")
+	var got []string
+	waitFor(t, 10*time.Second, "every connection's offline", func() bool {
+		got = nil
+		for _, e := range readLog(t, f.s.m.store, demoKey, "where") {
+			if e.Type == events.TypeOnline || e.Type == events.TypeOffline {
+				got = append(got, e.Type+" "+string(e.Data))
+			}
+		}
+		return len(got) == 8
+	})
+	want := []string{`"protocol":"3.1.1","transport":"tcp"`, `"protocol":"3.1.1","transport":"tls"`,
+		`"protocol":"3.1.1","transport":"ws"`, `"protocol":"5","transport":"tcp"`}
+	for i, w := range want {
+		on, off := got[2*i], got[2*i+1]
+		if !strings.HasPrefix(on, "device.online ") || !strings.Contains(on, w) || !strings.Contains(off, `"reason":"disconnect"`) {
+			t.Errorf("connection %d: %s, then %s; want an online with %s, then an offline (disconnect)", i, on, off, w)
+		}
+	}
+}
