@@ -35,10 +35,10 @@ const (
 	// comment goes to the browser after each empty one, so proxies and
 	// the browser see the stream alive.
 	streamWait = 25 * time.Second
-	// streamWriteBudget is how long a write to the stream may take after
-	// the next pull returns: the server's WriteTimeout counts from the
-	// start of the request, so the stream moves its deadline on before
-	// every write.
+	// streamWriteBudget is how long one write to the stream may take. The
+	// server's WriteTimeout counts from the start of the request and
+	// would cut a stream off after it, so the stream sets the deadline
+	// afresh before every write.
 	streamWriteBudget = 30 * time.Second
 	// streamRetry is the reconnection delay the browser is told to use.
 	streamRetry = 3 * time.Second
@@ -96,7 +96,7 @@ func (f eventFilter) pull(q *req, after int64, limit int, wait time.Duration) (e
 		v.Set("device_name", f.Device)
 	}
 	if wait > 0 {
-		v.Set("wait", strconv.Itoa(int(wait/time.Second)))
+		v.Set("wait", strconv.FormatFloat(wait.Seconds(), 'f', -1, 64))
 	}
 	var out eventsAnswer
 	err := q.appAPI(http.MethodGet, "/event/v1/events", v, nil, &out)

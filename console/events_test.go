@@ -188,7 +188,7 @@ func (b *browser) streamPath(path string) (stream string, after int64) {
 // API's, and a reconnect with Last-Event-ID resumes after that id.
 func TestEventsLiveView(t *testing.T) {
 	e := newEnv(t)
-	e.c.streamWait = time.Second
+	e.c.streamWait = 300 * time.Millisecond
 	a := e.createApp("live")
 	old := e.appendEvents(upEvent(a, "dev-1", "up", "before the page"), upEvent(a, "dev-1", "up", "also before"))
 
@@ -286,7 +286,7 @@ func TestEventsNewestSearch(t *testing.T) {
 // skips to the newest event with a notice, and goes on from there.
 func TestEventsStreamSkipsAhead(t *testing.T) {
 	e := newEnv(t)
-	e.c.streamWait = time.Second
+	e.c.streamWait = 300 * time.Millisecond
 	a := e.createApp("firehose")
 	evs := make([]store.Event, 1200)
 	for i := range evs {
@@ -318,7 +318,7 @@ func TestEventsStreamSkipsAhead(t *testing.T) {
 // away, when the session signs out, and when the console closes.
 func TestEventsStreamEnds(t *testing.T) {
 	e := newEnv(t)
-	e.c.streamWait = time.Second
+	e.c.streamWait = 300 * time.Millisecond
 	a := e.createApp("ends")
 	b := e.browser()
 	b.loginApp(a)
@@ -363,7 +363,7 @@ func TestEventsStreamEnds(t *testing.T) {
 func TestEventsStreamOutlivesWriteTimeout(t *testing.T) {
 	e := newEnv(t)
 	e.srv.Config.WriteTimeout = 300 * time.Millisecond
-	e.c.streamWait = time.Second
+	e.c.streamWait = 300 * time.Millisecond
 	a := e.createApp("slow")
 	b := e.browser()
 	b.loginApp(a)
