@@ -357,6 +357,34 @@ func TestEventsStreamEnds(t *testing.T) {
 	}
 }
 
+// TestEventsStreamRateLimited: a pull refused over the app's query rate
+// limit ends the response without an error event, so the browser
+// reconnects by itself (after the retry delay the stream set) instead of
+// the view stopping.
+func TestEventsStreamRateLimited(t *testing.T) {
+	e := newEnv(t)
+	e.c.streamWait = 300 * time.Millisecond
+	a := e.createApp("limited")
+	e.apiCall("admin", adminPassword, "PUT", "/admin/v1/apps/"+a.Key+"/ratelimits", map[string]int{"query": 1}, nil)
+	b := e.browser()
+	b.loginApp(a)
+	s := b.stream("/console/apps/"+a.Key+"/events/stream?after=0", "")
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case m, ok := <-s.msgs:
+			if !ok {
+				return // ended: the browser will reconnect
+			}
+			if m.Event != "" {
+				t.Fatalf("over the rate limit the stream sent %+v", m)
+			}
+		case <-timeout:
+			t.Fatal("the stream went on over the rate limit")
+		}
+	}
+}
+
 // TestEventsStreamOutlivesWriteTimeout: devmsg serve's HTTP server has a
 // WriteTimeout, counted from the start of a request; the stream moves
 // its write deadline on, so an event long after the start still arrives.
