@@ -118,6 +118,39 @@ func TestConsoleEventsBrowser(t *testing.T) {
 	if msg := b.text("#flash-message"); !strings.Contains(msg, "Deleted") || !strings.Contains(b.body(), "No event webhook") {
 		t.Errorf("after deleting: %q\n%s", msg, b.body())
 	}
+
+	// A refusal a retry would not change stops the view and says why.
+	b.open(events + "?device=ab")
+	b.run("wait for the refusal", chromedp.WaitVisible(`#events-status.warn`, chromedp.ByQuery))
+	if s := b.text("#events-status"); !strings.Contains(s, "stopped") || !strings.Contains(s, "device_name") {
+		t.Errorf("a bad device filter: %q", s)
+	}
+
+	// A stream the server ends (here a pull over the app's query rate
+	// limit of 1 a second) is reopened by the browser with Last-Event-ID:
+	// it goes on where it was, nothing shown twice.
+	f.restOK("PUT", "/admin/v1/apps/"+demoKey+"/ratelimits", `{"query":1}`, nil)
+	b.open(events + "?device=sensor-1")
+	b.waitLive()
+	b.run("count reconnects", chromedp.Evaluate(`(() => { window.__lost = 0; const s = document.getElementById("events-status");
+		new MutationObserver(() => { if (s.textContent.startsWith("Connection lost")) window.__lost++; }).observe(s, {childList: true, characterData: true, subtree: true}); })()`, nil))
+	publish(d1, "up/a", "1")
+	publish(d1, "up/b", "2")
+	b.waitRows(`r => true`, 2)
+	time.Sleep(4 * time.Second) // the refused pull after them ended the stream; the browser reconnects after 3 s
+	b.waitLive()
+	publish(d1, "up/c", "3")
+	b.waitRows(`r => r.querySelector(".event-data").textContent.includes("up/c")`, 1)
+	var lost int
+	var got []string
+	b.run("read the rows", chromedp.Evaluate(`window.__lost`, &lost),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll("#events-rows tr.event")).map(r => JSON.parse(r.querySelector(".event-data").textContent).topic)`, &got))
+	if lost == 0 {
+		t.Error("the stream was never reopened: the test proves nothing")
+	}
+	if strings.Join(got, " ") != "up/c up/b up/a" {
+		t.Errorf("after a reconnect the view shows %v, want up/c up/b up/a", got)
+	}
 }
 
 // waitLive waits until the live view's stream is open.
