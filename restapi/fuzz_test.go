@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -33,9 +34,11 @@ func FuzzPostBodies(f *testing.F) {
 		`{"properties":[{"name":"t","type":"int","min":1e308,"max":-1e308}]}`,
 		"{\"seq_no\":3,\"device_name\":\"dev-0001\",\"msg_body\":\"\xff\xfe\"}", // not UTF-8
 		`{"seq_no":4,"device_name":"dev-0001","msg_body":"\ud800"}`,             // a lone surrogate
+		`{"url":"ftp://x.y/z","types":["device.up",null,1],"format":"jiot"}`,
+		`{"url":"http://127.0.0.1/h","types":[],"format":null}`,
 		`[]`, `null`, `"x"`, ``, `{`, "\x00",
 	}
-	paths := []string{"/device/v1/devices", "/device/v1/property", "/msg/v1/msg", "/admin/v1/apps"}
+	paths := []string{"/device/v1/devices", "/device/v1/property", "/msg/v1/msg", "/admin/v1/apps", "/admin/v1/apps/{key}/events/webhooks"}
 	for _, s := range seeds {
 		for i := range paths {
 			f.Add(uint8(i), []byte(s))
@@ -63,7 +66,7 @@ func FuzzPostBodies(f *testing.F) {
 	}
 	h := api.Handler()
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
-		path := paths[int(which)%len(paths)]
+		path := strings.Replace(paths[int(which)%len(paths)], "{key}", app.Key, 1)
 		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 		if path == "/admin/v1/apps" {
 			req.SetBasicAuth("admin", "pw")
