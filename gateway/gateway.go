@@ -464,25 +464,30 @@ func (g *Gateway) Deleted(ctx context.Context, appKey, device string) error {
 // offline (kicked) at once rather than when the connection's end is
 // reported: a delete that follows must not beat the device's offline
 // event, and the connection's own logout, here or on another node,
-// then finds the device offline and writes nothing.
+// then finds the device offline and writes nothing. Only the connection
+// held when kick began is marked offline, never a newer one (of a device
+// enabled again meanwhile).
 func (g *Gateway) kick(ctx context.Context, appKey, device string) {
+	held, err := g.store.GetDevice(ctx, appKey, device)
 	if !g.broker.Kick(appKey, device) {
 		g.tell(ctx, appKey, device, cluster.KindKick)
 	}
+	if err != nil || held.Status != 1 {
+		return // not found, or the connection's own logout reports it
+	}
 	defer g.lock(appKey, device)()
-	g.supersede(devKey{appKey, device})
 	t := g.now()
-	_, err := g.store.UpdateDevice(ctx, appKey, device, func(d *store.Device) error {
-		if d.Status != 1 {
+	_, err = g.store.UpdateDevice(ctx, appKey, device, func(d *store.Device) error {
+		if d.Status != 1 || d.Node != held.Node || d.Conn != held.Conn {
 			return errSkip
 		}
 		ms := int64(-1)
 		if v, ok := g.since.Load(d.Conn); ok {
 			ms = t.UnixMilli() - v.(int64)
 		}
-		held := *d
-		held.AppKey, held.Name = appKey, device
-		d.Emit = []store.Event{events.OfflineOf(held, events.ReasonKicked, t, ms)}
+		off := *d
+		off.AppKey, off.Name = appKey, device
+		d.Emit = []store.Event{events.OfflineOf(off, events.ReasonKicked, t, ms)}
 		d.Status, d.LastLogoutTime = 0, t.Unix()
 		return nil
 	})
