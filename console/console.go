@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,6 +92,15 @@ type Console struct {
 	sessions map[string]*session // by cookie value
 	fails    map[string]*failures
 
+	// closing ends when Close is called: open event streams stop.
+	closing      context.Context
+	closeStreams context.CancelFunc
+	// streams counts the event streams open now.
+	streams atomic.Int64
+	// streamWait is how long one pull of an event stream long-polls;
+	// tests shorten it.
+	streamWait time.Duration
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -111,6 +122,8 @@ func New(cfg Config) (*Console, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	c.streamWait = streamWait
+	c.closing, c.closeStreams = context.WithCancel(context.Background())
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -128,9 +141,12 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
-// Close stops the background sampler. The handler keeps serving.
+// Close stops the background sampler and ends the open event streams
+// (cmd/devmsg calls it when the HTTP server begins to shut down, so open
+// streams do not hold the shutdown up). The pages keep serving.
 func (c *Console) Close() error {
 	c.closeOnce.Do(func() {
+		c.closeStreams()
 		close(c.stop)
 		<-c.done
 	})
@@ -163,7 +179,7 @@ func sleepFull(_ *http.Request, d time.Duration) {
 // ServeHTTP serves every path under Prefix, and redirects /console to it.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
@@ -210,6 +226,12 @@ func (c *Console) routes() {
 
 	m.Handle("GET /console/apps/{key}/messages", c.page(c.messagesPage))
 	m.Handle("POST /console/apps/{key}/messages/retract", c.action(c.retract))
+
+	m.Handle("GET /console/apps/{key}/events", c.page(c.eventsPage))
+	m.HandleFunc("GET /console/apps/{key}/events/stream", c.eventStream)
+	m.Handle("GET /console/apps/{key}/webhooks", c.page(c.webhooksPage))
+	m.Handle("POST /console/apps/{key}/webhooks/add", c.action(c.addWebhook))
+	m.Handle("POST /console/apps/{key}/webhooks/delete", c.action(c.deleteWebhook))
 
 	m.Handle("GET /console/apps/{key}/callbacks", c.page(c.callbacksPage))
 	m.Handle("POST /console/apps/{key}/callbacks/switch", c.action(c.setSwitch))

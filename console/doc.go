@@ -8,12 +8,13 @@
 // user sees. So everything the console does is scriptable, and every rule
 // is enforced in one place. Pages are html/template with go:embed, one
 // small stylesheet, and a few lines of JavaScript that only enhance: every
-// page works without it.
+// page works without it (the live event view then lists events page by
+// page instead of streaming them).
 //
-// The package is large (over 2,000 lines, 170 of them this comment)
+// The package is large (over 2,000 lines, 200 of them this comment)
 // because it is a whole web application: one file per page set (apps,
-// devices, messages, callbacks, metrics), plus sessions and sign-in
-// protection. The pages share the session, the in-process API client and
+// devices, messages, events, webhooks, callbacks, metrics), plus sessions
+// and sign-in protection. The pages share the session, the in-process API client and
 // the templates; splitting them into packages would export those and
 // gain nothing.
 //
@@ -64,6 +65,14 @@
 //	GET  /console/apps/{key}/messages?cursor=        recent messages, newest first, 50 a page
 //	GET  /console/apps/{key}/messages?msgid=N        trace
 //	POST /console/apps/{key}/messages/retract        msgid
+//	GET  /console/apps/{key}/events?type=&device=    live event view (type repeated; device one name)
+//	GET  /console/apps/{key}/events?after=N&...      the same, listing the events after N (no JavaScript)
+//	GET  /console/apps/{key}/events/stream?after=N&type=&device=
+//	                                                 Server-Sent Events: one table row per event;
+//	                                                 Last-Event-ID overrides after
+//	GET  /console/apps/{key}/webhooks                event webhooks and the add form
+//	POST /console/apps/{key}/webhooks/add            url, types (repeated; none: all), format ("" or jiot)
+//	POST /console/apps/{key}/webhooks/delete         url
 //	GET  /console/apps/{key}/callbacks?cursor=       settings, URLs, deliveries, dead letters
 //	POST /console/apps/{key}/callbacks/switch        enabled=1|0
 //	POST /console/apps/{key}/callbacks/types         types (repeated, 0..8)
@@ -72,6 +81,23 @@
 //	POST /console/apps/{key}/callbacks/urls/default  url
 //	POST /console/apps/{key}/callbacks/urls/delete   url
 //	POST /console/apps/{key}/callbacks/deadletters/{id}/redeliver
+//
+// # The live event view
+//
+// The events page finds the app's newest event (the pull API reads
+// forward only, so by search: see newestEvent) and the script opens an
+// EventSource on the stream from there. The stream long-polls GET
+// /event/v1/events in-process with the app's credentials and the page's
+// filters, and sends each event as a table row rendered by html/template
+// (so device data is escaped in one place, the page's own), with the
+// event id as the SSE id: a browser that reconnects sends Last-Event-ID
+// and the stream goes on after it. An empty pull sends a comment, and
+// the id past what the filtered read examined. The stream ends when the
+// browser goes away (the request's context ends the pull), when the
+// session ends, and when the console closes; it moves the connection's
+// write deadline on before each write, past the server's WriteTimeout. A
+// stream more than streamCatchUp events behind skips to the newest event
+// (SSE event devmsg-skip, shown as a notice row).
 //
 // # Element ids for browser tests
 //
@@ -82,7 +108,7 @@
 // Every page:
 //
 //	nav-overview, nav-apps (admin), whoami, logout (form), logout-submit
-//	nav-app, nav-devices, nav-messages, nav-callbacks   on an app's pages
+//	nav-app, nav-devices, nav-messages, nav-events, nav-webhooks, nav-callbacks   on an app's pages
 //	flash, flash-message     the outcome of the last POST (class flash-ok or flash-error)
 //	secret-value             a revealed or rotated master secret (in the flash)
 //	error-page, error-message   403/404/... pages
@@ -158,6 +184,26 @@
 //	trace, trace-state, trace-device, trace-ttl, trace-time-create
 //	trace-records (rows tr[data-type=N]; cells .record-type "N name", .record-time, .record-error)
 //	trace-retract (form, while pending), trace-retract-submit
+//
+// Events (/console/apps/{key}/events):
+//
+//	events-filter (form; checkboxes events-type-{i} name=type value=TYPE in the order of
+//	  events.Types), events-device, events-filter-submit, events-filter-clear
+//	events-device-name   the device of a per-device view, in the heading
+//	events-status (the stream's state), events-newer (link), events-error
+//	events-table (data-stream: the stream's URL; data-live="1" while the stream is open),
+//	  events-rows (rows tr.event[data-id=ID][data-type=TYPE][data-device=NAME], newest first;
+//	  cells .event-time (.event-id), .event-type, .event-device, .event-data: the data as
+//	  indented JSON in a pre, folded (details.fold, pre.fold-full) when long), events-empty,
+//	  tr.event-skip   a notice that the stream skipped ahead
+//	device-events-link   on the device page
+//
+// Event webhooks (/console/apps/{key}/webhooks):
+//
+//	webhooks-table (rows tr[data-url=URL]; cells .webhook-url, .webhook-types,
+//	  .webhook-format, .webhook-created; button webhook-{i}-delete, class .webhook-delete),
+//	  webhooks-empty, webhooks-signing-secret
+//	webhook-add (form), webhook-add-url, webhook-add-type-{i}, webhook-add-format, webhook-add-submit
 //
 // Callbacks (/console/apps/{key}/callbacks):
 //

@@ -46,17 +46,19 @@ var funcs = template.FuncMap{
 		}
 		return string(v)
 	},
-	// clip cuts s to at most n bytes, at a UTF-8 character boundary.
-	"clip": func(s string, n int) string {
-		if len(s) <= n {
-			return s
-		}
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		return s[:n]
-	},
+	"clip": clip,
 	// count formats a metric value.
 	"count": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
 	"inc":   func(i int) int { return i + 1 },
+}
+
+// clip cuts s to at most n bytes, at a UTF-8 character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

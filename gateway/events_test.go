@@ -135,15 +135,15 @@ func (w *world) presence(device string) []string {
 	return out
 }
 
-// closeWithoutDisconnect connects as the device over a bare connection
-// and drops it, as a device losing its network does.
-func (w *world) closeWithoutDisconnect(device string) {
+// rawSession connects as the device over a bare connection, so a test
+// decides exactly how it ends: DISCONNECT, or dropped without one.
+func (w *world) rawSession(device string) net.Conn {
 	w.t.Helper()
 	conn, err := net.Dial("tcp", w.mqtt)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	defer conn.Close()
+	w.t.Cleanup(func() { conn.Close() })
 	cp := packets.NewControlPacket(packets.Connect).(*packets.ConnectPacket)
 	cp.ProtocolName, cp.ProtocolVersion, cp.CleanSession, cp.Keepalive = "MQTT", 4, true, 30
 	cp.ClientIdentifier, cp.UsernameFlag, cp.PasswordFlag = "raw", true, true
@@ -155,6 +155,7 @@ func (w *world) closeWithoutDisconnect(device string) {
 	if err != nil || ack.(*packets.ConnackPacket).ReturnCode != 0 {
 		w.t.Fatalf("CONNACK %v %v", ack, err)
 	}
+	return conn
 }
 
 // TestPresenceEvents: each connection's online is followed by exactly
@@ -171,14 +172,14 @@ func TestPresenceEvents(t *testing.T) {
 	}
 	const on = "online 3.1.1 tcp 127.0.0.1"
 
-	c, err := w.dialAs("lamp", "a")
-	if err != nil {
+	conn := w.rawSession("lamp")
+	if _, err := conn.Write([]byte{packets.Disconnect << 4, 0}); err != nil {
 		t.Fatal(err)
 	}
-	c.Disconnect(250) // sends DISCONNECT (0 may close first)
+	conn.Close()
 	waitPresence(on, "offline disconnect")
 
-	w.closeWithoutDisconnect("lamp")
+	w.rawSession("lamp").Close()
 	waitPresence(on, "offline disconnect", on, "offline error")
 
 	if _, err := w.dialAs("lamp", "b"); err != nil {

@@ -249,32 +249,48 @@ func TestOnlineTransportAndProtocol(t *testing.T) {
 	}
 	f := newFleet(t)
 	secret := f.createDevice("where")
-	for _, url := range []string{"tcp://" + f.s.mqtt["tcp"], "ssl://" + f.s.mqtt["tls"], "ws://" + f.s.mqtt["ws"] + "/mqtt"} {
+	presence := func() int {
+		n := 0
+		for _, e := range readLog(t, f.s.m.store, demoKey, "where") {
+			if e.Type == events.TypeOnline || e.Type == events.TypeOffline {
+				n++
+			}
+		}
+		return n
+	}
+	for i, url := range []string{"tcp://" + f.s.mqtt["tcp"], "ssl://" + f.s.mqtt["tls"], "ws://" + f.s.mqtt["ws"] + "/mqtt"} {
 		d, err := f.connect("where", secret, devOpts{url: url})
 		if err != nil {
 			t.Fatalf("%s: %v", url, err)
 		}
 		d.c.Disconnect(250)
+		// mochi establishes a session after its CONNACK: under load the
+		// next connection could otherwise establish first.
+		waitFor(t, 10*time.Second, url+" offline", func() bool { return presence() == 2*(i+1) })
 	}
 	host, port, _ := strings.Cut(f.s.mqtt["tcp"], ":")
 	mosquittoPub(t, "", "-V", "mqttv5", "-q", "1", "-h", host, "-p", port, "-u", demoKey+"/where", "-P", secret,
 		"-t", "d/"+demoKey+"/where/up", "-m", "v5")
 	var got []string
-	waitFor(t, 10*time.Second, "every connection's offline", func() bool {
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 8; time.Sleep(20 * time.Millisecond) {
 		got = nil
 		for _, e := range readLog(t, f.s.m.store, demoKey, "where") {
 			if e.Type == events.TypeOnline || e.Type == events.TypeOffline {
 				got = append(got, e.Type+" "+string(e.Data))
 			}
 		}
-		return len(got) == 8
-	})
+		if time.Now().After(deadline) {
+			t.Fatalf("presence events after 10 s:\n%s", strings.Join(got, "\n"))
+		}
+	}
 	want := []string{`"protocol":"3.1.1","transport":"tcp"`, `"protocol":"3.1.1","transport":"tls"`,
 		`"protocol":"3.1.1","transport":"ws"`, `"protocol":"5","transport":"tcp"`}
 	for i, w := range want {
 		on, off := got[2*i], got[2*i+1]
-		if !strings.HasPrefix(on, "device.online ") || !strings.Contains(on, w) || !strings.Contains(off, `"reason":"disconnect"`) {
-			t.Errorf("connection %d: %s, then %s; want an online with %s, then an offline (disconnect)", i, on, off, w)
+		// (The reason is disconnect unless paho's quiesce ran out under
+		// load before its DISCONNECT went out.)
+		if !strings.HasPrefix(on, "device.online ") || !strings.Contains(on, w) || !strings.HasPrefix(off, "device.offline ") {
+			t.Errorf("connection %d: %s, then %s; want an online with %s, then an offline", i, on, off, w)
 		}
 	}
 }

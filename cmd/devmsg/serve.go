@@ -424,6 +424,9 @@ func (m *Main) serveHTTP(context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
+	// The console's live event streams never finish by themselves: they
+	// end as shutdown begins, so it waits only for real requests.
+	srv.RegisterOnShutdown(func() { _ = m.console.Close() })
 	tlsOn := m.Config.HTTP.TLS.Enabled
 	ln := m.httpLn
 	if tlsOn {

@@ -2,10 +2,13 @@
 (function () {
   'use strict';
   // Times are rendered in UTC; the reader's local time goes in a tooltip.
-  document.querySelectorAll('time[datetime]').forEach(function (t) {
-    var d = new Date(t.getAttribute('datetime'));
-    if (!isNaN(d)) t.title = d.toLocaleString();
-  });
+  var localTimes = function (root) {
+    root.querySelectorAll('time[datetime]').forEach(function (t) {
+      var d = new Date(t.getAttribute('datetime'));
+      if (!isNaN(d)) t.title = d.toLocaleString();
+    });
+  };
+  localTimes(document);
   // A Copy button next to secrets shown once.
   if (navigator.clipboard) {
     document.querySelectorAll('[data-copy]').forEach(function (el) {
@@ -54,5 +57,54 @@
     };
     body.addEventListener('input', check);
     check();
+  }
+  // The live event view: the server streams each new event as a table
+  // row it rendered (and escaped) itself; it goes on top. The browser
+  // reconnects by itself after a network error and resends the last id
+  // it got, so the stream resumes where it was.
+  var table = document.getElementById('events-table');
+  if (table && window.EventSource) {
+    var rows = document.getElementById('events-rows');
+    var status = document.getElementById('events-status');
+    var maxRows = parseInt(table.getAttribute('data-max-rows'), 10) || 500;
+    var say = function (text, warn) {
+      status.textContent = text;
+      status.classList.toggle('warn', !!warn);
+    };
+    var es = new EventSource(table.getAttribute('data-stream'));
+    say('Connecting…');
+    es.onopen = function () {
+      table.setAttribute('data-live', '1');
+      say('Live: new events appear at the top as they happen.');
+    };
+    es.addEventListener('devmsg-event', function (e) {
+      var empty = document.getElementById('events-empty');
+      if (empty) empty.remove();
+      rows.insertAdjacentHTML('afterbegin', e.data);
+      localTimes(rows.rows[0]);
+      while (rows.rows.length > maxRows) rows.deleteRow(rows.rows.length - 1);
+    });
+    es.addEventListener('devmsg-skip', function (e) {
+      var tr = document.createElement('tr');
+      tr.className = 'event-skip';
+      var td = document.createElement('td');
+      td.colSpan = 4;
+      td.textContent = e.data;
+      tr.appendChild(td);
+      rows.insertBefore(tr, rows.firstChild);
+    });
+    es.addEventListener('devmsg-error', function (e) {
+      es.close();
+      table.removeAttribute('data-live');
+      say('The live view stopped: ' + e.data + ' Reload the page to start it again.', true);
+    });
+    es.onerror = function () {
+      table.removeAttribute('data-live');
+      if (es.readyState === EventSource.CLOSED) {
+        say('The live view stopped (signed out, or the server refused it). Reload the page to start it again.', true);
+      } else {
+        say('Connection lost; reconnecting…', true);
+      }
+    };
   }
 })();

@@ -1,0 +1,475 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/devmsg/devmsg/events"
+)
+
+const (
+	// eventsPerPage is how many events a page without JavaScript shows.
+	eventsPerPage = 100
+	// streamBatch is the most events one pull of the live stream reads.
+	streamBatch = 100
+	// streamCatchUp is how far behind the stream may fall, in events it
+	// sends back to back (full pulls), before it skips to the newest
+	// event: the page keeps this many rows, so more would only be
+	// rendered to be dropped. A browser reconnecting after an hour away
+	// from a busy app, or one watching a firehose, gets a notice instead.
+	streamCatchUp = 500
+	// tailProbe is how many events each read of the search for the
+	// newest event asks for.
+	tailProbe = 100
+	// streamWait is how long one pull of the live stream long-polls; a
+	// comment goes to the browser after each empty one, so proxies and
+	// the browser see the stream alive.
+	streamWait = 25 * time.Second
+	// streamWriteBudget is how long one write to the stream may take. The
+	// server's WriteTimeout counts from the start of the request and
+	// would cut a stream off after it, so the stream sets the deadline
+	// afresh before every write.
+	streamWriteBudget = 30 * time.Second
+	// streamRetry is the reconnection delay the browser is told to use.
+	streamRetry = 3 * time.Second
+	// foldBytes folds event data longer than this (pretty-printed) to its
+	// first bytes, with the whole of it one click away.
+	foldBytes = 240
+	// foldLines folds event data of more lines than this.
+	foldLines = 12
+)
+
+// eventFilter is what the live view shows: some types (none means all)
+// and one device ("" means all).
+type eventFilter struct {
+	Types  []string
+	Device string
+}
+
+// parseEventFilter reads ?type=... (repeated or comma-separated) and
+// ?device=. The API checks the values; the console only passes them on.
+func parseEventFilter(query url.Values) eventFilter {
+	var f eventFilter
+	for _, v := range query["type"] {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" && !slices.Contains(f.Types, t) {
+				f.Types = append(f.Types, t)
+			}
+		}
+	}
+	f.Device = strings.TrimSpace(query.Get("device"))
+	return f
+}
+
+// values returns the filter as the console's own query string.
+func (f eventFilter) values() url.Values {
+	v := url.Values{}
+	for _, t := range f.Types {
+		v.Add("type", t)
+	}
+	if f.Device != "" {
+		v.Set("device", f.Device)
+	}
+	return v
+}
+
+// pull is one GET /event/v1/events with the app's credentials.
+func (f eventFilter) pull(q *req, after int64, limit int, wait time.Duration) (eventsAnswer, error) {
+	v := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
+	if after == 0 {
+		v.Del("after") // from the oldest kept event
+	}
+	if len(f.Types) > 0 {
+		v.Set("types", strings.Join(f.Types, ","))
+	}
+	if f.Device != "" {
+		v.Set("device_name", f.Device)
+	}
+	if wait > 0 {
+		v.Set("wait", strconv.FormatFloat(wait.Seconds(), 'f', -1, 64))
+	}
+	var out eventsAnswer
+	err := q.appAPI(http.MethodGet, "/event/v1/events", v, nil, &out)
+	return out, err
+}
+
+// eventsAnswer is the pull API's answer.
+type eventsAnswer struct {
+	Events []events.Wire `json:"events"`
+	Next   string        `json:"next"`
+}
+
+// next is the answer's cursor, or after when it has none.
+func (a eventsAnswer) next(after int64) int64 {
+	if n, err := strconv.ParseInt(a.Next, 10, 64); err == nil && n > after {
+		return n
+	}
+	return after
+}
+
+// eventRow is one event as the live view shows it.
+type eventRow struct {
+	ID, Type, Device string
+	Time             int64
+	AppKey           string
+	// Data is the data object pretty-printed; Short its first bytes on
+	// one line when Folded.
+	Data   string
+	Short  string
+	Folded bool
+}
+
+func newEventRow(w events.Wire) eventRow {
+	r := eventRow{ID: w.ID, Type: w.Type, Device: w.DeviceName, Time: w.Time, AppKey: w.AppKey}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, unescapeHTML(w.Data), "", "  ") == nil {
+		r.Data = pretty.String()
+	} else {
+		r.Data = string(w.Data)
+	}
+	if len(r.Data) > foldBytes || strings.Count(r.Data, "\n") >= foldLines {
+		var compact bytes.Buffer
+		if json.Compact(&compact, unescapeHTML(w.Data)) == nil {
+			r.Short = clip(compact.String(), 80)
+		} else {
+			r.Short = clip(r.Data, 80)
+		}
+		r.Folded = true
+	}
+	return r
+}
+
+// unescapeHTML undoes the \u003c, \u003e and \u0026 escapes that Go's JSON
+// encoders write for <, > and &, so a payload reads as the device sent it
+// (the page escapes it for HTML). Other escapes are kept as they are.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			switch strings.ToLower(string(b[i+2 : i+6])) {
+			case "003c":
+				out, i = append(out, '<'), i+5
+				continue
+			case "003e":
+				out, i = append(out, '>'), i+5
+				continue
+			case "0026":
+				out, i = append(out, '&'), i+5
+				continue
+			}
+		}
+		out, i = append(out, b[i], b[i+1]), i+1 // an escape pair, kept
+	}
+	return out
+}
+
+type eventsData struct {
+	Filter eventFilter
+	// Types are the type checkboxes.
+	Types []typeChoice
+	// Rows are events shown at once, newest first: those after ?after=
+	// for a browser without JavaScript.
+	Rows []eventRow
+	// After is where the stream starts: the newest event when the page
+	// was made, or the last of Rows.
+	After int64
+	// Stream is the URL of the live stream; Newer the page of the events
+	// after After, for a browser without JavaScript.
+	Stream, Newer string
+	// Error is why the events after ?after= could not be shown.
+	Error string
+}
+
+type typeChoice struct {
+	Type    string
+	Checked bool
+}
+
+// eventsPage is the live event view: the filter form, and the table the
+// script fills from the stream, newest on top. With ?after=N it shows the
+// events after N at once (what a browser without JavaScript reloads).
+func (c *Console) eventsPage(q *req) error {
+	query := q.r.URL.Query()
+	d := eventsData{Filter: parseEventFilter(query)}
+	for _, t := range events.Types {
+		d.Types = append(d.Types, typeChoice{t, slices.Contains(d.Filter.Types, t)})
+	}
+	if s := query.Get("after"); s != "" {
+		after, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || after < 0 {
+			d.Error = "after must be an event id."
+			return q.render(http.StatusBadRequest, "events", "Events", "events", d)
+		}
+		page, err := d.Filter.pull(q, after, eventsPerPage, 0)
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+				d.Error = ae.Message
+				return q.render(http.StatusBadRequest, "events", "Events", "events", d)
+			}
+			return err
+		}
+		for i := len(page.Events) - 1; i >= 0; i-- {
+			d.Rows = append(d.Rows, newEventRow(page.Events[i]))
+		}
+		d.After = page.next(after)
+	} else {
+		tail, err := c.newestEvent(q)
+		if err != nil {
+			return err
+		}
+		d.After = tail
+	}
+	v := d.Filter.values()
+	v.Set("after", strconv.FormatInt(d.After, 10))
+	d.Stream = q.consolePath("/events/stream?" + v.Encode())
+	d.Newer = q.consolePath("/events?" + v.Encode())
+	return q.render(http.StatusOK, "events", eventsTitle(d.Filter), "events", d)
+}
+
+func eventsTitle(f eventFilter) string {
+	if f.Device != "" {
+		return "Events of " + f.Device
+	}
+	return "Events"
+}
+
+// newestEvent returns the id of the app's newest event (0 when the log is
+// empty), where the live view starts. The pull API reads forward from a
+// cursor only, so it is found by search: an unfiltered read after x
+// returns events exactly when the newest id is above x, and a read that
+// returns fewer than it asked for has reached the newest. A log of under
+// tailProbe events takes one read; a million, about 2·log2(10,000)
+// reads of tailProbe events.
+func (c *Console) newestEvent(q *req) (int64, error) {
+	var f eventFilter // unfiltered: every id counts
+	// read returns how many events there are after x, up to tailProbe,
+	// and the last one's id.
+	read := func(x int64) (n int, last int64, err error) {
+		p, err := f.pull(q, x, tailProbe, 0)
+		if err != nil || len(p.Events) == 0 {
+			return 0, 0, err
+		}
+		id := p.Events[len(p.Events)-1].ID
+		if last, err = strconv.ParseInt(id, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("event id %q: %w", id, err)
+		}
+		return len(p.Events), last, nil
+	}
+	n, lo, err := read(0)
+	if err != nil || n < tailProbe {
+		return lo, err
+	}
+	// The newest id is at least lo. Gallop to an id no event is after,
+	// then halve; a short read ends the search early.
+	hi := lo
+	for step := int64(tailProbe); ; step *= 2 {
+		if hi = lo + step; hi < lo { // overflow: no id is above MaxInt64
+			hi = 1<<63 - 1
+			break
+		}
+		n, last, err := read(hi)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			break
+		}
+		if n < tailProbe {
+			return last, nil
+		}
+		lo = last
+	}
+	for lo < hi {
+		m := lo + (hi-lo)/2
+		n, last, err := read(m)
+		switch {
+		case err != nil:
+			return 0, err
+		case n == 0:
+			hi = m
+		case n < tailProbe:
+			return last, nil
+		default:
+			lo = last
+		}
+	}
+	return lo, nil
+}
+
+// eventStream serves the live view's Server-Sent Events: every event
+// after the cursor (the Last-Event-ID the browser resends when it
+// reconnects, else ?after=) that passes the filter, as it arrives. Each
+// SSE message is one table row, rendered here by html/template, so the
+// one escaping of the device's untrusted data is the page's own; the
+// script only inserts it. It reads the log through the pull API with the
+// app's credentials, long-polling, and stops when the browser goes away
+// or the console closes.
+func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
+	s, _ := c.session(r)
+	if s == nil {
+		// EventSource does not follow a sign-in redirect; the script
+		// says the session ended.
+		http.Error(w, "not signed in", http.StatusUnauthorized)
+		return
+	}
+	q := &req{c: c, w: w, r: r, s: s, key: r.PathValue("key")}
+	if !s.admin && q.key != s.appKey {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	cursor := r.Header.Get("Last-Event-ID")
+	if cursor == "" {
+		cursor = r.URL.Query().Get("after")
+	}
+	after, err := strconv.ParseInt(cursor, 10, 64)
+	if cursor == "" {
+		after, err = 0, nil
+	}
+	if err != nil || after < 0 {
+		http.Error(w, "the cursor must be an event id", http.StatusBadRequest)
+		return
+	}
+	f := parseEventFilter(r.URL.Query())
+
+	// The pulls run under a context that also ends when the console
+	// closes, so a server shutting down is not held by open streams.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(c.closing, cancel)
+	defer stop()
+	q.r = r.WithContext(ctx)
+
+	c.streams.Add(1)
+	defer c.streams.Add(-1)
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // a proxy must pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	send := func(msg string) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteBudget))
+		if _, err := io.WriteString(w, msg); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(fmt.Sprintf("retry: %d\n: stream of %s after %d\n\n", streamRetry.Milliseconds(), q.key, after)) {
+		return
+	}
+	t := c.pages["events"]
+	behind := 0 // events sent back to back in full pulls
+	for {
+		page, err := f.pull(q, after, streamBatch, c.streamWait)
+		if ctx.Err() != nil {
+			return // the browser went away, or the console closed
+		}
+		if !c.touch(s.id) {
+			// Signed out (maybe in another tab) or expired: what the
+			// session could see, it no longer may.
+			send(sseMessage("", "devmsg-error", "Your session ended. Sign in again."))
+			return
+		}
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status != http.StatusTooManyRequests && ae.Status < 500 {
+				// A refusal that trying again would not change: a bad
+				// filter, a cursor the log no longer has, a rotated
+				// secret. The script shows it and stops.
+				send(sseMessage("", "devmsg-error", ae.Message))
+				return
+			}
+			// Over the rate limit, or the service failed: end the
+			// response; the browser reconnects after streamRetry with
+			// the last id it got.
+			if ae == nil {
+				c.log.Error("console event stream", "app", q.key, "err", err)
+			}
+			return
+		}
+		var out strings.Builder
+		for _, e := range page.Events {
+			var row bytes.Buffer
+			if err := t.ExecuteTemplate(&row, "event-row", newEventRow(e)); err != nil {
+				c.log.Error("console event stream: render", "app", q.key, "err", err)
+				return
+			}
+			out.WriteString(sseMessage(e.ID, "devmsg-event", row.String()))
+		}
+		next := page.next(after)
+		if len(page.Events) == 0 {
+			// Nothing matched: move the browser's cursor past what was
+			// examined (an id alone changes Last-Event-ID without an
+			// event), and show the connection is alive.
+			if next != after {
+				out.WriteString("id: " + strconv.FormatInt(next, 10) + "\n\n")
+			}
+			out.WriteString(": waiting\n\n")
+		}
+		after = next
+		if len(page.Events) < streamBatch {
+			behind = 0
+		} else if behind += len(page.Events); behind >= streamCatchUp {
+			newest, err := c.newestEvent(q)
+			if err != nil {
+				return // as a failed pull: the browser reconnects
+			}
+			if newest > after {
+				out.WriteString(sseMessage(strconv.FormatInt(newest, 10), "devmsg-skip", fmt.Sprintf(
+					"Events came faster than this view shows them: it skipped ahead to event %d. The ones in between are in the log: filter the view, or pull them.", newest)))
+				after = newest
+			}
+			behind = 0
+		}
+		if !send(out.String()) {
+			return
+		}
+	}
+}
+
+// sseMessage is one Server-Sent Events message; data may span lines.
+func sseMessage(id, event, data string) string {
+	var b strings.Builder
+	if id != "" {
+		b.WriteString("id: " + id + "\n")
+	}
+	b.WriteString("event: " + event + "\n")
+	for _, line := range strings.Split(data, "\n") {
+		b.WriteString("data: " + strings.TrimSuffix(line, "\r") + "\n")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// touch keeps a session with an open stream alive, as a request would;
+// false when it has ended.
+func (c *Console) touch(id string) bool {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.sessions[id]
+	if !ok || now.Sub(s.seen) > SessionIdle {
+		return false
+	}
+	s.seen = now
+	return true
+}
