@@ -110,6 +110,15 @@ func TestDeviceSDKTelemetry(t *testing.T) {
 	// QoS 0 returns once written; the event follows.
 	must(t, d.PublishUp(ctx, "q0", []byte("fire and forget"), 0))
 	waitFor(t, 5*time.Second, "the QoS 0 event", func() bool { return len(f.pullDevice("tel-1", "device.up")) == 4 })
+
+	// A publish that cannot be sent is one to send again, whichever way
+	// it failed: here the client is not connected any more.
+	d.Close()
+	for range 20 {
+		if err := d.PublishUp(ctx, "telemetry", []byte("x"), 1); !errors.Is(err, sdk.ErrNotAcknowledged) {
+			t.Fatalf("publish after Close: %v, want ErrNotAcknowledged", err)
+		}
+	}
 }
 
 // TestEventsCommand runs `devmsg events` against a live log: it prints

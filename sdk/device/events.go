@@ -31,8 +31,9 @@ const (
 	Fault Level = 2
 )
 
-// ErrNotAcknowledged means a QoS 1 publish got no PUBACK before the
-// context ended or the Device was closed. The service may or may not have
+// ErrNotAcknowledged means a publish got no PUBACK before the context
+// ended or the Device was closed, or could not be sent (not connected, or
+// the connection failed under the write). The service may or may not have
 // the event: publish it again (at least once). A service that cannot store
 // an event refuses it by sending no PUBACK to an MQTT 3.1.1 client such as
 // this one, so give PublishUp and ReportEvent a context with a deadline.
@@ -100,7 +101,9 @@ func (d *Device) publishAcked(ctx context.Context, topic string, payload []byte,
 	select {
 	case <-tok.Done():
 		if err := tok.Error(); err != nil {
-			return fmt.Errorf("device: publish %s: %w", topic, err)
+			// Not connected, or the connection failed under the write:
+			// the service may or may not have it, as with a lost PUBACK.
+			return fmt.Errorf("device: publish %s: %w: %w", topic, ErrNotAcknowledged, err)
 		}
 		return nil
 	case <-d.closed:
