@@ -1,8 +1,9 @@
 // Package bench is `devmsg bench`: it starts a devmsg server (or uses a
 // running one), sets up an app and its devices through the real admin and
 // REST APIs, drives message sends and property sets over keep-alive HTTPS
-// connections and reports throughput and latency percentiles in a form
-// that goes into BENCHMARKS.md.
+// connections, and device telemetry over MQTT to an event webhook of its
+// own (EventWorkloads), and reports throughput and latency percentiles in
+// a form that goes into BENCHMARKS.md.
 //
 // Two kinds of workload answer two questions. A closed loop (send,
 // property) keeps a fixed number of connections busy back to back and
@@ -28,7 +29,8 @@
 // The package is large (over 2,000 lines) because it is a whole harness
 // of its own, one file per concern: it starts servers, a redis-server and
 // a Mosquitto to compare against, runs MQTT devices on a small client of
-// its own, an HTTP callback receiver, and the REST workloads, and reads
+// its own, an HTTP callback receiver and an event webhook receiver, and
+// the REST workloads, and reads
 // the processes' CPU. None of these parts has a second user, and it
 // imports nothing of devmsg's server, so it measures only what a user
 // could; splitting it would add exported names and no clarity.
