@@ -30,8 +30,8 @@
 // of its own, one file per concern: it starts servers, a redis-server and
 // a Mosquitto to compare against, runs MQTT devices on a small client of
 // its own, an HTTP callback receiver and an event webhook receiver, and
-// the REST workloads, and reads
-// the processes' CPU. None of these parts has a second user, and it
+// the REST workloads, and reads the processes' CPU. None of these parts
+// has a second user, and it
 // imports nothing of devmsg's server, so it measures only what a user
 // could; splitting it would add exported names and no clarity.
 package bench
