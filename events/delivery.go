@@ -54,9 +54,14 @@ const (
 // storeRetry is how long a loop waits after a store error.
 const storeRetry = time.Second
 
-// cursorSaveEvery bounds how often a loop stores a cursor moved over
-// events its webhook does not take (a delivery stores it every time).
+// cursorSaveEvery bounds how often a loop stores its cursor while it
+// runs: a synced write per POST would halve what one webhook delivers.
+// A crash repeats at most this much of deliveries (at least once); a
+// stopping loop stores its cursor on the way out.
 const cursorSaveEvery = time.Second
+
+// finalSaveTimeout bounds the cursor save of a stopping loop.
+const finalSaveTimeout = 2 * time.Second
 
 // WebhookStore is what webhooks need of the store.
 type WebhookStore interface {
@@ -257,6 +262,13 @@ func (l *loop) run(ctx context.Context) {
 	if !ok {
 		return
 	}
+	defer func() {
+		// Stopping (the node shuts down or hands the lease on) stores
+		// where delivery got to, so the next loop repeats nothing.
+		sctx, cancel := context.WithTimeout(context.Background(), finalSaveTimeout)
+		defer cancel()
+		l.save(sctx, cursor, true)
+	}()
 	jiot := l.hook.Format == FormatJIOT
 	var (
 		batch []store.Event
@@ -324,7 +336,7 @@ func (l *loop) run(ctx context.Context) {
 		switch {
 		case res.sent:
 			cursor = next
-			l.save(ctx, cursor, true)
+			l.save(ctx, cursor, false)
 		case res.trimmed:
 			// The events left the log while they were retried.
 			l.overtaken(cursor, res.oldest)
@@ -364,8 +376,8 @@ func (l *loop) loadCursor(ctx context.Context) (int64, bool) {
 	}
 }
 
-// save stores the cursor: always after a delivery (now), otherwise at
-// most every cursorSaveEvery. A failure is logged; the cursor in memory
+// save stores the cursor: at once when now (the log overtook it, or the
+// loop stops), otherwise at most every cursorSaveEvery. A failure is logged; the cursor in memory
 // goes on, and a restart before the next save repeats deliveries.
 func (l *loop) save(ctx context.Context, cursor int64, now bool) {
 	if cursor == l.saved || !now && l.w.now().Sub(l.at) < cursorSaveEvery {
@@ -425,7 +437,7 @@ func (l *loop) deliverJIOT(ctx context.Context, batch []store.Event, cursor int6
 		}
 		cursor = e.ID
 		if i < len(batch)-1 {
-			l.save(ctx, cursor, true)
+			l.save(ctx, cursor, false)
 		}
 	}
 	return result{sent: true}, cursor
@@ -436,21 +448,9 @@ func (l *loop) deliverJIOT(ctx context.Context, batch []store.Event, cursor int6
 // evs[0] is in the log.
 func (l *loop) post(ctx context.Context, evs []store.Event, id string, body []byte) result {
 	w := l.w
-	// The read may have seen events whose write is not durable yet: a
-	// receiver must never hear of an event a crash could take back.
-	for {
-		err := w.st.Barrier(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return result{}
-		}
-		w.log.Error("event webhooks: wait for events to be durable", "app", l.app, "err", err)
-		if !sleep(ctx, storeRetry) {
-			return result{}
-		}
-	}
+	// No store Barrier here: ReadEvents shows only durable events (the
+	// EventLog contract), so a receiver never hears of an event a crash
+	// could take back.
 	backoff := w.cfg.MinBackoff
 	for attempt := 1; ; attempt++ {
 		start := w.now()
