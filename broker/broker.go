@@ -375,6 +375,7 @@ func (b *Broker) Kick(appKey, deviceName string) bool {
 	if s == nil {
 		return false
 	}
+	s.kicked.Store(true)
 	b.disconnect(s.cl, packets.ErrNotAuthorized)
 	return true
 }

@@ -23,7 +23,9 @@ const (
 	// EndTakeover: a newer connection of the device took over, here
 	// (Broker) or elsewhere (Session.TakenOver).
 	EndTakeover
-	// EndKicked: Broker.Kick or Session.Close ended it.
+	// EndKicked: Broker.Kick or Session.Close ended it. (mochi's own
+	// "not authorized" stop, of a 3.1.1 publish outside the device's
+	// prefix, is EndError.)
 	EndKicked
 	// EndShutdown: Broker.Close ended it.
 	EndShutdown

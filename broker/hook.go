@@ -177,7 +177,11 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
 	if s == nil {
 		return // refused before it was established
 	}
-	s.end.Store(int32(endOf(err, cl.StopCause())))
+	end := endOf(err, cl.StopCause())
+	if end == EndKicked && !s.kicked.Load() {
+		end = EndError // mochi's own "not authorized", not a kick
+	}
+	s.end.Store(int32(end))
 	h.b.connected.Add(-1)
 	// Report first, while Current still answers true for a session that
 	// was not taken over, then retire it.

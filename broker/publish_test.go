@@ -215,6 +215,20 @@ func TestSessionEnd(t *testing.T) {
 	}
 	ended("kick", EndKicked)
 
+	// A 3.1.1 publish outside the device's prefix closes the connection
+	// (3.1.1 cannot refuse one publish): the device's doing, an error,
+	// not a kick by the service (mochi stops it with "not authorized",
+	// the cause Kick uses too).
+	rc, _ = rawConnect(t, addr, 4, "app/dev", "secret")
+	var buf bytes.Buffer
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, ProtocolVersion: 4,
+		TopicName: "d/app/other/up", PacketID: 1, Payload: []byte("p")}
+	if err := pk.PublishEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	rc.write(buf.Bytes())
+	ended("3.1.1 publish outside the prefix", EndError)
+
 	rawConnectKeepalive(t, addr, 4, "app/dev", "secret", 1) // silent: times out after 1.5 s
 	ended("keepalive", EndKeepalive)
 

@@ -48,6 +48,10 @@ type Session struct {
 	// processed is over it (set by hook.OnSubscribe).
 	subLimiter   *rate.Limiter
 	subThrottled atomic.Bool
+	// kicked says Kick or Close stopped the connection: mochi's own
+	// refusals (a 3.1.1 publish outside the prefix) stop it with the
+	// same "not authorized" cause, and those are the device's error.
+	kicked atomic.Bool
 
 	mu      sync.Mutex
 	nextPID uint16
@@ -175,7 +179,10 @@ func (s *Session) release() {
 }
 
 // Close disconnects the session.
-func (s *Session) Close() { s.b.disconnect(s.cl, packets.ErrNotAuthorized) }
+func (s *Session) Close() {
+	s.kicked.Store(true)
+	s.b.disconnect(s.cl, packets.ErrNotAuthorized)
+}
 
 // Live reports whether the session's connection is still open: false
 // from the moment the broker learns it ended, before Disconnected.

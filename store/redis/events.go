@@ -21,12 +21,15 @@ import (
 //	{P a:<app>}:evlast   the last stream id handed out ("ms-seq")
 //	{P a:<app>}:evtrim   the highest stream id trimmed away
 //
-// An event's ID is its stream id ms-seq as the int64 ms*1,000,000+seq.
+// An event's ID is its stream id ms-seq as the int64 ms*1,000+seq, which
+// stays within 2^53-1 (DESIGN.md section 6: ids every JSON parser holds
+// exactly) until the year 2255; ms*1,000,000 would not (1.8e18 today).
 // The scripts choose the stream id themselves, rather than XADD's "*",
-// so that seq stays below 1,000,000: the id is the server's time in ms
-// with seq 0, or when that is not above the last id's ms (several
-// appends in one ms, or a clock that went back) the last id's seq+1, or
-// past 999,999 the next ms. So ids increase per app, and since Redis runs
+// so that seq stays below 1,000: the id is the server's time in ms with
+// seq 0, or when that is not above the last id's ms (several appends in
+// one ms, or a clock that went back) the last id's seq+1, or past 999
+// the next ms (so an app appending over a million events a second gets
+// ids ahead of the clock, still increasing). So ids increase per app, and since Redis runs
 // one script at a time, they become visible in id order. Reads see only
 // durable writes (see Barrier), so neither a gap nor an event that a
 // crash takes back is ever seen.
@@ -41,7 +44,7 @@ import (
 // call with events of several apps is atomic per app only.
 
 // eventIDScale splits an event ID into the stream id's ms and seq.
-const eventIDScale = 1_000_000
+const eventIDScale = 1_000
 
 func (s *Store) eventStreamKey(app string) string { return s.app(app) + "ev" }
 func (s *Store) eventLastKey(app string) string   { return s.app(app) + "evlast" }
@@ -107,7 +110,7 @@ local function appendEvents(stream, lastKey, chan, app, starts)
   for i, a in ipairs(starts) do
     if now > ms then
       ms, seq = now, 0
-    elseif seq < 999999 then
+    elseif seq < 999 then
       seq = seq + 1
     else
       ms, seq = ms + 1, 0
