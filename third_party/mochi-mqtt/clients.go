@@ -65,6 +65,27 @@ func (cl *Clients) GetAll() map[string]*Client {
 	return m
 }
 
+// getWhere returns the clients for which keep returns true, keyed on
+// client id; nil when there are none. keep runs under the read lock.
+// Unlike GetAll, it copies only the clients it returns: the server's
+// once-a-second housekeeping looks for the few clients it has work for
+// among all of them, and a copy of the whole map every second was most of
+// what an idle server allocated.
+func (cl *Clients) getWhere(keep func(*Client) bool) map[string]*Client {
+	cl.RLock()
+	defer cl.RUnlock()
+	var m map[string]*Client
+	for k, v := range cl.internal {
+		if keep(v) {
+			if m == nil {
+				m = map[string]*Client{}
+			}
+			m[k] = v
+		}
+	}
+	return m
+}
+
 // Get returns the value of a client if it exists.
 func (cl *Clients) Get(id string) (*Client, bool) {
 	cl.RLock()
@@ -155,6 +176,7 @@ type ClientState struct {
 	open            context.Context      // indicate that the client is open for packet exchange
 	cancelOpen      context.CancelFunc   // cancel function for open context
 	outboundQty     int32                // number of messages currently in the outbound queue
+	writing         atomic.Bool          // a goroutine is writing the outbound queue (see startWriter)
 	Keepalive       uint16               // the number of seconds the connection can wait
 	ServerKeepalive bool                 // keepalive was set by the server
 }
@@ -190,7 +212,41 @@ func newClient(c net.Conn, o *ops) *Client {
 	return cl
 }
 
-// WriteLoop ranges over pending outbound messages and writes them to the client connection.
+// startWriter makes sure a goroutine is writing the outbound queue: it
+// starts one unless one is running. The writer exits once the queue is
+// empty, so an idle client has no goroutine waiting to write, only the one
+// reading its connection.
+func (cl *Client) startWriter() {
+	if cl.State.writing.CompareAndSwap(false, true) {
+		go cl.writeQueued()
+	}
+}
+
+// writeQueued writes the outbound queue until it is empty, then exits.
+func (cl *Client) writeQueued() {
+	for {
+		select {
+		case pk := <-cl.State.outbound:
+			if err := cl.WritePacket(*pk); err != nil {
+				cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
+			}
+			atomic.AddInt32(&cl.State.outboundQty, -1)
+			continue
+		default:
+		}
+		cl.State.writing.Store(false)
+		// A packet queued after the receive above and before the Store saw
+		// a writer running and started none: take it unless another writer
+		// has started since.
+		if len(cl.State.outbound) == 0 || !cl.State.writing.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// WriteLoop ranges over pending outbound messages and writes them to the
+// client connection until the client closes. The server no longer runs it
+// (see startWriter); it is kept for callers of the exported API.
 func (cl *Client) WriteLoop() {
 	for {
 		select {

@@ -53,8 +53,6 @@ func newTestClient() (cl *Client, r net.Conn, w net.Conn) {
 	cl.Properties.Props.TopicAliasMaximum = 0
 	cl.Properties.Props.RequestResponseInfo = 0x1
 
-	go cl.WriteLoop()
-
 	return
 }
 

@@ -397,83 +397,57 @@ func (s *Server) eventLoop() {
 
 // EstablishConnection establishes a new client when a listener accepts a new connection.
 func (s *Server) EstablishConnection(listener string, c net.Conn) error {
-	cl := s.NewClient(c, listener, "", false)
-	return s.attachClient(cl, listener)
+	// The client is built on the fresh stack of the handshake too:
+	// NewClient's calls go deeper than the wait for data (see attachClient).
+	return s.serveClient(listener, func() *Client { return s.NewClient(c, listener, "", false) })
 }
 
 // attachClient validates an incoming client connection and if viable, attaches the client
 // to the server, performs session housekeeping, and reads incoming packets.
+//
+// The goroutine that runs attachClient lives as long as the connection, and
+// most of that time it waits for the client's next packet. Whatever runs on
+// it leaves its stack grown to the deepest call made, and the runtime
+// shrinks a stack only by half per GC cycle, and only while less than a
+// quarter of it is in use. So the deep work (the CONNECT handshake with its
+// hooks, and processing each packet) runs on short-lived goroutines
+// (onFreshStack) while this one only waits for data, with a stack that
+// stays at its minimum: an idle connection costs a few KiB of stack rather
+// than the 16 KiB or more that the deepest hook call left behind.
 func (s *Server) attachClient(cl *Client, listener string) error {
-	defer s.Listeners.ClientsWg.Done()
+	return s.serveClient(listener, func() *Client { return cl })
+}
+
+// serveClient is attachClient for the client that newClient returns,
+// called on the fresh stack of the handshake.
+func (s *Server) serveClient(listener string, newClient func() *Client) error {
+	// No defers and no logging here: this frame stays on the stack for
+	// the connection's life, so it is kept small (see readWaiting).
 	s.Listeners.ClientsWg.Add(1)
 
-	go cl.WriteLoop()
-	defer cl.Stop(nil)
-
-	pk, err := s.readConnectionPacket(cl)
-	if err != nil {
-		return fmt.Errorf("read connection: %w", err)
+	var cl *Client
+	var err error
+	var counted bool
+	onFreshStack(func() {
+		cl = newClient()
+		counted, err = s.establishClient(cl, listener)
+	})
+	if err == nil {
+		err = s.readWaiting(cl)
+		err = s.detachClient(cl, listener, err)
 	}
 
-	cl.ParseConnect(listener, pk)
-	if atomic.LoadInt64(&s.Info.ClientsConnected) >= s.Options.Capabilities.MaximumClients {
-		if cl.Properties.ProtocolVersion < 5 {
-			s.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
-		} else {
-			s.SendConnack(cl, packets.ErrServerBusy, false, nil)
-		}
-
-		return packets.ErrServerBusy
+	if counted {
+		atomic.AddInt64(&s.Info.ClientsConnected, -1)
 	}
+	cl.Stop(nil)
+	s.Listeners.ClientsWg.Done()
+	return err
+}
 
-	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
-	if code != packets.CodeSuccess {
-		if err := s.SendConnack(cl, code, false, nil); err != nil {
-			return fmt.Errorf("invalid connection send ack: %w", err)
-		}
-		return code // [MQTT-3.2.2-7] [MQTT-3.1.4-6]
-	}
-
-	err = s.hooks.OnConnect(cl, pk)
-	if err != nil {
-		return err
-	}
-
-	cl.refreshDeadline(cl.State.Keepalive)
-	if !s.hooks.OnConnectAuthenticate(cl, pk) { // [MQTT-3.1.4-2]
-		err := s.SendConnack(cl, packets.ErrBadUsernameOrPassword, false, nil)
-		if err != nil {
-			return fmt.Errorf("invalid connection send ack: %w", err)
-		}
-
-		return packets.ErrBadUsernameOrPassword
-	}
-
-	atomic.AddInt64(&s.Info.ClientsConnected, 1)
-	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
-
-	s.hooks.OnSessionEstablish(cl, pk)
-
-	sessionPresent := s.inheritClientSession(pk, cl)
-	s.Clients.Add(cl) // [MQTT-4.1.0-1]
-
-	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
-	if err != nil {
-		return fmt.Errorf("ack connection packet: %w", err)
-	}
-
-	s.loop.willDelayed.Delete(cl.ID) // [MQTT-3.1.3-9]
-
-	if sessionPresent {
-		err = cl.ResendInflightMessages(true)
-		if err != nil {
-			return fmt.Errorf("resend inflight: %w", err)
-		}
-	}
-
-	s.hooks.OnSessionEstablished(cl, pk)
-
-	err = cl.Read(s.receivePacket)
+// detachClient ends an established client whose reading ended with err
+// (nil: the client disconnected cleanly), and returns err.
+func (s *Server) detachClient(cl *Client, listener string, err error) error {
 	if err != nil {
 		s.sendLWT(cl)
 		cl.Stop(err)
@@ -492,6 +466,142 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	}
 
 	return err
+}
+
+// establishClient reads and answers the client's CONNECT and establishes its
+// session. counted reports that the client was added to
+// Info.ClientsConnected, which the caller undoes when the client ends.
+func (s *Server) establishClient(cl *Client, listener string) (counted bool, err error) {
+	pk, err := s.readConnectionPacket(cl)
+	if err != nil {
+		return false, fmt.Errorf("read connection: %w", err)
+	}
+
+	cl.ParseConnect(listener, pk)
+	if atomic.LoadInt64(&s.Info.ClientsConnected) >= s.Options.Capabilities.MaximumClients {
+		if cl.Properties.ProtocolVersion < 5 {
+			s.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
+		} else {
+			s.SendConnack(cl, packets.ErrServerBusy, false, nil)
+		}
+
+		return false, packets.ErrServerBusy
+	}
+
+	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
+	if code != packets.CodeSuccess {
+		if err := s.SendConnack(cl, code, false, nil); err != nil {
+			return false, fmt.Errorf("invalid connection send ack: %w", err)
+		}
+		return false, code // [MQTT-3.2.2-7] [MQTT-3.1.4-6]
+	}
+
+	err = s.hooks.OnConnect(cl, pk)
+	if err != nil {
+		return false, err
+	}
+
+	cl.refreshDeadline(cl.State.Keepalive)
+	if !s.hooks.OnConnectAuthenticate(cl, pk) { // [MQTT-3.1.4-2]
+		err := s.SendConnack(cl, packets.ErrBadUsernameOrPassword, false, nil)
+		if err != nil {
+			return false, fmt.Errorf("invalid connection send ack: %w", err)
+		}
+
+		return false, packets.ErrBadUsernameOrPassword
+	}
+
+	atomic.AddInt64(&s.Info.ClientsConnected, 1)
+
+	s.hooks.OnSessionEstablish(cl, pk)
+
+	sessionPresent := s.inheritClientSession(pk, cl)
+	s.Clients.Add(cl) // [MQTT-4.1.0-1]
+
+	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
+	if err != nil {
+		return true, fmt.Errorf("ack connection packet: %w", err)
+	}
+
+	s.loop.willDelayed.Delete(cl.ID) // [MQTT-3.1.3-9]
+
+	if sessionPresent {
+		err = cl.ResendInflightMessages(true)
+		if err != nil {
+			return true, fmt.Errorf("resend inflight: %w", err)
+		}
+	}
+
+	s.hooks.OnSessionEstablished(cl, pk)
+	return true, nil
+}
+
+// readWaiting reads and processes the client's packets like Client.Read,
+// until the client closes or an error. It waits for data on the calling
+// goroutine, in a shallow call, and processes what arrived on a fresh one
+// (see attachClient). Everything on the calling goroutine's stack while it
+// waits, from the listener's goroutine down to the runtime's netpoll wait,
+// fits in the 2 KiB a goroutine starts with (about 0.9 KiB over plain TCP),
+// so the stack never grows; a single deeper call on it would double it
+// for the rest of the connection. Even the read deadline is refreshed by
+// readBuffered, after each packet, for that reason.
+func (s *Server) readWaiting(cl *Client) error {
+	if cl.Net.bconn == nil {
+		return ErrConnectionClosed
+	}
+	for {
+		if cl.Closed() {
+			return nil
+		}
+
+		if _, err := cl.Net.bconn.Peek(1); err != nil {
+			return err
+		}
+
+		var err error
+		onFreshStack(func() { err = s.readBuffered(cl) })
+		if err != nil || cl.Closed() {
+			return err
+		}
+	}
+}
+
+// readBuffered reads and processes packets while their first byte has
+// already arrived; a packet only partly arrived is waited for. It leaves
+// the read deadline refreshed for the wait for the next packet.
+func (s *Server) readBuffered(cl *Client) error {
+	for {
+		fh := new(packets.FixedHeader)
+		err := cl.ReadFixedHeader(fh)
+		if err != nil {
+			return err
+		}
+
+		pk, err := cl.ReadPacket(fh)
+		if err != nil {
+			return err
+		}
+
+		err = s.receivePacket(cl, pk) // Process inbound packet.
+		if err != nil || cl.Closed() {
+			return err
+		}
+		cl.refreshDeadline(cl.State.Keepalive)
+		if cl.Net.bconn.Buffered() == 0 {
+			return nil
+		}
+	}
+}
+
+// onFreshStack runs f on a new goroutine and waits for it to return, so
+// that however deep f calls, the caller's stack does not grow.
+func onFreshStack(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 // readConnectionPacket reads the first incoming header for a connection, and if
@@ -1100,6 +1210,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	select {
 	case cl.State.outbound <- &out:
 		atomic.AddInt32(&cl.State.outboundQty, 1)
+		cl.startWriter()
 	default:
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
@@ -1695,7 +1806,7 @@ func (s *Server) loadRetained(v []storage.Message) {
 // clearExpiredClients deletes all clients which have been disconnected for longer
 // than their given expiry intervals.
 func (s *Server) clearExpiredClients(dt int64) {
-	for id, client := range s.Clients.GetAll() {
+	for id, client := range s.Clients.getWhere(func(cl *Client) bool { return cl.StopTime() != 0 }) {
 		disconnected := client.StopTime()
 		if disconnected == 0 {
 			continue
@@ -1732,7 +1843,7 @@ func (s *Server) clearExpiredRetainedMessages(now int64) {
 
 // clearExpiredInflights deletes any inflight messages which have expired.
 func (s *Server) clearExpiredInflights(now int64) {
-	for _, client := range s.Clients.GetAll() {
+	for _, client := range s.Clients.getWhere(func(cl *Client) bool { return cl.State.Inflight.Len() > 0 }) {
 		if deleted := client.ClearExpiredInflights(now, s.Options.Capabilities.MaximumMessageExpiryInterval); len(deleted) > 0 {
 			for _, id := range deleted {
 				s.hooks.OnQosDropped(client, packets.Packet{PacketID: id})

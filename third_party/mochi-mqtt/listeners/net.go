@@ -64,14 +64,26 @@ func (l *Net) Serve(establish EstablishFn) {
 		}
 
 		if atomic.LoadUint32(&l.end) == 0 {
-			go func() {
-				err = establish(l.id, conn)
-				if err != nil {
-					l.log.Warn("", "error", err)
-				}
-			}()
+			go l.establish(establish, conn)
 		}
 	}
+}
+
+// establish runs establish for the connection, which lasts as long as the
+// connection. The goroutine's first frame stays on its stack throughout,
+// so the logging, whose arguments take a large frame, is a call of its
+// own, made when establish has returned. (The error is a variable of this
+// goroutine's: the closure this replaces assigned the one of Serve, shared
+// by every connection's goroutine.)
+func (l *Net) establish(establish EstablishFn, conn net.Conn) {
+	if err := establish(l.id, conn); err != nil {
+		l.logEnded(err)
+	}
+}
+
+//go:noinline
+func (l *Net) logEnded(err error) {
+	l.log.Warn("", "error", err)
 }
 
 // Close closes the listener and any client connections.
