@@ -389,7 +389,7 @@ func (b *runner) idleMemoryDevmsg(ctx context.Context, out io.Writer) (float64, 
 		user := b.key + "/" + deviceName(i)
 		creds[i] = user + "," + b.secrets[i] + ",d/" + user + "/msg"
 	}
-	return idleMemory(ctx, b.exe, b.serverPID, b.nodes[0].mqtt, creds, out, "devmsg")
+	return idleMemory(ctx, b.exe, b.serverPID, b.nodes[0].mqtt, creds, out, "devmsg", b.gcSnapshot)
 }
 
 // warnQueueFull warns, once per run, when a send workload has sent more

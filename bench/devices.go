@@ -302,10 +302,19 @@ func rss(pid int) (int64, error) {
 // source addresses 127.0.0.2 upwards (exe is a devmsg binary, for its
 // bench-client subcommand), and reports the broker process's
 // RSS growth per device once they are all connected and it has settled.
-func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, creds []string, out io.Writer, name string) (float64, error) {
+// snapshot, when not nil, is called before the devices connect and after
+// the RSS reading, while they are still connected (see gcSnapshot).
+func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, creds []string, out io.Writer, name string,
+	snapshot func(ctx context.Context, stage string) (memSnapshot, error)) (float64, error) {
 	before, err := rss(brokerPID)
 	if err != nil {
 		return 0, err
+	}
+	var base memSnapshot
+	if snapshot != nil {
+		if base, err = snapshot(ctx, "before"); err != nil {
+			return 0, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "devmsg-idle-")
 	if err != nil {
@@ -357,6 +366,13 @@ func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, cre
 	per := float64(after-before) / float64(len(creds))
 	fmt.Fprintf(out, "%-16s %-9s %d devices from %d processes: RSS %.1f MiB → %.1f MiB, %.1f KiB per device\n",
 		"idle-memory", name, len(creds), len(procs), float64(before)/(1<<20), float64(after)/(1<<20), per/1024)
+	if snapshot != nil {
+		at, err := snapshot(ctx, "connected")
+		if err != nil {
+			return 0, err
+		}
+		printBreakdown(out, len(creds), base, at)
+	}
 	return per, nil
 }
 

@@ -174,7 +174,7 @@ func (b *runner) compareMosquitto(ctx context.Context, out io.Writer, devmsg bro
 		for i := range creds {
 			creds[i] = ",," + mosquittoTopic(i)
 		}
-		if mq.perDevice, err = idleMemory(ctx, b.exe, m.cmd.Process.Pid, m.addr, creds, out, "mosquitto"); err != nil {
+		if mq.perDevice, err = idleMemory(ctx, b.exe, m.cmd.Process.Pid, m.addr, creds, out, "mosquitto", nil); err != nil {
 			return nil, err
 		}
 	}
