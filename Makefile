@@ -30,6 +30,13 @@ lint:
 bench:
 	go run ./cmd/devmsg bench
 
+# Issue 16's churn: 200,000 connect/subscribe/disconnect cycles from 4 client
+# processes on 127.0.0.2-5; the server's RSS, goroutines and heap after a
+# forced GC, before and after (broker's TestChurnLeavesNothingBehind is the
+# CI-sized version).
+churn:
+	go run ./cmd/devmsg bench --workloads churn --churn-cycles $${DEVMSG_CHURN_CYCLES:-200000}
+
 # The long crash loop of issue 12 (CI runs 20 cycles): kill -9 at random
 # points under load, counting lost, phantom and duplicated messages.
 crash-loop:

@@ -60,6 +60,8 @@ type Options struct {
 	// --target; the bench knows it for a server it starts).
 	Subscribers int
 	IdleDevices int
+	// ChurnCycles is how many connect/subscribe/disconnect cycles churn runs.
+	ChurnCycles int
 	MQTTAddr    string
 	// ServerPprof, when set, is a directory that receives a CPU profile
 	// of the server for each workload's measured window
@@ -158,6 +160,12 @@ func (o Options) validateWorkloads() []error {
 	if slices.Contains(o.Workloads, "idle-memory") && o.Target != "" {
 		errs = append(errs, errors.New("idle-memory reads the server's RSS, so it needs a server the bench starts (no --target)"))
 	}
+	if slices.Contains(o.Workloads, "churn") && o.Target != "" {
+		errs = append(errs, errors.New("churn reads the server's RSS, so it needs a server the bench starts (no --target)"))
+	}
+	if slices.Contains(o.Workloads, "churn") && o.ChurnCycles < 1 {
+		errs = append(errs, fmt.Errorf("churn cycles %d: need at least 1", o.ChurnCycles))
+	}
 	if o.Target != "" && o.AdminPassword == "" {
 		errs = append(errs, errors.New("--target needs --admin-password"))
 	}
@@ -193,6 +201,9 @@ func (o Options) validateDeployment() []error {
 	}
 	if slices.Contains(o.Workloads, "idle-memory") {
 		errs = append(errs, fmt.Errorf("--nodes %d: idle-memory reads the RSS of one server process; run it with --nodes 1", o.Nodes))
+	}
+	if slices.Contains(o.Workloads, "churn") {
+		errs = append(errs, fmt.Errorf("--nodes %d: churn reads the RSS of one server process; run it with --nodes 1", o.Nodes))
 	}
 	if slices.Contains(o.Workloads, "mosquitto") {
 		errs = append(errs, fmt.Errorf("--nodes %d: mosquitto compares one broker with Mosquitto; run it with --nodes 1", o.Nodes))
@@ -317,6 +328,11 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 				return nil, err
 			}
 			devmsg.perDevice = perDevice
+			continue
+		case "churn":
+			if err := b.churnDevmsg(ctx, out); err != nil {
+				return nil, err
+			}
 			continue
 		case "mosquitto":
 			rs, err := b.compareMosquitto(ctx, out, devmsg)

@@ -31,7 +31,11 @@ import (
 //   - mosquitto: Debian's Mosquitto measured the same three ways, with a
 //     publisher client in place of the REST API, and the ratios of
 //     devmsg's numbers to its.
-var DeviceWorkloads = []string{"deliver-latency", "deliver", "idle-memory", "mosquitto"}
+//   - churn: ChurnCycles connect/subscribe/disconnect cycles over Devices
+//     devices from several client processes and source addresses; the
+//     server's RSS, goroutines and heap after a forced GC, before and
+//     after (see churn.go).
+var DeviceWorkloads = []string{"deliver-latency", "deliver", "idle-memory", "mosquitto", "churn"}
 
 // DefaultDeliverRate is the open-loop rate of deliver-latency.
 const DefaultDeliverRate = 2000
