@@ -327,7 +327,7 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 			if err != nil {
 				return nil, err
 			}
-			devmsg.perDevice = perDevice
+			devmsg.perDevice, devmsg.idleMeasured = perDevice, true
 			continue
 		case "churn":
 			if err := b.churnDevmsg(ctx, out); err != nil {

@@ -47,7 +47,8 @@ const idleClientsPerProcess = 4500
 // brokerRun is one broker's numbers, for the comparison.
 type brokerRun struct {
 	latency, deliver *Result
-	perDevice        float64 // RSS bytes per idle device, 0 if not measured
+	perDevice        float64 // RSS bytes per idle device (noise can make it ≤ 0 with few devices)
+	idleMeasured     bool    // idle-memory ran, so perDevice holds its figure
 }
 
 // connectSubscribers connects n devices (devmsg: its devices 0..n-1 with
@@ -306,19 +307,23 @@ func rss(pid int) (int64, error) {
 // source addresses 127.0.0.2 upwards (exe is a devmsg binary, for its
 // bench-client subcommand), and reports the broker process's
 // RSS growth per device once they are all connected and it has settled.
-// snapshot, when not nil, is called before the devices connect and after
-// the RSS reading, while they are still connected (see gcSnapshot).
+// snapshot, when not nil, is called before the devices connect (and
+// before the first RSS reading) and after the second RSS reading, while
+// they are still connected (see gcSnapshot).
 func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, creds []string, out io.Writer, name string,
 	snapshot func(ctx context.Context, stage string) (memSnapshot, error)) (float64, error) {
-	before, err := rss(brokerPID)
-	if err != nil {
-		return 0, err
-	}
+	// The snapshot's forced GC comes before the first RSS reading, so that
+	// reading does not include garbage the GC would have freed anyway.
 	var base memSnapshot
 	if snapshot != nil {
+		var err error
 		if base, err = snapshot(ctx, "before"); err != nil {
 			return 0, err
 		}
+	}
+	before, err := rss(brokerPID)
+	if err != nil {
+		return 0, err
 	}
 	dir, err := os.MkdirTemp("", "devmsg-idle-")
 	if err != nil {
