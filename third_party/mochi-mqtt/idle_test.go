@@ -65,6 +65,21 @@ func dialIdle(t *testing.T, addr, id string) net.Conn {
 	return c
 }
 
+// settledGoroutines returns the number of goroutines once it has not
+// changed for 100 ms (an earlier test's server may still be ending).
+func settledGoroutines() int {
+	n := runtime.NumGoroutine()
+	for i, same := 0, 0; i < 500 && same < 5; i++ {
+		time.Sleep(20 * time.Millisecond)
+		if m := runtime.NumGoroutine(); m == n {
+			same++
+		} else {
+			n, same = m, 0
+		}
+	}
+	return n
+}
+
 // waitGoroutines waits for the number of goroutines to settle at want
 // (the short-lived ones of a handshake or a write exit on their own) and
 // returns the last count seen.
@@ -84,10 +99,10 @@ func waitGoroutines(want int) int {
 func TestIdleClientOneSmallGoroutine(t *testing.T) {
 	s, addr := newIdleTestServer(t)
 	const n = 200
+	g0 := settledGoroutines()
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	g0 := runtime.NumGoroutine()
 
 	conns := make([]net.Conn, n)
 	for i := range conns {
@@ -98,7 +113,9 @@ func TestIdleClientOneSmallGoroutine(t *testing.T) {
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	perClient := float64(after.StackInuse-before.StackInuse) / n
-	require.Less(t, perClient, 2.5*1024, "stack bytes per idle client")
+	if !raceEnabled {
+		require.Less(t, perClient, 2.5*1024, "stack bytes per idle client")
+	}
 
 	// A publish to one of them is written by a writer that then exits.
 	require.NoError(t, s.Publish("idle-7/x", []byte("hi"), false, 0))

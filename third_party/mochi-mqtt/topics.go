@@ -245,9 +245,25 @@ func (s *InlineSubscriptions) Delete(id int) {
 	delete(s.internal, id)
 }
 
-// Subscriptions is a map of subscriptions keyed on client.
+// smallSubscriptions is how many subscriptions a Subscriptions holds in a
+// slice before it moves them into its map. Most clients hold one to three
+// subscriptions and most topic-tree nodes one subscriber, and a Go map with
+// one entry already takes a group of eight slots: 704 bytes with
+// packets.Subscription values, against 80 bytes for one slice entry.
+const smallSubscriptions = 4
+
+// subscriptionEntry is one subscription of a small Subscriptions.
+type subscriptionEntry struct {
+	id  string
+	sub packets.Subscription
+}
+
+// Subscriptions is a map of subscriptions keyed on client. Up to
+// smallSubscriptions of them are kept in a slice instead (see there); at
+// most one of internal and small holds entries at any time.
 type Subscriptions struct {
 	internal map[string]packets.Subscription
+	small    []subscriptionEntry
 	sync.RWMutex
 }
 
@@ -263,6 +279,27 @@ func NewSubscriptions() *Subscriptions {
 func (s *Subscriptions) Add(id string, val packets.Subscription) {
 	s.Lock()
 	defer s.Unlock()
+	if len(s.internal) > 0 {
+		s.internal[id] = val
+		return
+	}
+	for i := range s.small {
+		if s.small[i].id == id {
+			s.small[i].sub = val
+			return
+		}
+	}
+	if len(s.small) < smallSubscriptions {
+		s.small = append(s.small, subscriptionEntry{id: id, sub: val})
+		return
+	}
+	if s.internal == nil {
+		s.internal = map[string]packets.Subscription{}
+	}
+	for _, e := range s.small {
+		s.internal[e.id] = e.sub
+	}
+	s.small = nil
 	s.internal[id] = val
 }
 
@@ -274,6 +311,9 @@ func (s *Subscriptions) GetAll() map[string]packets.Subscription {
 	for k, v := range s.internal {
 		m[k] = v
 	}
+	for _, e := range s.small {
+		m[e.id] = e.sub
+	}
 	return m
 }
 
@@ -281,15 +321,22 @@ func (s *Subscriptions) GetAll() map[string]packets.Subscription {
 func (s *Subscriptions) Get(id string) (val packets.Subscription, ok bool) {
 	s.RLock()
 	defer s.RUnlock()
-	val, ok = s.internal[id]
-	return val, ok
+	if val, ok = s.internal[id]; ok {
+		return val, ok
+	}
+	for _, e := range s.small {
+		if e.id == id {
+			return e.sub, true
+		}
+	}
+	return val, false
 }
 
 // Len returns the number of subscriptions.
 func (s *Subscriptions) Len() int {
 	s.RLock()
 	defer s.RUnlock()
-	val := len(s.internal)
+	val := len(s.internal) + len(s.small)
 	return val
 }
 
@@ -298,6 +345,18 @@ func (s *Subscriptions) Delete(id string) {
 	s.Lock()
 	defer s.Unlock()
 	delete(s.internal, id)
+	for i := range s.small {
+		if s.small[i].id == id {
+			last := len(s.small) - 1
+			s.small[i] = s.small[last]
+			s.small[last] = subscriptionEntry{}
+			s.small = s.small[:last]
+			if last == 0 {
+				s.small = nil
+			}
+			return
+		}
+	}
 }
 
 // ClientSubscriptions is a map of aggregated subscriptions for a client.

@@ -6,6 +6,7 @@ package mqtt
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -108,15 +109,15 @@ func TestNewSubscriptions(t *testing.T) {
 func TestSubscriptionsAdd(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{})
-	require.Contains(t, s.internal, "cl1")
+	require.Contains(t, s.GetAll(), "cl1")
 }
 
 func TestSubscriptionsGet(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{Qos: 2})
 	s.Add("cl2", packets.Subscription{Qos: 2})
-	require.Contains(t, s.internal, "cl1")
-	require.Contains(t, s.internal, "cl2")
+	require.Contains(t, s.GetAll(), "cl1")
+	require.Contains(t, s.GetAll(), "cl2")
 
 	sub, ok := s.Get("cl1")
 	require.True(t, ok)
@@ -128,9 +129,9 @@ func TestSubscriptionsGetAll(t *testing.T) {
 	s.Add("cl1", packets.Subscription{Qos: 0})
 	s.Add("cl2", packets.Subscription{Qos: 1})
 	s.Add("cl3", packets.Subscription{Qos: 2})
-	require.Contains(t, s.internal, "cl1")
-	require.Contains(t, s.internal, "cl2")
-	require.Contains(t, s.internal, "cl3")
+	require.Contains(t, s.GetAll(), "cl1")
+	require.Contains(t, s.GetAll(), "cl2")
+	require.Contains(t, s.GetAll(), "cl3")
 
 	subs := s.GetAll()
 	require.Len(t, subs, 3)
@@ -140,19 +141,57 @@ func TestSubscriptionsLen(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{Qos: 0})
 	s.Add("cl2", packets.Subscription{Qos: 1})
-	require.Contains(t, s.internal, "cl1")
-	require.Contains(t, s.internal, "cl2")
+	require.Contains(t, s.GetAll(), "cl1")
+	require.Contains(t, s.GetAll(), "cl2")
 	require.Equal(t, 2, s.Len())
 }
 
 func TestSubscriptionsDelete(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{Qos: 1})
-	require.Contains(t, s.internal, "cl1")
+	require.Contains(t, s.GetAll(), "cl1")
 
 	s.Delete("cl1")
 	_, ok := s.Get("cl1")
 	require.False(t, ok)
+}
+
+// A Subscriptions keeps its first smallSubscriptions entries in a slice
+// and moves them into its map with the next one (PATCHES.md, patch 4).
+func TestSubscriptionsSmallThenMap(t *testing.T) {
+	s := NewSubscriptions()
+	for i := 0; i < smallSubscriptions; i++ {
+		s.Add("cl"+strconv.Itoa(i), packets.Subscription{Qos: 1})
+	}
+	s.Add("cl0", packets.Subscription{Qos: 2}) // replaces, stays small
+	require.Len(t, s.small, smallSubscriptions)
+	require.Empty(t, s.internal)
+	sub, ok := s.Get("cl0")
+	require.True(t, ok)
+	require.Equal(t, byte(2), sub.Qos)
+
+	s.Add("more", packets.Subscription{})
+	require.Nil(t, s.small)
+	require.Len(t, s.internal, smallSubscriptions+1)
+	require.Equal(t, smallSubscriptions+1, s.Len())
+	require.Len(t, s.GetAll(), smallSubscriptions+1)
+
+	s.Delete("cl1")
+	_, ok = s.Get("cl1")
+	require.False(t, ok)
+	require.Equal(t, smallSubscriptions, s.Len())
+
+	small := NewSubscriptions()
+	small.Add("a", packets.Subscription{})
+	small.Add("b", packets.Subscription{})
+	small.Delete("a")
+	_, ok = small.Get("a")
+	require.False(t, ok)
+	_, ok = small.Get("b")
+	require.True(t, ok)
+	small.Delete("b")
+	require.Equal(t, 0, small.Len())
+	require.Nil(t, small.small)
 }
 
 func TestNewTopicsIndex(t *testing.T) {
