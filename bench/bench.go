@@ -60,6 +60,9 @@ type Options struct {
 	// --target; the bench knows it for a server it starts).
 	Subscribers int
 	IdleDevices int
+	// ServerTrace adds a runtime trace of each node over each workload to
+	// ServerPprof (<workload>.trace, or <workload>.node<k>.trace).
+	ServerTrace bool
 	// ChurnCycles is how many connect/subscribe/disconnect cycles churn runs.
 	ChurnCycles int
 	MQTTAddr    string
@@ -166,6 +169,9 @@ func (o Options) validateWorkloads() []error {
 	if slices.Contains(o.Workloads, "churn") && o.ChurnCycles < 1 {
 		errs = append(errs, fmt.Errorf("churn cycles %d: need at least 1", o.ChurnCycles))
 	}
+	if o.ServerTrace && o.ServerPprof == "" {
+		errs = append(errs, errors.New("--server-trace needs --server-pprof, the directory it writes to"))
+	}
 	if o.Target != "" && o.AdminPassword == "" {
 		errs = append(errs, errors.New("--target needs --admin-password"))
 	}
@@ -240,6 +246,9 @@ type Result struct {
 	// negative when unknown or there is none.
 	ServerCPU, BenchCPU, RedisCPU float64
 	FirstErrors                   []string
+	// slow holds the slowest samples of a delivery workload, printed with
+	// --server-trace to look them up in the trace.
+	slow []slowSample
 }
 
 // Run sets up, executes o.Workloads in order and writes the report to out.
@@ -348,6 +357,13 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 		}
 		results = append(results, r)
 		fmt.Fprintln(out, r.text())
+		if b.o.ServerTrace && len(r.slow) > 0 {
+			fmt.Fprintf(out, "%s: slowest (scheduled at, latency):", w)
+			for _, s := range r.slow {
+				fmt.Fprintf(out, " %s %s;", s.at.UTC().Format("15:04:05.000"), ms(s.d))
+			}
+			fmt.Fprintln(out)
+		}
 		b.warnQueueFull(w, out)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -79,6 +79,7 @@ func connectSubscribers(n int, dial func(i int) (*mqttConn, string, error), when
 				got.Add(1)
 				mu.Lock()
 				t.add(true, "", d)
+				t.noteSlow(at, d)
 				mu.Unlock()
 			}, nil)
 		}()
@@ -213,6 +214,9 @@ func (b *runner) deliverDevmsg(ctx context.Context, workload string, rate int) (
 	if lost := sent.Load() - got.Load(); lost > 0 {
 		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d sent messages did not arrive within 10 s", lost))
 	}
+	mu.Lock()
+	r.slow = t.slow
+	mu.Unlock()
 	return r, win.end(&r)
 }
 

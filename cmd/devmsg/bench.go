@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.ChurnCycles, "churn-cycles", bench.DefaultChurnCycles, "connect/subscribe/disconnect cycles of churn, over --devices devices")
 	fs.StringVar(&o.MQTTAddr, "mqtt", "", "MQTT TCP address of --target, for the device workloads")
 	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof; <workload>.node<k>.pprof with --nodes)")
+	fs.BoolVar(&o.ServerTrace, "server-trace", false, "with --server-pprof, also a runtime trace of the server per workload (<workload>.trace; go tool trace)")
 	fs.StringVar(&o.Store, "store", bench.StoreEmbedded, "store of the servers the bench starts: "+bench.StoreEmbedded+" (Pebble) or "+bench.StoreRedis+" (a redis-server it starts)")
 	fs.StringVar(&o.RedisFsync, "redis-fsync", "everysec", "appendfsync of the redis-server of --store redis: "+strings.Join(bench.RedisFsyncModes, " or "))
 	fs.IntVar(&o.Nodes, "nodes", 1, "servers to start on one store (more than 1 needs --store redis; not with idle-memory or mosquitto)")
