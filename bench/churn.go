@@ -21,11 +21,17 @@ import (
 const DefaultChurnCycles = 200_000
 
 // churnProcesses and churnWorkers spread the churn over client processes,
-// each bound to its own source address (127.0.0.2 upwards) like
-// idle-memory's, with this many connections cycling at once in each.
+// with this many connections cycling at once in each. Each process
+// connects from churnSources source addresses in turn (127.0.0.2 upwards,
+// none shared): the server closes each connection first, so its side
+// keeps the connection's address pair in TIME_WAIT for a minute, and a
+// client that comes back to the same pair sooner can be reset. 64
+// addresses give 1.8 million pairs, the 200,000 cycles need at most as
+// many within a minute.
 const (
 	churnProcesses = 4
 	churnWorkers   = 16
+	churnSources   = 16
 )
 
 // churnDevmsg is the churn workload: Options.ChurnCycles cycles of
@@ -62,7 +68,11 @@ func (b *runner) churnDevmsg(ctx context.Context, out io.Writer) error {
 		if k < b.o.ChurnCycles%procs {
 			cycles++
 		}
-		cmd := exec.CommandContext(ctx, b.exe, "bench-client", "--addr", b.nodes[0].mqtt, "--src", fmt.Sprintf("127.0.0.%d", 2+k),
+		var srcs []string
+		for j := range churnSources {
+			srcs = append(srcs, fmt.Sprintf("127.0.0.%d", 2+k+j*procs))
+		}
+		cmd := exec.CommandContext(ctx, b.exe, "bench-client", "--addr", b.nodes[0].mqtt, "--src", strings.Join(srcs, ","),
 			"--creds", file, "--cycles", strconv.Itoa(cycles), "--workers", strconv.Itoa(churnWorkers))
 		wg.Add(1)
 		go func() {
@@ -114,9 +124,12 @@ func runChurnProcess(cmd *exec.Cmd) error {
 // at a time, each cycle connects the next device of the credentials
 // file, subscribes, sends DISCONNECT and waits for the server to close
 // the connection, until cycles cycles are done; then it prints "done N".
-// Each worker takes every workers-th device, so no two cycles of one
-// device overlap.
+// Each worker cycles through devices of its own (every workers-th), so no
+// two cycles of one device overlap: that would be a takeover, which
+// closes the older connection. src is a comma-separated list of source addresses,
+// used in turn.
 func RunChurnClient(ctx context.Context, addr, src, credsFile string, cycles, workers int, out io.Writer) error {
+	srcs := strings.Split(src, ",")
 	data, err := os.ReadFile(credsFile)
 	if err != nil {
 		return err
@@ -137,12 +150,15 @@ func RunChurnClient(ctx context.Context, addr, src, credsFile string, cycles, wo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := w; ctx.Err() == nil; k += workers {
-				if next.Add(1) > int64(cycles) {
+			// Worker w owns devices w, w+workers, w+2*workers...
+			mine := (len(creds) - w + workers - 1) / workers
+			for k := 0; ctx.Err() == nil; k++ {
+				n := next.Add(1)
+				if n > int64(cycles) {
 					return
 				}
-				c := creds[k%len(creds)]
-				if err := churnCycle(addr, src, c[0], c[1], c[2]); err != nil {
+				c := creds[w+workers*(k%mine)]
+				if err := churnCycle(addr, srcs[n%int64(len(srcs))], c[0], c[1], c[2]); err != nil {
 					errs[w] = fmt.Errorf("cycle of %s: %w", c[0], err)
 					return
 				}

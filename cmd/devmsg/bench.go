@@ -72,7 +72,7 @@ func runBenchClient(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := flag.NewFlagSet("bench-client", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:1883", "MQTT TCP address")
-	src := fs.String("src", "", "local address to connect from")
+	src := fs.String("src", "", "local address to connect from (with --cycles: a comma-separated list, used in turn)")
 	creds := fs.String("creds", "", `file of "user,password,topic" lines, one per device`)
 	cycles := fs.Int("cycles", 0, "connect/subscribe/disconnect cycles to run (churn); 0: connect every device and stay idle")
 	workers := fs.Int("workers", 16, "connections cycling at once, with --cycles")
