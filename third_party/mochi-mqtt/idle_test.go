@@ -98,7 +98,7 @@ func waitGoroutines(want int) int {
 // stack of 4 KiB or more.
 func TestIdleClientOneSmallGoroutine(t *testing.T) {
 	s, addr := newIdleTestServer(t)
-	const n = 200
+	const n = 500
 	g0 := settledGoroutines()
 	runtime.GC()
 	var before runtime.MemStats
@@ -114,7 +114,10 @@ func TestIdleClientOneSmallGoroutine(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	perClient := float64(after.StackInuse-before.StackInuse) / n
 	if !raceEnabled {
-		require.Less(t, perClient, 2.5*1024, "stack bytes per idle client")
+		// 2 KiB each, and some slack for stacks the runtime keeps cached
+		// (the short-lived goroutines'); unpatched, a client holds two
+		// goroutines of 2 KiB at the very least, the reader 4 to 16.
+		require.Less(t, perClient, 3.5*1024, "stack bytes per idle client")
 	}
 
 	// A publish to one of them is written by a writer that then exits.
