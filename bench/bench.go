@@ -60,6 +60,11 @@ type Options struct {
 	// --target; the bench knows it for a server it starts).
 	Subscribers int
 	IdleDevices int
+	// ServerTrace adds a runtime trace of each node over each workload to
+	// ServerPprof (<workload>.trace, or <workload>.node<k>.trace).
+	ServerTrace bool
+	// ChurnCycles is how many connect/subscribe/disconnect cycles churn runs.
+	ChurnCycles int
 	MQTTAddr    string
 	// ServerPprof, when set, is a directory that receives a CPU profile
 	// of the server for each workload's measured window
@@ -170,6 +175,15 @@ func (o Options) validateWorkloads() []error {
 	if slices.Contains(o.Workloads, "idle-memory") && o.Target != "" {
 		errs = append(errs, errors.New("idle-memory reads the server's RSS, so it needs a server the bench starts (no --target)"))
 	}
+	if slices.Contains(o.Workloads, "churn") && o.Target != "" {
+		errs = append(errs, errors.New("churn reads the server's RSS, so it needs a server the bench starts (no --target)"))
+	}
+	if slices.Contains(o.Workloads, "churn") && o.ChurnCycles < 1 {
+		errs = append(errs, fmt.Errorf("churn cycles %d: need at least 1", o.ChurnCycles))
+	}
+	if o.ServerTrace && o.ServerPprof == "" {
+		errs = append(errs, errors.New("--server-trace needs --server-pprof, the directory it writes to"))
+	}
 	if o.Target != "" && o.AdminPassword == "" {
 		errs = append(errs, errors.New("--target needs --admin-password"))
 	}
@@ -206,6 +220,9 @@ func (o Options) validateDeployment() []error {
 	if slices.Contains(o.Workloads, "idle-memory") {
 		errs = append(errs, fmt.Errorf("--nodes %d: idle-memory reads the RSS of one server process; run it with --nodes 1", o.Nodes))
 	}
+	if slices.Contains(o.Workloads, "churn") {
+		errs = append(errs, fmt.Errorf("--nodes %d: churn reads the RSS of one server process; run it with --nodes 1", o.Nodes))
+	}
 	if slices.Contains(o.Workloads, "mosquitto") {
 		errs = append(errs, fmt.Errorf("--nodes %d: mosquitto compares one broker with Mosquitto; run it with --nodes 1", o.Nodes))
 	}
@@ -241,6 +258,9 @@ type Result struct {
 	// negative when unknown or there is none.
 	ServerCPU, BenchCPU, RedisCPU float64
 	FirstErrors                   []string
+	// slow holds the slowest samples of a delivery workload, printed with
+	// --server-trace to look them up in the trace.
+	slow []slowSample
 }
 
 // Run sets up, executes o.Workloads in order and writes the report to out.
@@ -328,7 +348,12 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 			if err != nil {
 				return nil, err
 			}
-			devmsg.perDevice = perDevice
+			devmsg.perDevice, devmsg.idleMeasured = perDevice, true
+			continue
+		case "churn":
+			if err := b.churnDevmsg(ctx, out); err != nil {
+				return nil, err
+			}
 			continue
 		case "telemetry":
 			rs, err := b.telemetry(ctx, out)
@@ -351,6 +376,13 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 		}
 		results = append(results, r)
 		fmt.Fprintln(out, r.text())
+		if b.o.ServerTrace && len(r.slow) > 0 {
+			fmt.Fprintf(out, "%s: slowest (scheduled at, latency):", w)
+			for _, s := range r.slow {
+				fmt.Fprintf(out, " %s %s;", s.at.UTC().Format("15:04:05.000"), ms(s.d))
+			}
+			fmt.Fprintln(out)
+		}
 		b.warnQueueFull(w, out)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -408,7 +440,7 @@ func (b *runner) idleMemoryDevmsg(ctx context.Context, out io.Writer) (float64, 
 		user := b.key + "/" + deviceName(i)
 		creds[i] = user + "," + b.secrets[i] + ",d/" + user + "/msg"
 	}
-	return idleMemory(ctx, b.exe, b.serverPID, b.nodes[0].mqtt, creds, out, "devmsg")
+	return idleMemory(ctx, b.exe, b.serverPID, b.nodes[0].mqtt, creds, out, "devmsg", b.gcSnapshot)
 }
 
 // warnQueueFull warns, once per run, when a send workload has sent more

@@ -31,7 +31,11 @@ import (
 //   - mosquitto: Debian's Mosquitto measured the same three ways, with a
 //     publisher client in place of the REST API, and the ratios of
 //     devmsg's numbers to its.
-var DeviceWorkloads = []string{"deliver-latency", "deliver", "idle-memory", "mosquitto"}
+//   - churn: ChurnCycles connect/subscribe/disconnect cycles over Devices
+//     devices from several client processes and source addresses; the
+//     server's RSS, goroutines and heap after a forced GC, before and
+//     after (see churn.go).
+var DeviceWorkloads = []string{"deliver-latency", "deliver", "idle-memory", "mosquitto", "churn"}
 
 // DefaultDeliverRate is the open-loop rate of deliver-latency.
 const DefaultDeliverRate = 2000
@@ -43,7 +47,8 @@ const idleClientsPerProcess = 4500
 // brokerRun is one broker's numbers, for the comparison.
 type brokerRun struct {
 	latency, deliver *Result
-	perDevice        float64 // RSS bytes per idle device, 0 if not measured
+	perDevice        float64 // RSS bytes per idle device (noise can make it ≤ 0 with few devices)
+	idleMeasured     bool    // idle-memory ran, so perDevice holds its figure
 }
 
 // connectSubscribers connects n devices (devmsg: its devices 0..n-1 with
@@ -74,6 +79,7 @@ func connectSubscribers(n int, dial func(i int) (*mqttConn, string, error), when
 				got.Add(1)
 				mu.Lock()
 				t.add(true, "", d)
+				t.noteSlow(at, d)
 				mu.Unlock()
 			}, nil)
 		}()
@@ -208,6 +214,9 @@ func (b *runner) deliverDevmsg(ctx context.Context, workload string, rate int) (
 	if lost := sent.Load() - got.Load(); lost > 0 {
 		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d sent messages did not arrive within 10 s", lost))
 	}
+	mu.Lock()
+	r.slow = t.slow
+	mu.Unlock()
 	return r, win.end(&r)
 }
 
@@ -302,7 +311,20 @@ func rss(pid int) (int64, error) {
 // source addresses 127.0.0.2 upwards (exe is a devmsg binary, for its
 // bench-client subcommand), and reports the broker process's
 // RSS growth per device once they are all connected and it has settled.
-func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, creds []string, out io.Writer, name string) (float64, error) {
+// snapshot, when not nil, is called before the devices connect (and
+// before the first RSS reading) and after the second RSS reading, while
+// they are still connected (see gcSnapshot).
+func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, creds []string, out io.Writer, name string,
+	snapshot func(ctx context.Context, stage string) (memSnapshot, error)) (float64, error) {
+	// The snapshot's forced GC comes before the first RSS reading, so that
+	// reading does not include garbage the GC would have freed anyway.
+	var base memSnapshot
+	if snapshot != nil {
+		var err error
+		if base, err = snapshot(ctx, "before"); err != nil {
+			return 0, err
+		}
+	}
 	before, err := rss(brokerPID)
 	if err != nil {
 		return 0, err
@@ -357,6 +379,13 @@ func idleMemory(ctx context.Context, exe string, brokerPID int, addr string, cre
 	per := float64(after-before) / float64(len(creds))
 	fmt.Fprintf(out, "%-16s %-9s %d devices from %d processes: RSS %.1f MiB → %.1f MiB, %.1f KiB per device\n",
 		"idle-memory", name, len(creds), len(procs), float64(before)/(1<<20), float64(after)/(1<<20), per/1024)
+	if snapshot != nil {
+		at, err := snapshot(ctx, "connected")
+		if err != nil {
+			return 0, err
+		}
+		printBreakdown(out, len(creds), base, at)
+	}
 	return per, nil
 }
 

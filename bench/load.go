@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,6 +148,29 @@ type tally struct {
 	hist   *hdrhistogram.Histogram
 	n, bad int64
 	first  []string
+	slow   []slowSample // the slowest, by noteSlow
+}
+
+// slowSample is one latency and the instant it was scheduled, kept to
+// find the tail's causes in a server trace (--server-trace).
+type slowSample struct {
+	at time.Time
+	d  time.Duration
+}
+
+// keepSlow is how many of the slowest samples noteSlow keeps.
+const keepSlow = 20
+
+// noteSlow keeps (at, d) if it is among the keepSlow slowest so far.
+func (t *tally) noteSlow(at time.Time, d time.Duration) {
+	if len(t.slow) == keepSlow && d <= t.slow[len(t.slow)-1].d {
+		return
+	}
+	i := sort.Search(len(t.slow), func(i int) bool { return t.slow[i].d < d })
+	t.slow = slices.Insert(t.slow, i, slowSample{at, d})
+	if len(t.slow) > keepSlow {
+		t.slow = t.slow[:keepSlow]
+	}
 }
 
 // maxLatency bounds the histogram; the client times out well before it.
@@ -328,7 +353,21 @@ func (b *runner) begin(ctx context.Context, workload string) *window {
 		w.profDone = make(chan error, len(b.nodes))
 		for k, n := range b.nodes {
 			path := filepath.Join(b.o.ServerPprof, profileName(workload, k, len(b.nodes)))
-			go func() { w.profDone <- b.fetchProfile(ctx, n.base, secs, path) }()
+			go func() {
+				var trace error
+				done := make(chan struct{})
+				if b.o.ServerTrace {
+					go func() {
+						defer close(done)
+						trace = b.fetch(ctx, n.base, "trace", secs, strings.TrimSuffix(path, ".pprof")+".trace")
+					}()
+				} else {
+					close(done)
+				}
+				err := b.fetch(ctx, n.base, "profile", secs, path)
+				<-done
+				w.profDone <- errors.Join(err, trace)
+			}()
 		}
 	}
 	return w
@@ -369,17 +408,17 @@ func (w *window) end(r *Result) error {
 	return nil
 }
 
-// fetchProfile saves a CPU profile of the node at base covering the next
-// secs seconds.
-func (b *runner) fetchProfile(ctx context.Context, base string, secs int, path string) error {
+// fetch saves the node's /debug/pprof/<what> (profile: CPU profile;
+// trace: runtime trace) covering the next secs seconds.
+func (b *runner) fetch(ctx context.Context, base, what string, secs int, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
 	c := newClient()
 	c.Timeout = 0 // bounded by ctx: the profile takes secs to arrive
 	defer c.CloseIdleConnections()
-	st, body, err := do(ctx, c, http.MethodGet, base+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), b.o.AdminUser, b.o.AdminPassword, nil)
+	st, body, err := do(ctx, c, http.MethodGet, base+"/debug/pprof/"+what+"?seconds="+strconv.Itoa(secs), b.o.AdminUser, b.o.AdminPassword, nil)
 	if err != nil || st != http.StatusOK {
-		return fmt.Errorf("get %s/debug/pprof/profile: %s", base, failure(st, body, err))
+		return fmt.Errorf("get %s/debug/pprof/%s: %s", base, what, failure(st, body, err))
 	}
 	return os.WriteFile(path, body, 0o644)
 }

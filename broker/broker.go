@@ -24,11 +24,13 @@ const TopicPrefix = "d/"
 // Defaults sized for large fleets of mostly idle devices (see Config and
 // BENCHMARKS.md): device packets are small, and the outgoing queue only
 // carries mochi's own writes, since the service writes to devices
-// directly.
+// directly. Every idle connection holds its read buffer: 128 bytes hold a
+// typical CONNECT or SUBSCRIBE whole, and a larger packet's body is read
+// past the buffer, straight into the packet.
 const (
 	DefaultMaxPacketSize   = 256 << 10
 	DefaultWritesPending   = 16
-	DefaultReadBufferSize  = 512
+	DefaultReadBufferSize  = 128
 	DefaultWriteBufferSize = 1024
 	DefaultMaxInflight     = 1024
 	DefaultPublishRate     = 50

@@ -43,8 +43,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&o.Markdown, "markdown", false, "also print a Markdown table for BENCHMARKS.md")
 	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto, callback-lag and telemetry (which publish)")
 	fs.IntVar(&o.IdleDevices, "idle-devices", 18000, "devices connected for idle-memory (spread over client processes of 4500)")
+	fs.IntVar(&o.ChurnCycles, "churn-cycles", bench.DefaultChurnCycles, "connect/subscribe/disconnect cycles of churn, over --devices devices")
 	fs.StringVar(&o.MQTTAddr, "mqtt", "", "MQTT TCP address of --target, for the device workloads")
 	fs.StringVar(&o.ServerPprof, "server-pprof", "", "directory for a server CPU profile per workload (<workload>.pprof; <workload>.node<k>.pprof with --nodes)")
+	fs.BoolVar(&o.ServerTrace, "server-trace", false, "with --server-pprof, also a runtime trace of the server per workload (<workload>.trace; go tool trace)")
 	fs.StringVar(&o.Store, "store", bench.StoreEmbedded, "store of the servers the bench starts: "+bench.StoreEmbedded+" (Pebble) or "+bench.StoreRedis+" (a redis-server it starts)")
 	fs.StringVar(&o.RedisFsync, "redis-fsync", "everysec", "appendfsync of the redis-server of --store redis: "+strings.Join(bench.RedisFsyncModes, " or "))
 	fs.IntVar(&o.Nodes, "nodes", 1, "servers to start on one store (more than 1 needs --store redis; not with idle-memory or mosquitto)")
@@ -65,16 +67,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return bench.Run(ctx, o, stdout)
 }
 
-// runBenchClient is `devmsg bench-client`, the idle-device client
-// processes that devmsg bench idle-memory starts.
+// runBenchClient is `devmsg bench-client`, the device client processes
+// that devmsg bench idle-memory and churn start.
 func runBenchClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench-client", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:1883", "MQTT TCP address")
-	src := fs.String("src", "", "local address to connect from")
+	src := fs.String("src", "", "local address to connect from (with --cycles: a comma-separated list, used in turn)")
 	creds := fs.String("creds", "", `file of "user,password,topic" lines, one per device`)
+	cycles := fs.Int("cycles", 0, "connect/subscribe/disconnect cycles to run (churn); 0: connect every device and stay idle")
+	workers := fs.Int("workers", 16, "connections cycling at once, with --cycles")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cycles > 0 {
+		return bench.RunChurnClient(ctx, *addr, *src, *creds, *cycles, *workers, stdout)
 	}
 	return bench.RunIdleClient(ctx, *addr, *src, *creds, stdout)
 }
