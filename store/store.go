@@ -133,6 +133,10 @@ type Device struct {
 	// connection's logout from overwriting a newer login.
 	Node int    `json:"node,omitempty"`
 	Conn string `json:"conn,omitempty"`
+	// Tags are the device's tags (DESIGN.md section 8), sorted and
+	// without repeats; every backend keeps a per-app index of them
+	// written with the device (see ListTagged).
+	Tags []string `json:"tags,omitempty"`
 
 	// Emit is never stored: events that CreateDevices (set on the
 	// device passed in) and UpdateDevice (set by fn; cleared before each
@@ -525,6 +529,9 @@ type Store interface {
 
 	// EventLog keeps every app's event log.
 	EventLog
+
+	// Fleet holds tags, batch sends and broadcasts (DESIGN.md section 8).
+	Fleet
 
 	// Ping reports whether the store can serve requests.
 	Ping(ctx context.Context) error

@@ -548,6 +548,9 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 			if err := set(b, key(pShadow, appKey, d.Name), shadow); err != nil {
 				return nil, err
 			}
+			if err := indexTags(b, appKey, d.Name, nil, d.Tags); err != nil {
+				return nil, err
+			}
 		}
 		return evs, nil // an empty batch commits without an fsync
 	})
@@ -593,6 +596,8 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		}
 	}
 	d.Emit = nil
+	old := d.Tags
+	d.Tags = slices.Clone(old)
 	if err := fn(&d); err != nil {
 		return store.Device{}, err
 	}
@@ -601,6 +606,9 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 	d.Emit = nil
 	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		if err := setJSON(b, k, d); err != nil {
+			return nil, err
+		}
+		if err := indexTags(b, appKey, name, old, d.Tags); err != nil {
 			return nil, err
 		}
 		if d.Status == 1 {
@@ -631,10 +639,11 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	defer s.createMu.Unlock()
 	defer s.lock2(deviceStripe(appKey, name), deviceStripe(appKey, name))()
 	k := key(pDevice, appKey, name)
-	if ok, err := s.exists(k); err != nil {
+	var d store.Device
+	if err := s.getJSON(k, &d); errors.Is(err, store.ErrNotFound) {
+		return err
+	} else if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
-	} else if !ok {
-		return store.ErrNotFound
 	}
 	// Queue entries are written only under the device's stripe, which is
 	// held, so the scan sees them all. Normally the caller has emptied
@@ -650,6 +659,9 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	}
 	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		keys := append(queued, k, key(pShadow, appKey, name), key(pCount, appKey, name), key(pOnline, appKey, name))
+		for _, t := range d.Tags {
+			keys = append(keys, tagKey(appKey, t, name))
+		}
 		for _, dk := range keys {
 			if err := b.Delete(dk, nil); err != nil {
 				return nil, fmt.Errorf("delete %q: %w", dk, err)
