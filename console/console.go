@@ -205,6 +205,7 @@ func (c *Console) routes() {
 	m.Handle("GET /console/apps/{key}/devices/{name}", c.page(c.devicePage))
 	m.Handle("POST /console/apps/{key}/devices/{name}/property", c.action(c.setDesired))
 	m.Handle("POST /console/apps/{key}/devices/{name}/flag", c.action(c.setFlag))
+	m.Handle("POST /console/apps/{key}/devices/{name}/tags", c.action(c.setTags))
 	m.Handle("POST /console/apps/{key}/devices/{name}/delete", c.action(c.deleteDevice))
 	m.Handle("POST /console/apps/{key}/devices/{name}/message", c.action(c.sendMessage))
 

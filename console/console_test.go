@@ -995,3 +995,31 @@ func TestRefusalMentioningNotFoundIsNotA404(t *testing.T) {
 	p := b.get("/console/apps/" + a.Key + "/callbacks?cursor=" + url.QueryEscape("not found"))
 	p.want(t, http.StatusBadRequest, `cursor must be the next value of a previous page, got &#34;not found&#34;`)
 }
+
+func TestDeviceTags(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	e.createDevices(a, "dev-0001")
+	b := e.browser()
+	b.loginApp(a)
+	dev := "/console/apps/" + a.Key + "/devices/dev-0001"
+	if p := b.get(dev); p.text("device-tags") != "—" {
+		t.Fatalf("tags of an untagged device %q", p.text("device-tags"))
+	}
+	p := b.post(dev+"/tags", url.Values{"tags": {"lamp, floor:1  lamp"}})
+	p.want(t, 200, "Tags saved", `value="floor:1 lamp"`)
+	if got := p.text("device-tags"); !strings.Contains(got, "floor:1") || !strings.Contains(got, "lamp") {
+		t.Errorf("tags shown %q", got)
+	}
+	var info struct{ Tags []string }
+	e.apiCall(a.Key, a.Secret, "GET", "/device/v1/baseinfo?device_name=dev-0001", nil, &info)
+	if fmt.Sprint(info.Tags) != "[floor:1 lamp]" {
+		t.Errorf("stored tags %v", info.Tags)
+	}
+	b.post(dev+"/tags", url.Values{"tags": {"a/b"}}).want(t, 200, "tags[0]")
+	b.post(dev+"/tags", url.Values{"tags": {""}}).want(t, 200, "Tags saved (0)")
+	e.apiCall(a.Key, a.Secret, "GET", "/device/v1/baseinfo?device_name=dev-0001", nil, &info)
+	if len(info.Tags) != 0 {
+		t.Errorf("tags after clearing %v", info.Tags)
+	}
+}

@@ -134,7 +134,8 @@
 //	device-name, device-status ("online"/"offline"), device-flag ("enabled"/"disabled"),
 //	device-mark, device-client-ip, device-last-login, device-last-logout,
 //	device-time-create, device-time-active, device-sdk-ver, device-app-ver,
-//	device-desired-version, device-reported-version
+//	device-desired-version, device-reported-version, device-tags (each tag a span.tag; "—" for none)
+//	device-tags-form (form), device-tags-input (tags separated by spaces or commas), device-tags-submit
 //	device-properties (rows tr[data-property=NAME]; cells .prop-desired,
 //	  .prop-desired-time, .prop-reported, .prop-reported-time; values as JSON)
 //	device-property-set (form), device-property-name, device-property-value,

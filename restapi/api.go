@@ -157,6 +157,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	dev.GET("/property", a.limit(store.CategoryQuery), a.wrap(a.getProperty))
 	dev.GET("/baseinfo", a.limit(store.CategoryQuery), a.wrap(a.baseInfo))
 	dev.GET("/status", a.limit(store.CategoryQuery), a.wrap(a.status))
+	dev.POST("/tags", a.limit(store.CategoryCreate), a.wrap(a.setTags))
 
 	msg := r.Group("/msg/v1", a.authApp)
 	msg.POST("/msg", a.limit(store.CategoryMessage), a.wrap(a.sendMessage))
