@@ -65,6 +65,8 @@ type Store struct {
 	// tagged holds each app's tag index: the names of the devices that
 	// carry a tag, in order (see fleet.go).
 	tagged map[tagKey][]string
+	// broadcasts holds every app's broadcasts.
+	broadcasts map[bcKey]store.Broadcast
 }
 
 // New returns an empty store.
@@ -86,6 +88,8 @@ func New() *Store {
 		dead:      map[string]map[int64]store.DeadLetter{},
 		events:    map[string]*eventLog{},
 		tagged:    map[tagKey][]string{},
+
+		broadcasts: map[bcKey]store.Broadcast{},
 	}
 }
 

@@ -64,7 +64,9 @@ type Store struct {
 	appMu    sync.Mutex // serialises app creation and update
 	deadMu   sync.Mutex // serialises dead-letter filing and redelivery
 	metaMu   sync.Mutex // serialises CreateMeta with the other meta writes
-	devices  deviceCache
+	// bcMu serialises the writes of broadcasts (taken before any stripe).
+	bcMu    sync.Mutex
+	devices deviceCache
 	// pending caches each device's pending-queue count; it is read and
 	// written only under the device's lock, like the counter key itself.
 	pending countCache

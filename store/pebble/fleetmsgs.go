@@ -1,0 +1,305 @@
+package pebble
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// Broadcast keys.
+const (
+	// g/<app>\0<id> → Broadcast.
+	pBroadcast = "g/"
+	// h/<id><app> → empty: the active broadcasts, oldest first, so a
+	// restart finds them without reading every app.
+	pActiveBroadcast = "h/"
+)
+
+func broadcastKey(app string, id int64) []byte {
+	return binary.BigEndian.AppendUint64(key(pBroadcast, app, ""), uint64(id))
+}
+
+func activeBroadcastKey(app string, id int64) []byte {
+	return append(binary.BigEndian.AppendUint64([]byte(pActiveBroadcast), uint64(id)), app...)
+}
+
+// lockStripes locks the given stripes, each once, in ascending order, and
+// returns the function that unlocks them.
+func (s *Store) lockStripes(idx []int) (unlock func()) {
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		s.locks[i].Lock()
+	}
+	return func() {
+		for _, i := range slices.Backward(idx) {
+			s.locks[i].Unlock()
+		}
+	}
+}
+
+// CreateMessages stores the messages, their queue entries, outbox
+// entries, seq and step in one synced batch, holding the stripes of
+// every device named and of the seq_no (and bcMu with a step) until it
+// is synced; see store.Store.
+func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if step != nil {
+		s.bcMu.Lock()
+		defer s.bcMu.Unlock()
+	}
+	idx := make([]int, 0, len(msgs)+1)
+	for _, bm := range msgs {
+		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
+	}
+	if seq != nil {
+		idx = append(idx, seqStripe(appKey, seq.SeqNo))
+	}
+	defer s.lockStripes(idx)()
+	if seq != nil {
+		if err := s.checkSeqFree(appKey, seq.SeqNo, &seq.Entry); err != nil {
+			return nil, err
+		}
+	}
+	var b store.Broadcast
+	if step != nil {
+		if err := s.getJSON(broadcastKey(appKey, step.ID), &b); err != nil {
+			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
+		}
+		if b.State != store.BroadcastFanningOut || b.Cursor != step.From {
+			return nil, store.ErrVersionConflict
+		}
+	}
+	outcomes, counts, err := s.batchOutcomes(appKey, msgs)
+	if err != nil {
+		return nil, err
+	}
+	err = s.write(func(batch *pebble.Batch) error {
+		for i, bm := range msgs {
+			m := bm.Message
+			switch outcomes[i] {
+			case store.BatchGone:
+				continue
+			case store.BatchFull:
+				m = bm.Full
+			}
+			m.AppKey = appKey
+			if err := s.putMessage(batch, m); err != nil {
+				return err
+			}
+			if step != nil {
+				b.Queued++
+				if b.FirstID == 0 || m.ID < b.FirstID {
+					b.FirstID = m.ID
+				}
+				b.LastID = max(b.LastID, m.ID)
+			}
+		}
+		for dev, n := range counts {
+			if err := set(batch, key(pCount, appKey, dev), be64(n)); err != nil {
+				return err
+			}
+		}
+		if seq != nil {
+			e := seq.Entry
+			e.Body = seq.Body(msgs, outcomes)
+			if err := putSeq(batch, appKey, seq.SeqNo, &e); err != nil {
+				return err
+			}
+		}
+		if step == nil {
+			return nil
+		}
+		b.Cursor = step.To
+		if step.Done {
+			b.State = store.BroadcastDone
+		}
+		return s.putBroadcast(batch, b)
+	})
+	if err != nil {
+		for dev := range counts {
+			s.pending.drop(appKey, dev) // the batch may or may not have landed
+		}
+		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	for dev, n := range counts {
+		s.pending.put(appKey, dev, n)
+	}
+	return outcomes, nil
+}
+
+// batchOutcomes decides, under the devices' stripes, what becomes of each
+// message, and returns the pending counts of the devices that gain queue
+// entries.
+func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, map[string]int64, error) {
+	outcomes := make([]int, len(msgs))
+	counts := map[string]int64{}
+	for i, bm := range msgs {
+		m := bm.Message
+		if m.State != store.StatePending {
+			continue
+		}
+		count, ok := counts[m.DeviceName]
+		if !ok {
+			if _, cached := s.devices.get(appKey, m.DeviceName); !cached {
+				found, err := s.exists(key(pDevice, appKey, m.DeviceName))
+				if err != nil {
+					return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
+				}
+				if !found {
+					outcomes[i] = store.BatchGone
+					continue
+				}
+			}
+			var err error
+			if c, ok := s.pending.get(appKey, m.DeviceName); ok {
+				count = c
+			} else if count, err = s.count(key(pCount, appKey, m.DeviceName)); err != nil {
+				return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
+			}
+		}
+		if count >= store.MaxPending {
+			outcomes[i] = store.BatchFull
+			continue
+		}
+		counts[m.DeviceName] = count + 1
+	}
+	return outcomes, counts, nil
+}
+
+// putMessage adds to b a new message with its index entries, its queue
+// and expiry entries when pending and its records' outbox entries (not
+// the pending count).
+func (s *Store) putMessage(b *pebble.Batch, m store.Message) error {
+	if m.State == store.StatePending {
+		if err := set(b, queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
+			return err
+		}
+		if err := set(b, expiryKey(m.ExpireTime, m.ID), nil); err != nil {
+			return err
+		}
+	}
+	if err := setJSON(b, msgKey(m.ID), m); err != nil {
+		return err
+	}
+	if err := set(b, appMsgKey(m.AppKey, m.ID), nil); err != nil {
+		return err
+	}
+	return s.addOutbox(b, m, 0)
+}
+
+// putBroadcast adds b and its place in the active index to batch.
+func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
+	if err := setJSON(batch, broadcastKey(b.AppKey, b.ID), b); err != nil {
+		return err
+	}
+	if b.Active() {
+		return set(batch, activeBroadcastKey(b.AppKey, b.ID), nil)
+	}
+	return batch.Delete(activeBroadcastKey(b.AppKey, b.ID), nil)
+}
+
+// CreateBroadcast stores b and records seq in one synced batch.
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	s.bcMu.Lock()
+	defer s.bcMu.Unlock()
+	if seq != nil {
+		defer s.lock2(seqStripe(b.AppKey, seqNo), seqStripe(b.AppKey, seqNo))()
+		if err := s.checkSeqFree(b.AppKey, seqNo, seq); err != nil {
+			return err
+		}
+	}
+	if found, err := s.exists(broadcastKey(b.AppKey, b.ID)); err != nil {
+		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
+	} else if found {
+		return store.ErrAlreadyExists
+	}
+	err := s.write(func(batch *pebble.Batch) error {
+		if err := s.putBroadcast(batch, b); err != nil {
+			return err
+		}
+		return putSeq(batch, b.AppKey, seqNo, seq)
+	})
+	if err != nil {
+		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
+	}
+	return nil
+}
+
+// GetBroadcast returns the app's broadcast or store.ErrNotFound.
+func (s *Store) GetBroadcast(ctx context.Context, appKey string, id int64) (store.Broadcast, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Broadcast{}, err
+	}
+	defer s.exit()
+	var b store.Broadcast
+	return b, s.getJSON(broadcastKey(appKey, id), &b)
+}
+
+// UpdateBroadcast applies fn to the broadcast under bcMu and stores it.
+func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*store.Broadcast) error) (store.Broadcast, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Broadcast{}, err
+	}
+	defer s.exit()
+	s.bcMu.Lock()
+	defer s.bcMu.Unlock()
+	var b store.Broadcast
+	if err := s.getJSON(broadcastKey(appKey, id), &b); err != nil {
+		return store.Broadcast{}, err
+	}
+	if err := fn(&b); err != nil {
+		return store.Broadcast{}, err
+	}
+	b.ID, b.AppKey = id, appKey
+	if err := s.write(func(batch *pebble.Batch) error { return s.putBroadcast(batch, b) }); err != nil {
+		return store.Broadcast{}, fmt.Errorf("update broadcast %d: %w", id, err)
+	}
+	return b, nil
+}
+
+// ActiveBroadcasts reads the active index and the broadcasts it names.
+func (s *Store) ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	var keys [][]byte
+	prefix := []byte(pActiveBroadcast)
+	err := s.scan(prefix, prefixEnd(prefix), func(k, _ []byte) (bool, error) {
+		if len(k) < len(prefix)+8 {
+			return true, nil
+		}
+		id := int64(binary.BigEndian.Uint64(k[len(prefix):]))
+		keys = append(keys, broadcastKey(string(k[len(prefix)+8:]), id))
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("active broadcasts: %w", err)
+	}
+	out := make([]store.Broadcast, 0, len(keys))
+	for _, k := range keys {
+		var b store.Broadcast
+		if err := s.getJSON(k, &b); err != nil {
+			return nil, fmt.Errorf("active broadcasts: %w", err)
+		}
+		if b.Active() {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Broadcast) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
