@@ -163,6 +163,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	msg.POST("/msg", a.limit(store.CategoryMessage), a.wrap(a.sendMessage))
 	msg.GET("/msg", a.limit(store.CategoryQuery), a.wrap(a.getMessage))
 	msg.DELETE("/msg", a.limit(store.CategoryMessage), a.wrap(a.retractMessage))
+	msg.POST("/msgs", a.wrap(a.sendBatch)) // one message token per message (batch.go)
 
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
 
