@@ -89,12 +89,12 @@ func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*Batc
 	return p, nil
 }
 
-// batchMessage builds dev's message of a batch send or broadcast as Send
+// newMessage builds dev's message of a batch send or broadcast as Send
 // would store it, with its queue-full form.
-func (s *Service) batchMessage(app store.App, dev store.Device, req SendRequest, now time.Time) store.BatchMessage {
+func (s *Service) newMessage(appKey string, dev store.Device, req SendRequest, now time.Time) store.BatchMessage {
 	m := store.Message{
 		ID:          s.ids.Next(),
-		AppKey:      app.Key,
+		AppKey:      appKey,
 		DeviceName:  dev.Name,
 		Body:        req.Body,
 		TTL:         req.TTL,
@@ -127,13 +127,18 @@ func (s *Service) batchMessage(app store.App, dev store.Device, req SendRequest,
 		NewRecord(m, store.RecordTargetValid, 0, "", now),
 		NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, "device queue full: "+strconv.Itoa(store.MaxPending)+" messages pending", now),
 	}
-	bm := store.BatchMessage{Message: m, Full: full}
-	ok := BatchResult{DeviceName: dev.Name, MsgID: m.ID}
-	if m.State == store.StateFailed && dev.Flag == store.FlagDisabled {
+	return store.BatchMessage{Message: m, Full: full}
+}
+
+// batchMessage is newMessage with the answers of a batch send.
+func (s *Service) batchMessage(app store.App, dev store.Device, req SendRequest, now time.Time) store.BatchMessage {
+	bm := s.newMessage(app.Key, dev, req, now)
+	ok := BatchResult{DeviceName: dev.Name, MsgID: bm.Message.ID}
+	if dev.Flag == store.FlagDisabled {
 		ok.Code, ok.Message = ErrCodeDeviceDisabled, "device "+strconv.Quote(dev.Name)+" is disabled"
 	}
 	bm.Answers[store.BatchStored] = mustJSON(ok)
-	bm.Answers[store.BatchFull] = mustJSON(BatchResult{DeviceName: dev.Name, Code: ErrCodeQueueFull, MsgID: m.ID,
+	bm.Answers[store.BatchFull] = mustJSON(BatchResult{DeviceName: dev.Name, Code: ErrCodeQueueFull, MsgID: bm.Message.ID,
 		Message: "device " + strconv.Quote(dev.Name) + " queue full: " + strconv.Itoa(store.MaxPending) + " messages pending"})
 	bm.Answers[store.BatchGone] = mustJSON(BatchResult{DeviceName: dev.Name, Code: CodeInvalidDevice, Message: errdefs.NotFound("device", dev.Name).Error()})
 	return bm

@@ -52,6 +52,9 @@ type Config struct {
 	DeviceService *devices.Service
 	DeadLetters   *callback.DeadLetters
 	AppService    *application.Service
+	// Broadcasts accepts, reports and cancels broadcasts; its fan-out
+	// runs apart from the API (started by cmd/devmsg).
+	Broadcasts *message.Broadcaster
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
 	Apps *appcache.Cache
@@ -93,6 +96,7 @@ type API struct {
 	appSvc      *application.Service
 	devices     *devices.Service
 	deadLetters *callback.DeadLetters
+	broadcasts  *message.Broadcaster
 	limits      Limiter
 	apps        *appcache.Cache
 	verifier    *http.Client // for callback URL verification
@@ -123,6 +127,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		appSvc:      cfg.AppService,
 		devices:     cfg.DeviceService,
 		deadLetters: cfg.DeadLetters,
+		broadcasts:  cfg.Broadcasts,
 		limits:      cfg.RateLimiter,
 		apps:        cfg.Apps,
 		now:         time.Now,
@@ -164,6 +169,9 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	msg.GET("/msg", a.limit(store.CategoryQuery), a.wrap(a.getMessage))
 	msg.DELETE("/msg", a.limit(store.CategoryMessage), a.wrap(a.retractMessage))
 	msg.POST("/msgs", a.wrap(a.sendBatch)) // one message token per message (batch.go)
+	msg.POST("/broadcast", a.limit(store.CategoryMessage), a.wrap(a.createBroadcast))
+	msg.GET("/broadcast", a.limit(store.CategoryQuery), a.wrap(a.getBroadcast))
+	msg.DELETE("/broadcast", a.limit(store.CategoryMessage), a.wrap(a.cancelBroadcast))
 
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
 
@@ -185,7 +193,7 @@ func (cfg Config) checkServices() error {
 		missing bool
 	}{
 		{"Messages", cfg.Messages == nil}, {"Shadows", cfg.Shadows == nil}, {"DeviceService", cfg.DeviceService == nil},
-		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil},
+		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil}, {"Broadcasts", cfg.Broadcasts == nil},
 	} {
 		if s.missing {
 			return fmt.Errorf("restapi: Config.%s is nil: cmd/devmsg builds every service (tests: restapi/restapitest)", s.name)

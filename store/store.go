@@ -222,6 +222,9 @@ type Message struct {
 	CallbackURL string          `json:"callback_url,omitempty"`
 	Params      json.RawMessage `json:"params,omitempty"`
 	Records     []Record        `json:"records"`
+	// Broadcast is the id of the broadcast the message belongs to, 0
+	// for none.
+	Broadcast int64 `json:"broadcast,omitempty"`
 }
 
 // Callback record types (spec section 6.3).

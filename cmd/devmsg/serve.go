@@ -39,7 +39,9 @@ import (
 
 const (
 	// callbackLease is the cluster lease of the callback worker.
-	callbackLease  = "callbacks"
+	callbackLease = "callbacks"
+	// broadcastLease is the cluster lease of the broadcast fan-out.
+	broadcastLease = "broadcasts"
 	metaAdminHash  = "admin_password_sha256"
 	metaDefaultApp = "default_app_key"
 	shutdownBudget = 30 * time.Second
@@ -89,11 +91,13 @@ type Main struct {
 	dispatcher *message.Dispatcher
 	gateway    *gateway.Gateway
 	callbacks  *callback.Worker
+	broadcasts *message.Broadcaster
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
+	fanoutStarted    bool // likewise, the broadcasts' fan-out
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -277,12 +281,15 @@ func (m *Main) buildServices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	messages := message.NewService(st, ids, m.gateway)
+	m.broadcasts = message.NewBroadcaster(messages, st, message.FanoutConfig{Rate: cfg.Broadcast.Rate, Chunk: cfg.Broadcast.Chunk}, log)
 	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,
 		AdminUsername:       cfg.Admin.Username,
 		AdminPasswordSHA256: m.adminHash,
-		Messages:            message.NewService(st, ids, m.gateway),
+		Messages:            messages,
+		Broadcasts:          m.broadcasts,
 		Shadows:             shadow.NewService(st, ids, m.gateway),
 		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
 		DeviceService:       devices.NewService(st, m.gateway),
@@ -353,7 +360,12 @@ func (m *Main) startServices(ctx context.Context) error {
 			return err
 		}
 		m.callbacksStarted = true
+		if err := m.broadcasts.Start(); err != nil {
+			return err
+		}
+		m.fanoutStarted = true
 	} else {
+		m.node.Lead(broadcastLease, m.broadcasts.Start, m.broadcasts.Stop)
 		m.node.Lead(callbackLease, func() error { return m.callbacks.Start(context.Background()) }, m.callbacks.Stop)
 		// Listening for other nodes before any device can connect.
 		m.node.Run(m.gateway)
@@ -448,6 +460,9 @@ func (m *Main) close() error {
 	}
 	if m.callbacksStarted {
 		m.callbacks.Stop()
+	}
+	if m.fanoutStarted {
+		m.broadcasts.Stop()
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()
