@@ -43,6 +43,7 @@ const idleClientsPerProcess = 4500
 // brokerRun is one broker's numbers, for the comparison.
 type brokerRun struct {
 	latency, deliver *Result
+	fanout           *Result // batch sends (FleetWorkloads), compared with Mosquitto's relay
 	perDevice        float64 // RSS bytes per idle device, 0 if not measured
 }
 
