@@ -230,3 +230,92 @@ func TestKill9DuringFanout(t *testing.T) {
 		t.Errorf("%d devices have messages, want %d", len(per), devices)
 	}
 }
+
+// TestClusterFanoutNodeKilled runs a broadcast on two nodes sharing a
+// Redis, kills the node running the fan-out with SIGKILL midway, and finds
+// that the other takes the broadcast lease, resumes, and that every
+// device ends with exactly one message.
+func TestClusterFanoutNodeKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	rdb := redisForTest(t, "--appendfsync", "always")
+	const devices = 3000
+	// 400 messages a second: the fan-out outlasts the lease's hand-over.
+	flags := []string{"--broadcast.rate", "400", "--broadcast.chunk", "50"}
+	n1 := startNode(t, rdb, 1, flags...) // first: it takes the lease
+	n2 := startNode(t, rdb, 2, flags...)
+	app := n1.createApp(t, "cluster-fanout")
+	for b := 0; b < devices/1000; b++ {
+		var devs []string
+		for i := range 1000 {
+			devs = append(devs, fmt.Sprintf(`{"name":"cf-%05d","tags":["all"]}`, b*1000+i))
+		}
+		if st, body := n1.call(t, app.Key, app.MasterSecret, "POST", "/device/v1/devices", `{"device":[`+strings.Join(devs, ",")+`]}`); st != 200 {
+			t.Fatalf("create devices: %d %s", st, body)
+		}
+	}
+	leading := func(p *proc) bool {
+		st, b, err := p.tryCall("", "", "GET", "/metrics", "")
+		return err == nil && st == 200 && strings.Contains(string(b), "\ndevmsg_cluster_broadcast_worker 1\n")
+	}
+	waitFor(t, 20*time.Second, "node 1 to hold the broadcast lease", func() bool { return leading(n1) })
+	// Accepted by node 2; fanned out by node 1.
+	st, body := n2.call(t, app.Key, app.MasterSecret, "POST", "/msg/v1/broadcast", `{"seq_no":1,"target":{"tag":"all"},"msg_body":"c"}`)
+	var acc struct {
+		BroadcastID int64 `json:"broadcast_id"`
+		Targets     int   `json:"targets"`
+	}
+	if st != 200 || json.Unmarshal(body, &acc) != nil || acc.Targets != devices {
+		t.Fatalf("broadcast: %d %s", st, body)
+	}
+	progress := func() fleetBroadcast {
+		st, body := n2.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/msg/v1/broadcast?broadcast_id=%d", acc.BroadcastID), "")
+		var b fleetBroadcast
+		if st != 200 || json.Unmarshal(body, &b) != nil {
+			t.Fatalf("progress: %d %s", st, body)
+		}
+		return b
+	}
+	waitFor(t, 20*time.Second, "the fan-out to start", func() bool { return progress().Queued >= 200 })
+	if err := n1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = n1.cmd.Wait()
+	if b := progress(); b.Queued >= devices {
+		t.Fatalf("the fan-out ended before the kill (%+v): the test proves nothing", b)
+	}
+	waitFor(t, 60*time.Second, "node 2 to take over and finish", func() bool { return progress().State == "done" })
+	if !leading(n2) {
+		t.Error("node 2 finished without the lease")
+	}
+	per := map[string]int{}
+	cursor := ""
+	for {
+		st, body := n2.call(t, "admin", "durability-admin", "GET", "/admin/v1/apps/"+app.Key+"/messages?limit=1000&cursor="+cursor, "")
+		var page struct {
+			Messages []struct {
+				DeviceName string `json:"device_name"`
+			} `json:"messages"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if st != 200 || json.Unmarshal(body, &page) != nil {
+			t.Fatalf("list messages: %d %s", st, body)
+		}
+		for _, m := range page.Messages {
+			per[m.DeviceName]++
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	for i := range devices {
+		if n := per[fmt.Sprintf("cf-%05d", i)]; n != 1 {
+			t.Errorf("cf-%05d has %d messages", i, n)
+		}
+	}
+	if b := progress(); b.Queued != devices {
+		t.Errorf("done with %+v", b)
+	}
+}

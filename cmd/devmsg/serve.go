@@ -343,6 +343,15 @@ func (m *Main) registerMetrics() {
 			}
 			return 0
 		}))
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "devmsg_cluster_broadcast_worker",
+			Help: "1 while this node holds the broadcast lease and runs the cluster's broadcast fan-out, else 0.",
+		}, func() float64 {
+			if node.Leading(broadcastLease) {
+				return 1
+			}
+			return 0
+		}))
 	}
 	registerDeviceMetrics(m.reg, m.broker, m.dispatcher)
 }
