@@ -21,7 +21,12 @@ type Fleet interface {
 	// message is stored as CreateMessage would, except that a pending one
 	// whose device's queue is full is stored as its Full, and one whose
 	// device does not exist is not stored. The result has each message's
-	// outcome: BatchStored, BatchFull or BatchGone. It fails with
+	// outcome: BatchStored, BatchFull or BatchGone. A write with a step
+	// (and no seq) may return before it is durable: steps are atomic and
+	// durable in the order they are made, so a crash takes back at most
+	// the last steps whole, and the fan-out redoes them from the cursor
+	// that survived; Barrier makes them durable before what they hold
+	// leaves the process. It fails with
 	// ErrSeqUsed as CreateMessage does, and with ErrVersionConflict when
 	// step's broadcast is not fanning out from step.From (nothing
 	// written either way).

@@ -44,8 +44,38 @@ func (s *Store) lockStripes(idx []int) (unlock func()) {
 	}
 }
 
+// writeLazy is write without waiting for the fsync: the batch is in the
+// WAL, in order, and durable with the next synced write or Barrier. It is
+// counted in committing until it is published and in lazyWrites after,
+// so a Barrier that could see it syncs first.
+func (s *Store) writeLazy(fill func(b *pebble.Batch) error) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := fill(b); err != nil {
+		return err
+	}
+	s.committing.Add(1)
+	defer s.committing.Add(-1)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	s.lazyWrites.Add(1)
+	return nil
+}
+
+// markLazySynced records that the lazy writes up to n are synced.
+func (s *Store) markLazySynced(n int64) {
+	for {
+		cur := s.lazySynced.Load()
+		if n <= cur || s.lazySynced.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
 // CreateMessages stores the messages, their queue entries, outbox
-// entries, seq and step in one synced batch, holding the stripes of
+// entries, seq and step in one batch (synced unless it is a step; see
+// store.Fleet), holding the stripes of
 // every device named and of the seq_no (and bcMu with a step) until it
 // is synced; see store.Store.
 func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error) {
@@ -83,7 +113,11 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	if err != nil {
 		return nil, err
 	}
-	err = s.write(func(batch *pebble.Batch) error {
+	write := s.write
+	if step != nil && seq == nil {
+		write = s.writeLazy
+	}
+	err = write(func(batch *pebble.Batch) error {
 		for i, bm := range msgs {
 			m := bm.Message
 			switch outcomes[i] {

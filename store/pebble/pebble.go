@@ -52,6 +52,9 @@ type Store struct {
 	// committing counts synced commits in flight, from before Pebble
 	// publishes them to after their fsync (see WALMinSyncInterval and Barrier).
 	committing atomic.Int64
+	// lazyWrites counts the commits of writeLazy, and lazySynced how many
+	// of them a Barrier is known to have synced (see fleetmsgs.go).
+	lazyWrites, lazySynced atomic.Int64
 	// outboxSeq is the Seq of the last outbox entry handed out.
 	outboxSeq atomic.Int64
 	// locks guard devices (shadow, pending count) and seq_nos, indexed by
@@ -381,12 +384,16 @@ func (s *Store) Barrier(ctx context.Context) error {
 		return err
 	}
 	defer s.exit()
-	if s.committing.Load() == 0 {
+	// Unsynced writes (writeLazy) count too: loaded first, so every one
+	// counted was published before the record below.
+	lazy := s.lazyWrites.Load()
+	if s.committing.Load() == 0 && lazy == s.lazySynced.Load() {
 		return nil
 	}
 	if err := s.db.LogData(barrierRecord, pebble.Sync); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
+	s.markLazySynced(lazy)
 	return nil
 }
 
