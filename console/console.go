@@ -163,7 +163,7 @@ func sleepFull(_ *http.Request, d time.Duration) {
 // ServeHTTP serves every path under Prefix, and redirects /console to it.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
@@ -211,6 +211,10 @@ func (c *Console) routes() {
 
 	m.Handle("GET /console/apps/{key}/messages", c.page(c.messagesPage))
 	m.Handle("POST /console/apps/{key}/messages/retract", c.action(c.retract))
+
+	m.Handle("GET /console/apps/{key}/broadcast", c.page(c.broadcastPage))
+	m.Handle("POST /console/apps/{key}/broadcast", c.action(c.createBroadcast))
+	m.Handle("POST /console/apps/{key}/broadcast/cancel", c.action(c.cancelBroadcast))
 
 	m.Handle("GET /console/apps/{key}/callbacks", c.page(c.callbacksPage))
 	m.Handle("POST /console/apps/{key}/callbacks/switch", c.action(c.setSwitch))

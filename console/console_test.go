@@ -1023,3 +1023,34 @@ func TestDeviceTags(t *testing.T) {
 		t.Errorf("tags after clearing %v", info.Tags)
 	}
 }
+
+func TestBroadcastPage(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	e.apiCall(a.Key, a.Secret, "POST", "/device/v1/devices", map[string]any{"device": []map[string]any{
+		{"name": "lamp-0001", "tags": []string{"lamp"}}, {"name": "lamp-0002", "tags": []string{"lamp"}}, {"name": "plug-0001"},
+	}}, nil)
+	b := e.browser()
+	b.loginApp(a)
+	page := "/console/apps/" + a.Key + "/broadcast"
+	b.get(page).want(t, 200, `id="broadcast-form"`, `id="nav-broadcast"`)
+	b.post(page, url.Values{"target": {"tag"}, "tag": {""}, "msg_body": {"x"}}).want(t, 200, "Name a tag")
+	b.post(page, url.Values{"target": {"tag"}, "tag": {"a b"}, "msg_body": {"x"}}).want(t, 200, "target.tag")
+	p := b.post(page, url.Values{"target": {"tag"}, "tag": {"lamp"}, "msg_body": {"refresh"}, "ttl": {"600"}})
+	p.want(t, 200, "accepted for 2 devices", `id="broadcast-progress"`, `data-live="2"`, `id="broadcast-bar-queued"`)
+	if !strings.Contains(p.url, "?id=") {
+		t.Fatalf("after the form: %s", p.url)
+	}
+	id := p.text("broadcast-id")
+	p = b.post(page+"/cancel", url.Values{"id": {id}})
+	p.want(t, 200, "Broadcast cancelled")
+	if p.text("broadcast-state") != "cancelled" {
+		t.Errorf("state after cancel %q", p.text("broadcast-state"))
+	}
+	if p.has(`id="broadcast-cancel"`) {
+		t.Error("a cancelled broadcast still offers the cancel button")
+	}
+	b.get(page+"?id=12345").want(t, 200, "broadcast 12345 not found")
+	all := b.post(page, url.Values{"target": {"all"}, "msg_body": {"all"}})
+	all.want(t, 200, "accepted for 3 devices")
+}

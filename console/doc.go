@@ -149,6 +149,16 @@
 //	device-flag-form, device-disable or device-enable
 //	device-delete (form), device-delete-confirm, device-delete-submit
 //
+// Broadcast (/console/apps/{key}/broadcast, ?id=N for one broadcast's progress):
+//
+//	broadcast-form (form), broadcast-target-tag, broadcast-tag, broadcast-target-all,
+//	  broadcast-body, broadcast-ttl, broadcast-submit
+//	broadcast-progress (data-live="2" while it runs: console.js refreshes it in place),
+//	  broadcast-id, broadcast-state, broadcast-queued, broadcast-delivered, broadcast-failed,
+//	  broadcast-expired, broadcast-retracted, and the bars broadcast-bar-queued,
+//	  broadcast-bar-delivered, broadcast-bar-failed (progress elements)
+//	broadcast-cancel (form), broadcast-cancel-submit, broadcast-error
+//
 // Messages (/console/apps/{key}/messages):
 //
 //	messages-table (rows tr[data-msgid=N]; cells .msg-id with a.msg-link to the trace,
