@@ -74,10 +74,10 @@ func (s *Store) markLazySynced(n int64) {
 }
 
 // CreateMessages stores the messages, their queue entries, outbox
-// entries, seq and step in one batch (synced unless it is a step; see
-// store.Fleet), holding the stripes of
-// every device named and of the seq_no (and bcMu with a step) until it
-// is synced; see store.Store.
+// entries, seq and step in one batch (synced before it returns unless it
+// is a step; see store.Fleet), holding the stripes of every device named
+// and of the seq_no (and bcMu with a step) while it checks and applies
+// it; see store.Store.
 func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
@@ -94,7 +94,13 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	if seq != nil {
 		idx = append(idx, seqStripe(appKey, seq.SeqNo))
 	}
-	defer s.lockStripes(idx)()
+	unlock := s.lockStripes(idx)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	if seq != nil {
 		if err := s.checkSeqFree(appKey, seq.SeqNo, &seq.Entry); err != nil {
 			return nil, err
@@ -113,11 +119,14 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	if err != nil {
 		return nil, err
 	}
-	write := s.write
-	if step != nil && seq == nil {
-		write = s.writeLazy
-	}
-	err = write(func(batch *pebble.Batch) error {
+	// The batch is applied without waiting for its fsync, so the stripes
+	// of up to a thousand devices are held only while it is applied, not
+	// through the disk's latency: PUBACKs and sends of those devices go
+	// on meanwhile. It is then synced after the stripes are released
+	// (unless a step: see store.Fleet); a write that read it under a
+	// stripe is after it in the WAL, so no crash keeps that write
+	// without this one.
+	err = s.writeLazy(func(batch *pebble.Batch) error {
 		for i, bm := range msgs {
 			m := bm.Message
 			switch outcomes[i] {
@@ -168,7 +177,25 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	for dev, n := range counts {
 		s.pending.put(appKey, dev, n)
 	}
+	locked = false
+	unlock()
+	if step == nil || seq != nil {
+		if err := s.syncLazy(); err != nil {
+			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+		}
+	}
 	return outcomes, nil
+}
+
+// syncLazy makes every write published so far durable, lazy ones
+// included: Barrier's sync, whether or not a commit is in flight.
+func (s *Store) syncLazy() error {
+	lazy := s.lazyWrites.Load()
+	if err := s.db.LogData(barrierRecord, pebble.Sync); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	s.markLazySynced(lazy)
+	return nil
 }
 
 // batchOutcomes decides, under the devices' stripes, what becomes of each

@@ -50,6 +50,7 @@ func RunBarrierTests(t *testing.T, rounds int, open func(t *testing.T) Crashable
 			}
 		}
 	})
+	t.Run("BatchSurvivesCrash", func(t *testing.T) { testBatchCrash(t, open(t)) })
 	t.Run("BroadcastStepSurvivesCrash", func(t *testing.T) {
 		for round := range rounds {
 			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testStepCrash(t, open(t)) }) {

@@ -420,3 +420,23 @@ func testStepCrash(t *testing.T, c Crashable) {
 		t.Fatalf("the step made durable by a barrier was lost: %+v", b)
 	}
 }
+
+// testBatchCrash checks that a batch send is durable when CreateMessages
+// returns, seq_no entry included.
+func testBatchCrash(t *testing.T, c Crashable) {
+	ctx := context.Background()
+	s := c.Store
+	must(t, s.CreateApp(ctx, store.App{Key: "app"}))
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	seq := &store.BatchSeq{SeqNo: 9, Entry: store.SeqEntry{Fingerprint: "f", Status: 200, ExpiresAt: future()}, Prefix: []byte("["), Suffix: []byte("]")}
+	_, err := s.CreateMessages(ctx, "app", []store.BatchMessage{
+		batchMsg(1, "app", "dev-1", store.StatePending), batchMsg(2, "app", "dev-2", store.StatePending),
+	}, seq, nil)
+	must(t, err)
+	r := c.Crash(t)
+	must(t, checkPending(r, "app", "dev-1", 1))
+	must(t, checkPending(r, "app", "dev-2", 2))
+	if _, err := r.GetSeq(ctx, "app", 9); err != nil {
+		t.Fatalf("seq_no entry after the crash: %v", err)
+	}
+}
