@@ -18,7 +18,9 @@ type Event struct {
 	// ID is assigned by the store when the event is appended: it
 	// increases per app, and events become visible to readers in ID
 	// order (a reader that has seen ID n never later sees a new event
-	// with an ID below n).
+	// with an ID below n). IDs need not be consecutive (on Redis an ID
+	// is its stream id's ms*1,000,000+seq), and a reader only ever sees
+	// durable events.
 	ID         int64  `json:"id"`
 	Type       string `json:"type"`
 	AppKey     string `json:"app_key"`
@@ -65,7 +67,9 @@ type EventPage struct {
 type EventLog interface {
 	// AppendEvents stores the events durably and atomically, in slice
 	// order, assigning each its ID; it returns them with IDs set. Events
-	// may belong to different apps.
+	// may belong to different apps (on Redis Cluster, whose apps live on
+	// different shards, the call is atomic per app only). Empty Data is
+	// stored as {}; other Data is stored byte for byte.
 	AppendEvents(ctx context.Context, evs []Event) ([]Event, error)
 	// ReadEvents returns events of q.AppKey's log after q.After: it
 	// examines up to q.Examine() events and returns those that match.

@@ -144,6 +144,10 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	for _, l := range s.events {
+		close(l.wake) // waiters return, to find the store closed
+		l.wake = make(chan struct{})
+	}
 	return nil
 }
 

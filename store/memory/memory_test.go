@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/memory"
@@ -119,5 +120,22 @@ func TestClose(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestCloseWakesWaiters: a WaitEvents blocked when the store closes
+// returns, rather than wait out its context.
+func TestCloseWakesWaiters(t *testing.T) {
+	s := memory.New()
+	done := make(chan error, 1)
+	go func() { done <- s.WaitEvents(context.Background(), "a", 0) }()
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiter still waits after Close")
 	}
 }

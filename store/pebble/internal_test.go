@@ -272,3 +272,22 @@ func openFS(t *testing.T, fs vfs.FS) *Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// TestCloseWakesWaiters: a WaitEvents blocked when the store closes
+// returns ErrClosed, rather than wait out its context.
+func TestCloseWakesWaiters(t *testing.T) {
+	s, err := Open(t.TempDir())
+	must(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.WaitEvents(context.Background(), "a", 0) }()
+	time.Sleep(20 * time.Millisecond)
+	must(t, s.Close())
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("WaitEvents across Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiter still waits after Close")
+	}
+}

@@ -463,13 +463,17 @@ func (w *eventWaiters) run(ps *goredis.PubSub) {
 	}
 }
 
-// close ends the subscription; later waits fail.
+// close ends the subscription and wakes every waiter; later waits fail.
 func (w *eventWaiters) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
 	if w.ps != nil {
 		w.ps.Close()
+	}
+	for app, ch := range w.wakes {
+		close(ch)
+		delete(w.wakes, app)
 	}
 }
 

@@ -158,3 +158,19 @@ func TestWaitEventsRestart(t *testing.T) {
 		t.Fatalf("the waiter read event %d, want %d: it missed an append made around a restart", id, out[0].ID)
 	}
 }
+
+// TestCloseWakesWaiters: a WaitEvents blocked when the Store closes
+// returns, rather than wait out its context.
+func TestCloseWakesWaiters(t *testing.T) {
+	requireServer(t)
+	s := open(t, standalone, newPrefix())
+	done := make(chan error, 1)
+	go func() { done <- s.WaitEvents(context.Background(), "a", 0) }()
+	time.Sleep(100 * time.Millisecond)
+	must(t, s.Close())
+	select {
+	case <-done:
+	case <-time.After(waitRecheck * 3 / 4):
+		t.Fatal("a waiter still waits after Close")
+	}
+}

@@ -241,6 +241,10 @@ func BenchmarkSetDesiredParallel(b *testing.B) {
 	benchmarks(b, func(b *testing.B, s *Store, n int) { storetest.BenchSetDesired(b, s, n) })
 }
 
+func BenchmarkAppendEventsParallel(b *testing.B) {
+	benchmarks(b, func(b *testing.B, s *Store, n int) { storetest.BenchAppendEvents(b, s, n) })
+}
+
 // TestBarrier runs the Barrier suite on a redis-server of its own with
 // appendfsync always, the setting docs/operations.md asks for; a crash is
 // SIGKILL and a restart on the same append-only file. Fewer rounds than
