@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -87,6 +89,13 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		s.bcMu.Lock()
 		defer s.bcMu.Unlock()
 	}
+	// Everything but the choice between a message and its queue-full
+	// form is encoded before any lock is taken, so the stripes are held
+	// only for the checks and the copy into the batch.
+	encoded, err := s.encodeBatch(appKey, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
 	idx := make([]int, 0, len(msgs)+1)
 	for _, bm := range msgs {
 		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
@@ -115,7 +124,9 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			return nil, store.ErrVersionConflict
 		}
 	}
-	outcomes, counts, err := s.batchOutcomes(appKey, msgs)
+	var outcomes []int
+	var counts map[string]int64
+	outcomes, counts, err = s.batchOutcomes(appKey, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -129,15 +140,13 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	err = s.writeLazy(func(batch *pebble.Batch) error {
 		for i, bm := range msgs {
 			m := bm.Message
-			switch outcomes[i] {
-			case store.BatchGone:
+			if outcomes[i] == store.BatchGone {
 				continue
-			case store.BatchFull:
-				m = bm.Full
 			}
-			m.AppKey = appKey
-			if err := s.putMessage(batch, m); err != nil {
-				return err
+			for _, e := range encoded[i][outcomes[i]] {
+				if err := set(batch, e.k, e.v); err != nil {
+					return err
+				}
 			}
 			if step != nil {
 				b.Queued++
@@ -237,25 +246,50 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, 
 	return outcomes, counts, nil
 }
 
-// putMessage adds to b a new message with its index entries, its queue
-// and expiry entries when pending and its records' outbox entries (not
-// the pending count).
-func (s *Store) putMessage(b *pebble.Batch, m store.Message) error {
-	if m.State == store.StatePending {
-		if err := set(b, queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
-			return err
+// kv is one key and value of a write.
+type kv struct{ k, v []byte }
+
+// encodeBatch encodes each message of a batch in both its forms, indexed
+// by store.BatchStored and store.BatchFull: the message with its index
+// entries, its queue and expiry entries when pending and its records'
+// outbox entries (not the pending count). The forms share outbox Seqs, as
+// only one is stored.
+func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([][2][]kv, error) {
+	now := s.now().UnixMilli()
+	out := make([][2][]kv, len(msgs))
+	for i, bm := range msgs {
+		n := int64(max(len(bm.Message.Records), len(bm.Full.Records)))
+		first := s.outboxSeq.Add(n) - n + 1
+		for f, m := range []store.Message{bm.Message, bm.Full} {
+			m.AppKey = appKey
+			var kvs []kv
+			if m.State == store.StatePending {
+				kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
+			}
+			data, err := json.Marshal(m)
+			if err != nil {
+				return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
+			}
+			kvs = append(kvs, kv{msgKey(m.ID), data}, kv{appMsgKey(appKey, m.ID), nil})
+			for r := range m.Records {
+				e := store.OutboxEntry{
+					Seq:         first + int64(r),
+					ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(r),
+					AppKey:      appKey,
+					CallbackURL: m.CallbackURL,
+					Time:        now,
+					Record:      m.Filled(m.Records[r]),
+				}
+				data, err := json.Marshal(e)
+				if err != nil {
+					return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
+				}
+				kvs = append(kvs, kv{outboxKey(e.Seq), data})
+			}
+			out[i][f] = kvs
 		}
-		if err := set(b, expiryKey(m.ExpireTime, m.ID), nil); err != nil {
-			return err
-		}
 	}
-	if err := setJSON(b, msgKey(m.ID), m); err != nil {
-		return err
-	}
-	if err := set(b, appMsgKey(m.AppKey, m.ID), nil); err != nil {
-		return err
-	}
-	return s.addOutbox(b, m, 0)
+	return out, nil
 }
 
 // putBroadcast adds b and its place in the active index to batch.
