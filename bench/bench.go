@@ -97,7 +97,7 @@ var RedisFsyncModes = []string{"always", "everysec"}
 
 func (o Options) hasDeviceWorkloads() bool {
 	return slices.ContainsFunc(o.Workloads, func(w string) bool {
-		return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" || slices.Contains(EventWorkloads, w)
+		return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" || slices.Contains(EventWorkloads, w) || w == "fanout"
 	})
 }
 
@@ -155,8 +155,8 @@ func (o Options) validateWorkloads() []error {
 		errs = append(errs, errors.New("no workloads"))
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) && !slices.Contains(EventWorkloads, w) {
-			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads), ", ")))
+		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) && !slices.Contains(EventWorkloads, w) && !slices.Contains(FleetWorkloads, w) {
+			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads), ", ")))
 		}
 	}
 	if o.hasDeviceWorkloads() && (o.Subscribers < 1 || o.Subscribers > o.Devices) {
@@ -405,6 +405,11 @@ func (b *runner) measure(ctx context.Context, w string, out io.Writer, devmsg *b
 	case "deliver":
 		r, err = b.deliverDevmsg(ctx, w, 0)
 		devmsg.deliver = &r
+	case "fanout":
+		r, err = b.fanoutDevmsg(ctx, w)
+		devmsg.fanout = &r
+	case "broadcast":
+		r, err = b.broadcastDevmsg(ctx, w)
 	case "callback-lag":
 		r, err = b.callbackLag(ctx, w, b.deliverRate())
 	case "callback":

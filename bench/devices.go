@@ -47,6 +47,7 @@ const idleClientsPerProcess = 4500
 // brokerRun is one broker's numbers, for the comparison.
 type brokerRun struct {
 	latency, deliver *Result
+	fanout           *Result // batch sends (FleetWorkloads), compared with Mosquitto's relay
 	perDevice        float64 // RSS bytes per idle device (noise can make it ≤ 0 with few devices)
 	idleMeasured     bool    // idle-memory ran, so perDevice holds its figure
 }

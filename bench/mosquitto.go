@@ -183,6 +183,9 @@ func (b *runner) compareMosquitto(ctx context.Context, out io.Writer, devmsg bro
 	if devmsg.deliver != nil && mq.deliver.PerSecond > 0 {
 		fmt.Fprintf(out, "  delivered messages/s  %.2f (%.0f vs %.0f)\n", devmsg.deliver.PerSecond/mq.deliver.PerSecond, devmsg.deliver.PerSecond, mq.deliver.PerSecond)
 	}
+	if devmsg.fanout != nil && mq.deliver.PerSecond > 0 {
+		fmt.Fprintf(out, "  fanout delivered/s vs relay  %.2f (%.0f vs %.0f)\n", devmsg.fanout.PerSecond/mq.deliver.PerSecond, devmsg.fanout.PerSecond, mq.deliver.PerSecond)
+	}
 	if devmsg.latency != nil && mq.latency.P99 > 0 {
 		fmt.Fprintf(out, "  p99 latency at %d/s   %.2f (%s vs %s)\n", b.deliverRate(), float64(devmsg.latency.P99)/float64(mq.latency.P99), ms(devmsg.latency.P99), ms(mq.latency.P99))
 	}

@@ -191,12 +191,13 @@ type propModel struct {
 }
 
 type deviceSummary struct {
-	Name       string `json:"name"`
-	Mark       string `json:"mark"`
-	Flag       int    `json:"flag"`
-	Status     int    `json:"status"`
-	TimeCreate int64  `json:"time_create"`
-	TimeActive int64  `json:"time_active"`
+	Name       string   `json:"name"`
+	Mark       string   `json:"mark"`
+	Flag       int      `json:"flag"`
+	Status     int      `json:"status"`
+	TimeCreate int64    `json:"time_create"`
+	TimeActive int64    `json:"time_active"`
+	Tags       []string `json:"tags"`
 }
 
 type devicePage struct {
@@ -206,15 +207,16 @@ type devicePage struct {
 
 type deviceDetail struct {
 	Device struct {
-		Name           string `json:"name"`
-		Mark           string `json:"mark"`
-		Flag           int    `json:"flag"`
-		Status         int    `json:"status"`
-		ClientIP       string `json:"client_ip"`
-		LastLoginTime  string `json:"last_login_time"`
-		LastLogoutTime string `json:"last_logout_time"`
-		TimeCreate     int64  `json:"time_create"`
-		TimeActive     int64  `json:"time_active"`
+		Name           string   `json:"name"`
+		Mark           string   `json:"mark"`
+		Flag           int      `json:"flag"`
+		Status         int      `json:"status"`
+		ClientIP       string   `json:"client_ip"`
+		LastLoginTime  string   `json:"last_login_time"`
+		LastLogoutTime string   `json:"last_logout_time"`
+		TimeCreate     int64    `json:"time_create"`
+		TimeActive     int64    `json:"time_active"`
+		Tags           []string `json:"tags"`
 	} `json:"device"`
 	Properties propSummary `json:"properties"`
 }

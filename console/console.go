@@ -221,6 +221,7 @@ func (c *Console) routes() {
 	m.Handle("GET /console/apps/{key}/devices/{name}", c.page(c.devicePage))
 	m.Handle("POST /console/apps/{key}/devices/{name}/property", c.action(c.setDesired))
 	m.Handle("POST /console/apps/{key}/devices/{name}/flag", c.action(c.setFlag))
+	m.Handle("POST /console/apps/{key}/devices/{name}/tags", c.action(c.setTags))
 	m.Handle("POST /console/apps/{key}/devices/{name}/delete", c.action(c.deleteDevice))
 	m.Handle("POST /console/apps/{key}/devices/{name}/message", c.action(c.sendMessage))
 
@@ -232,6 +233,9 @@ func (c *Console) routes() {
 	m.Handle("GET /console/apps/{key}/webhooks", c.page(c.webhooksPage))
 	m.Handle("POST /console/apps/{key}/webhooks/add", c.action(c.addWebhook))
 	m.Handle("POST /console/apps/{key}/webhooks/delete", c.action(c.deleteWebhook))
+	m.Handle("GET /console/apps/{key}/broadcast", c.page(c.broadcastPage))
+	m.Handle("POST /console/apps/{key}/broadcast", c.action(c.createBroadcast))
+	m.Handle("POST /console/apps/{key}/broadcast/cancel", c.action(c.cancelBroadcast))
 
 	m.Handle("GET /console/apps/{key}/callbacks", c.page(c.callbacksPage))
 	m.Handle("POST /console/apps/{key}/callbacks/switch", c.action(c.setSwitch))

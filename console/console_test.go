@@ -995,3 +995,62 @@ func TestRefusalMentioningNotFoundIsNotA404(t *testing.T) {
 	p := b.get("/console/apps/" + a.Key + "/callbacks?cursor=" + url.QueryEscape("not found"))
 	p.want(t, http.StatusBadRequest, `cursor must be the next value of a previous page, got &#34;not found&#34;`)
 }
+
+func TestDeviceTags(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	e.createDevices(a, "dev-0001")
+	b := e.browser()
+	b.loginApp(a)
+	dev := "/console/apps/" + a.Key + "/devices/dev-0001"
+	if p := b.get(dev); p.text("device-tags") != "—" {
+		t.Fatalf("tags of an untagged device %q", p.text("device-tags"))
+	}
+	p := b.post(dev+"/tags", url.Values{"tags": {"lamp, floor:1  lamp"}})
+	p.want(t, 200, "Tags saved", `value="floor:1 lamp"`)
+	if got := p.text("device-tags"); !strings.Contains(got, "floor:1") || !strings.Contains(got, "lamp") {
+		t.Errorf("tags shown %q", got)
+	}
+	var info struct{ Tags []string }
+	e.apiCall(a.Key, a.Secret, "GET", "/device/v1/baseinfo?device_name=dev-0001", nil, &info)
+	if fmt.Sprint(info.Tags) != "[floor:1 lamp]" {
+		t.Errorf("stored tags %v", info.Tags)
+	}
+	b.post(dev+"/tags", url.Values{"tags": {"a/b"}}).want(t, 200, "tags[0]")
+	b.post(dev+"/tags", url.Values{"tags": {""}}).want(t, 200, "Tags saved (0)")
+	e.apiCall(a.Key, a.Secret, "GET", "/device/v1/baseinfo?device_name=dev-0001", nil, &info)
+	if len(info.Tags) != 0 {
+		t.Errorf("tags after clearing %v", info.Tags)
+	}
+}
+
+func TestBroadcastPage(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("greenhouse")
+	e.apiCall(a.Key, a.Secret, "POST", "/device/v1/devices", map[string]any{"device": []map[string]any{
+		{"name": "lamp-0001", "tags": []string{"lamp"}}, {"name": "lamp-0002", "tags": []string{"lamp"}}, {"name": "plug-0001"},
+	}}, nil)
+	b := e.browser()
+	b.loginApp(a)
+	page := "/console/apps/" + a.Key + "/broadcast"
+	b.get(page).want(t, 200, `id="broadcast-form"`, `id="nav-broadcast"`)
+	b.post(page, url.Values{"target": {"tag"}, "tag": {""}, "msg_body": {"x"}}).want(t, 200, "Name a tag")
+	b.post(page, url.Values{"target": {"tag"}, "tag": {"a b"}, "msg_body": {"x"}}).want(t, 200, "target.tag")
+	p := b.post(page, url.Values{"target": {"tag"}, "tag": {"lamp"}, "msg_body": {"refresh"}, "ttl": {"600"}})
+	p.want(t, 200, "accepted for 2 devices", `id="broadcast-progress"`, `data-live="2"`, `id="broadcast-bar-queued"`)
+	if !strings.Contains(p.url, "?id=") {
+		t.Fatalf("after the form: %s", p.url)
+	}
+	id := p.text("broadcast-id")
+	p = b.post(page+"/cancel", url.Values{"id": {id}})
+	p.want(t, 200, "Broadcast cancelled")
+	if p.text("broadcast-state") != "cancelled" {
+		t.Errorf("state after cancel %q", p.text("broadcast-state"))
+	}
+	if p.has(`id="broadcast-cancel"`) {
+		t.Error("a cancelled broadcast still offers the cancel button")
+	}
+	b.get(page+"?id=12345").want(t, 200, "broadcast 12345 not found")
+	all := b.post(page, url.Values{"target": {"all"}, "msg_body": {"all"}})
+	all.want(t, 200, "accepted for 3 devices")
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/devmsg/devmsg/message"
 )
@@ -298,6 +299,22 @@ func (c *Console) setFlag(q *req) (string, error) {
 		msg = "Device disabled: it cannot connect, was disconnected if connected, and its pending messages failed."
 	}
 	c.setFlash(q.s.id, &flash{Kind: "ok", Message: msg})
+	return back, nil
+}
+
+// setTags replaces the device's tags with the form's list (spaces or
+// commas between tags); the API checks them.
+func (c *Console) setTags(q *req) (string, error) {
+	back := q.devicePath()
+	tags := strings.FieldsFunc(q.r.PostFormValue("tags"), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	if tags == nil {
+		tags = []string{}
+	}
+	body := map[string]any{"tags": tags}
+	if err := q.api(http.MethodPatch, q.appPath("/devices/"+url.PathEscape(q.r.PathValue("name"))), nil, body, nil); err != nil {
+		return back, err
+	}
+	c.setFlash(q.s.id, &flash{Kind: "ok", Message: fmt.Sprintf("Tags saved (%d).", len(tags))})
 	return back, nil
 }
 

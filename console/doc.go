@@ -160,7 +160,8 @@
 //	device-name, device-status ("online"/"offline"), device-flag ("enabled"/"disabled"),
 //	device-mark, device-client-ip, device-last-login, device-last-logout,
 //	device-time-create, device-time-active, device-sdk-ver, device-app-ver,
-//	device-desired-version, device-reported-version
+//	device-desired-version, device-reported-version, device-tags (each tag a span.tag; "—" for none)
+//	device-tags-form (form), device-tags-input (tags separated by spaces or commas), device-tags-submit
 //	device-properties (rows tr[data-property=NAME]; cells .prop-desired,
 //	  .prop-desired-time, .prop-reported, .prop-reported-time; values as JSON)
 //	device-property-set (form), device-property-name, device-property-value,
@@ -173,6 +174,16 @@
 //	device-message-msgid, device-message-trace (link)   in the flash after sending
 //	device-flag-form, device-disable or device-enable
 //	device-delete (form), device-delete-confirm, device-delete-submit
+//
+// Broadcast (/console/apps/{key}/broadcast, ?id=N for one broadcast's progress):
+//
+//	broadcast-form (form), broadcast-target-tag, broadcast-tag, broadcast-target-all,
+//	  broadcast-body, broadcast-ttl, broadcast-submit
+//	broadcast-progress (data-live="2" while it runs: console.js refreshes it in place),
+//	  broadcast-id, broadcast-state, broadcast-queued, broadcast-delivered, broadcast-failed,
+//	  broadcast-expired, broadcast-retracted, and the bars broadcast-bar-queued,
+//	  broadcast-bar-delivered, broadcast-bar-failed (progress elements)
+//	broadcast-cancel (form), broadcast-cancel-submit, broadcast-error
 //
 // Messages (/console/apps/{key}/messages):
 //

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -12,6 +13,8 @@ import (
 const timeLayout = "2006-01-02 15:04:05 UTC"
 
 var funcs = template.FuncMap{
+	// join joins strings with sep (a device's tags in a form field).
+	"join": strings.Join,
 	// unix formats Unix seconds; 0 is "—".
 	"unix": func(s int64) string {
 		if s == 0 {

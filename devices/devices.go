@@ -92,10 +92,12 @@ type noEvents struct{}
 func (noEvents) Disabled(context.Context, string, string)      {}
 func (noEvents) Deleted(context.Context, string, string) error { return nil }
 
-// NewDevice is a device to create: a name and mark already validated.
+// NewDevice is a device to create: a name, mark and tags already
+// validated (tags as NormalizeTags returns them).
 type NewDevice struct {
 	Name string
 	Mark string
+	Tags []string
 }
 
 // Create creates the app's devices, enabled and each with a generated
@@ -108,7 +110,7 @@ func (s *Service) Create(ctx context.Context, appKey string, news []NewDevice) (
 	devices := make([]store.Device, len(news))
 	for i, n := range news {
 		devices[i] = store.Device{
-			AppKey: appKey, Name: n.Name, Mark: n.Mark,
+			AppKey: appKey, Name: n.Name, Mark: n.Mark, Tags: n.Tags,
 			Secret: secret.Alnum(SecretLen), TimeCreate: now.Unix(), Flag: store.FlagEnabled,
 			Emit: []store.Event{events.New(events.TypeCreated, appKey, n.Name, now, nil)},
 		}
@@ -140,6 +142,8 @@ func (s *Service) Get(ctx context.Context, appKey, name string) (store.Device, e
 type Change struct {
 	Flag *int
 	Mark *string
+	// Tags, when not nil, replaces the tags (an empty list removes them).
+	Tags *[]string
 }
 
 // Update applies ch to the device under its lock, so presence and other
@@ -157,6 +161,13 @@ func (s *Service) Update(ctx context.Context, appKey, name string, ch Change) (s
 			return store.Device{}, err
 		}
 	}
+	if ch.Tags != nil {
+		tags, err := NormalizeTags("tags", *ch.Tags)
+		if err != nil {
+			return store.Device{}, err
+		}
+		ch.Tags = &tags
+	}
 	var disabled bool
 	d, err := s.store.UpdateDevice(ctx, appKey, name, func(d *store.Device) error {
 		disabled = ch.Flag != nil && *ch.Flag == store.FlagDisabled && d.Flag != store.FlagDisabled
@@ -170,6 +181,9 @@ func (s *Service) Update(ctx context.Context, appKey, name string, ch Change) (s
 		}
 		if ch.Mark != nil {
 			d.Mark = *ch.Mark
+		}
+		if ch.Tags != nil {
+			d.Tags = *ch.Tags
 		}
 		return nil
 	})

@@ -247,16 +247,17 @@ func (a *API) putRateLimits(c *gin.Context) error {
 }
 
 type deviceSummary struct {
-	Name       string `json:"name"`
-	Mark       string `json:"mark"`
-	Flag       int    `json:"flag"`
-	Status     int    `json:"status"`
-	TimeCreate int64  `json:"time_create"`
-	TimeActive int64  `json:"time_active"`
+	Name       string   `json:"name"`
+	Mark       string   `json:"mark"`
+	Flag       int      `json:"flag"`
+	Status     int      `json:"status"`
+	TimeCreate int64    `json:"time_create"`
+	TimeActive int64    `json:"time_active"`
+	Tags       []string `json:"tags"`
 }
 
 func summarize(d store.Device) deviceSummary {
-	return deviceSummary{d.Name, d.Mark, d.Flag, d.Status, d.TimeCreate, d.TimeActive}
+	return deviceSummary{d.Name, d.Mark, d.Flag, d.Status, d.TimeCreate, d.TimeActive, tagsAnswer(d.Tags)}
 }
 
 // queryLimit reads a listing's limit parameter: def when absent, else
@@ -273,7 +274,8 @@ func queryLimit(c *gin.Context, def, max int) (int, error) {
 	return n, nil
 }
 
-// listDevices serves GET /admin/v1/apps/{key}/devices?prefix=&cursor=&limit=.
+// listDevices serves GET /admin/v1/apps/{key}/devices?prefix=&cursor=&limit=,
+// or with tag= the devices carrying that tag (prefix then does not apply).
 func (a *API) listDevices(c *gin.Context) error {
 	app, err := a.appParam(c)
 	if err != nil {
@@ -283,7 +285,15 @@ func (a *API) listDevices(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	page, err := a.store.ListDevices(c.Request.Context(), app.Key, c.Query("prefix"), c.Query("cursor"), limit)
+	var page store.DevicePage
+	if tag, ok := c.GetQuery("tag"); ok {
+		if err := devices.ValidateTag("tag", tag); err != nil {
+			return err
+		}
+		page, err = a.store.ListTagged(c.Request.Context(), app.Key, tag, c.Query("cursor"), limit)
+	} else {
+		page, err = a.store.ListDevices(c.Request.Context(), app.Key, c.Query("prefix"), c.Query("cursor"), limit)
+	}
 	if err != nil {
 		return fmt.Errorf("list devices: %w", err)
 	}
@@ -328,7 +338,8 @@ func (a *API) listMessages(c *gin.Context) error {
 	return writeJSON(c, gin.H{"messages": out, "next_cursor": next})
 }
 
-// patchDevice serves PATCH /admin/v1/apps/{key}/devices/{name}: flag and mark.
+// patchDevice serves PATCH /admin/v1/apps/{key}/devices/{name}: flag,
+// mark and tags (the whole set).
 func (a *API) patchDevice(c *gin.Context) error {
 	app, obj, err := a.appAndBody(c)
 	if err != nil {
@@ -352,6 +363,11 @@ func (a *API) patchDevice(c *gin.Context) error {
 		}
 		ch.Mark = &mark
 	}
+	if tags, ok, err := obj.tagsField("tags"); err != nil {
+		return err
+	} else if ok {
+		ch.Tags = &tags
+	}
 	d, err := a.devices.Update(c.Request.Context(), app.Key, name, ch)
 	if err != nil {
 		return err
@@ -363,15 +379,16 @@ func (a *API) patchDevice(c *gin.Context) error {
 // listing's fields plus presence, with login times as GET
 // /device/v1/status gives them.
 type deviceDetail struct {
-	Name           string `json:"name"`
-	Mark           string `json:"mark"`
-	Flag           int    `json:"flag"`
-	Status         int    `json:"status"`
-	ClientIP       string `json:"client_ip"`
-	LastLoginTime  string `json:"last_login_time"`
-	LastLogoutTime string `json:"last_logout_time"`
-	TimeCreate     int64  `json:"time_create"`
-	TimeActive     int64  `json:"time_active"`
+	Name           string   `json:"name"`
+	Mark           string   `json:"mark"`
+	Flag           int      `json:"flag"`
+	Status         int      `json:"status"`
+	ClientIP       string   `json:"client_ip"`
+	LastLoginTime  string   `json:"last_login_time"`
+	LastLogoutTime string   `json:"last_logout_time"`
+	TimeCreate     int64    `json:"time_create"`
+	TimeActive     int64    `json:"time_active"`
+	Tags           []string `json:"tags"`
 }
 
 // getDevice serves GET /admin/v1/apps/{key}/devices/{name}: base info,
@@ -392,7 +409,7 @@ func (a *API) getDevice(c *gin.Context) error {
 	return writeJSON(c, gin.H{
 		"device": deviceDetail{
 			d.Name, d.Mark, d.Flag, d.Status, d.ClientIP,
-			unixString(d.LastLoginTime), unixString(d.LastLogoutTime), d.TimeCreate, d.TimeActive,
+			unixString(d.LastLoginTime), unixString(d.LastLogoutTime), d.TimeCreate, d.TimeActive, tagsAnswer(d.Tags),
 		},
 		"properties": props,
 	})

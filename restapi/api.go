@@ -55,6 +55,9 @@ type Config struct {
 	DeadLetters   *callback.DeadLetters
 	AppService    *application.Service
 	Events        *events.Service
+	// Broadcasts accepts, reports and cancels broadcasts; its fan-out
+	// runs apart from the API (started by cmd/devmsg).
+	Broadcasts *message.Broadcaster
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
 	Apps *appcache.Cache
@@ -100,6 +103,7 @@ type API struct {
 	devices     *devices.Service
 	deadLetters *callback.DeadLetters
 	events      *events.Service
+	broadcasts  *message.Broadcaster
 	limits      Limiter
 	apps        *appcache.Cache
 	verifier    *http.Client // for callback URL verification
@@ -131,6 +135,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		devices:     cfg.DeviceService,
 		deadLetters: cfg.DeadLetters,
 		events:      cfg.Events,
+		broadcasts:  cfg.Broadcasts,
 		limits:      cfg.RateLimiter,
 		apps:        cfg.Apps,
 		now:         time.Now,
@@ -165,6 +170,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	dev.GET("/property", a.limit(store.CategoryQuery), a.wrap(a.getProperty))
 	dev.GET("/baseinfo", a.limit(store.CategoryQuery), a.wrap(a.baseInfo))
 	dev.GET("/status", a.limit(store.CategoryQuery), a.wrap(a.status))
+	dev.POST("/tags", a.limit(store.CategoryCreate), a.wrap(a.setTags))
 
 	// The event log is read with the app's credentials, like devices.
 	ev := r.Group("/event/v1", a.authApp)
@@ -174,6 +180,10 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	msg.POST("/msg", a.limit(store.CategoryMessage), a.wrap(a.sendMessage))
 	msg.GET("/msg", a.limit(store.CategoryQuery), a.wrap(a.getMessage))
 	msg.DELETE("/msg", a.limit(store.CategoryMessage), a.wrap(a.retractMessage))
+	msg.POST("/msgs", a.wrap(a.sendBatch)) // one message token per message (batch.go)
+	msg.POST("/broadcast", a.limit(store.CategoryMessage), a.wrap(a.createBroadcast))
+	msg.GET("/broadcast", a.limit(store.CategoryQuery), a.wrap(a.getBroadcast))
+	msg.DELETE("/broadcast", a.limit(store.CategoryMessage), a.wrap(a.cancelBroadcast))
 
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
 
@@ -195,7 +205,7 @@ func (cfg Config) checkServices() error {
 		missing bool
 	}{
 		{"Messages", cfg.Messages == nil}, {"Shadows", cfg.Shadows == nil}, {"DeviceService", cfg.DeviceService == nil},
-		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil}, {"Events", cfg.Events == nil},
+		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil}, {"Events", cfg.Events == nil}, {"Broadcasts", cfg.Broadcasts == nil},
 	} {
 		if s.missing {
 			return fmt.Errorf("restapi: Config.%s is nil: cmd/devmsg builds every service (tests: restapi/restapitest)", s.name)

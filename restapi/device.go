@@ -47,7 +47,7 @@ func (a *API) createDevices(c *gin.Context) error {
 	news := make([]devices.NewDevice, 0, len(elems))
 	index := make([]int, 0, len(elems)) // news[j] answers results[index[j]]
 	for i, raw := range elems {
-		d, code, reason := parseNewDevice(raw)
+		d, code, reason := parseNewDevice(raw, i)
 		results[i] = createResult{DeviceName: d.Name, Code: code, Message: reason}
 		if code != 0 {
 			continue
@@ -74,7 +74,7 @@ func (a *API) createDevices(c *gin.Context) error {
 
 // parseNewDevice reads one element of a batch create; a non-zero code says
 // why it cannot be created.
-func parseNewDevice(raw json.RawMessage) (devices.NewDevice, int, string) {
+func parseNewDevice(raw json.RawMessage, i int) (devices.NewDevice, int, string) {
 	obj, err := parseObject(raw, "device element")
 	if err != nil {
 		return devices.NewDevice{}, CodeInvalidParam, "device element must be a JSON object"
@@ -98,6 +98,11 @@ func parseNewDevice(raw json.RawMessage) (devices.NewDevice, int, string) {
 		return d, CodeInvalidParam, err.Error()
 	}
 	d.Mark = mark
+	tags, _, err := obj.tagsField(fmt.Sprintf("device[%d].tags", i))
+	if err != nil {
+		return d, CodeInvalidParam, err.Error()
+	}
+	d.Tags = tags
 	return d, 0, ""
 }
 
@@ -128,6 +133,7 @@ func (a *API) baseInfo(c *gin.Context) error {
 		"flag":          d.Flag,
 		"time_create":   d.TimeCreate,
 		"time_active":   d.TimeActive,
+		"tags":          tagsAnswer(d.Tags),
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/internal/openapitest"
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -41,6 +42,11 @@ type env struct {
 	deviceEvents devices.Events
 	// handler is the API's, for tests that serve it themselves.
 	handler http.Handler
+	// fanout, when set, paces the broadcasts' fan-out instead of the
+	// default.
+	fanout *message.FanoutConfig
+	// broadcasts runs the fan-out while the server runs.
+	broadcasts *message.Broadcaster
 }
 
 // envOption changes the API's configuration from the test default.
@@ -86,11 +92,18 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatalf("services: %v", err)
 	}
+	if e.fanout != nil {
+		cfg.Broadcasts = message.NewBroadcaster(cfg.Messages, st, *e.fanout, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
 	api, err := restapi.New(cfg, st, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
 	e.st, e.handler = st, api.Handler()
+	if err := cfg.Broadcasts.Start(); err != nil {
+		t.Fatalf("start fan-out: %v", err)
+	}
+	e.broadcasts = cfg.Broadcasts
 	oapiOnce.Do(func() { oapi = openapitest.Load(t, "../docs/openapi.yaml") })
 	e.oapi = oapi
 	e.srv = httptest.NewUnstartedServer(api.Handler())
@@ -106,6 +119,7 @@ func (e *env) stop() {
 		return
 	}
 	e.srv.Close()
+	e.broadcasts.Stop()
 	if err := e.st.Close(); err != nil {
 		e.t.Errorf("close store: %v", err)
 	}

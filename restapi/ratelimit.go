@@ -19,6 +19,9 @@ type Limiter interface {
 	// Allow takes a token from key's bucket; when none is there it returns
 	// how long until one is.
 	Allow(ctx context.Context, key string, perSecond int) (bool, time.Duration, error)
+	// AllowN takes n tokens at once, or none (a batch send takes one per
+	// message).
+	AllowN(ctx context.Context, key string, n, perSecond int) (bool, time.Duration, error)
 }
 
 // localLimiter is a Limiter in this process's memory: a node's own.
@@ -29,7 +32,11 @@ type localLimiter struct {
 
 func newLocalLimiter() *localLimiter { return &localLimiter{now: time.Now} }
 
-func (r *localLimiter) Allow(_ context.Context, key string, perSecond int) (bool, time.Duration, error) {
+func (r *localLimiter) Allow(ctx context.Context, key string, perSecond int) (bool, time.Duration, error) {
+	return r.AllowN(ctx, key, 1, perSecond)
+}
+
+func (r *localLimiter) AllowN(_ context.Context, key string, n, perSecond int) (bool, time.Duration, error) {
 	now := r.now()
 	v, ok := r.buckets.Load(key)
 	if !ok {
@@ -40,7 +47,10 @@ func (r *localLimiter) Allow(_ context.Context, key string, perSecond int) (bool
 		lim.SetLimitAt(now, rate.Limit(perSecond))
 		lim.SetBurstAt(now, perSecond)
 	}
-	res := lim.ReserveN(now, 1)
+	res := lim.ReserveN(now, n)
+	if !res.OK() {
+		return false, time.Second, nil // more than the bucket holds
+	}
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
 		return false, d, nil

@@ -136,6 +136,10 @@ type Device struct {
 	// connection's logout from overwriting a newer login.
 	Node int    `json:"node,omitempty"`
 	Conn string `json:"conn,omitempty"`
+	// Tags are the device's tags (DESIGN.md section 8), sorted and
+	// without repeats; every backend keeps a per-app index of them
+	// written with the device (see ListTagged).
+	Tags []string `json:"tags,omitempty"`
 
 	// Emit is never stored: events that CreateDevices (set on the
 	// device passed in) and UpdateDevice (set by fn; cleared before each
@@ -221,6 +225,9 @@ type Message struct {
 	CallbackURL string          `json:"callback_url,omitempty"`
 	Params      json.RawMessage `json:"params,omitempty"`
 	Records     []Record        `json:"records"`
+	// Broadcast is the id of the broadcast the message belongs to, 0
+	// for none.
+	Broadcast int64 `json:"broadcast,omitempty"`
 }
 
 // Callback record types (spec section 6.3).
@@ -528,6 +535,9 @@ type Store interface {
 
 	// EventLog keeps every app's event log.
 	EventLog
+
+	// Fleet holds tags, batch sends and broadcasts (DESIGN.md section 8).
+	Fleet
 
 	// Ping reports whether the store can serve requests.
 	Ping(ctx context.Context) error

@@ -33,6 +33,7 @@ type Config struct {
 	RateLimit RateLimitConfig `yaml:"rate_limit"`
 	Callback  CallbackConfig  `yaml:"callback"`
 	Events    EventsConfig    `yaml:"events"`
+	Broadcast BroadcastConfig `yaml:"broadcast"`
 }
 
 // LogConfig chooses how much the service logs and in which format.
@@ -97,6 +98,16 @@ type AppConfig struct {
 type RateLimitConfig struct {
 	// Default is requests per second per app and category; 0 is unlimited.
 	Default int `yaml:"default"`
+}
+
+// BroadcastConfig paces the fan-out of broadcasts (DESIGN.md section 8).
+type BroadcastConfig struct {
+	// Rate is the most broadcast messages made per second; 0 takes
+	// message.DefaultFanoutRate.
+	Rate int `yaml:"rate"`
+	// Chunk is how many devices one fan-out write reaches; 0 takes
+	// message.DefaultFanoutChunk.
+	Chunk int `yaml:"chunk"`
 }
 
 // CallbackConfig tunes message-status callback delivery (DESIGN.md
@@ -493,6 +504,12 @@ func (c Config) validateServer() error {
 	}
 	if c.Admin.Username == "" {
 		return bad("admin.username", "must not be empty")
+	}
+	if c.Broadcast.Rate < 0 {
+		return bad("broadcast.rate", "%d is negative (0 takes the default)", c.Broadcast.Rate)
+	}
+	if c.Broadcast.Chunk < 0 || c.Broadcast.Chunk > 1000 {
+		return bad("broadcast.chunk", "%d is not 0 to 1000", c.Broadcast.Chunk)
 	}
 	if c.RateLimit.Default < 0 {
 		return bad("rate_limit.default", "%d is negative (0 means unlimited)", c.RateLimit.Default)

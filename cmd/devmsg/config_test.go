@@ -63,7 +63,7 @@ func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 		"node_id", "admin.username", "admin.password", "rate_limit.default",
 		"callback.batch_size", "callback.flush_interval", "callback.retry_interval",
 		"callback.max_retries", "callback.request_timeout", "callback.allow_custom_ports",
-		"callback.allowed_networks",
+		"callback.allowed_networks", "broadcast.rate", "broadcast.chunk",
 		"events.retention", "events.max_per_app", "events.batch_size", "events.linger",
 	}
 	cfg := defaultConfig()

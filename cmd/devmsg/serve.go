@@ -42,7 +42,9 @@ const (
 	// callbackLease is the cluster lease of the callback worker.
 	callbackLease = "callbacks"
 	// webhookLease is the cluster lease of the event webhooks' delivery.
-	webhookLease   = "event-webhooks"
+	webhookLease = "event-webhooks"
+	// broadcastLease is the cluster lease of the broadcast fan-out.
+	broadcastLease = "broadcasts"
 	metaAdminHash  = "admin_password_sha256"
 	metaDefaultApp = "default_app_key"
 	shutdownBudget = 30 * time.Second
@@ -96,6 +98,7 @@ type Main struct {
 	webhooks   *events.Webhooks
 	trimmer    *events.Trimmer
 	counted    *events.CountedStore // the store, counting the events appended
+	broadcasts *message.Broadcaster
 	api        *restapi.API
 	broker     *broker.Broker
 	console    *console.Console
@@ -103,6 +106,7 @@ type Main struct {
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
 	webhooksStarted  bool // likewise
 	trimmerStarted   bool
+	fanoutStarted    bool // likewise, the broadcasts' fan-out
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -305,12 +309,15 @@ func (m *Main) buildServices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	messages := message.NewService(st, ids, m.gateway)
+	m.broadcasts = message.NewBroadcaster(messages, st, message.FanoutConfig{Rate: cfg.Broadcast.Rate, Chunk: cfg.Broadcast.Chunk}, log)
 	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,
 		AdminUsername:       cfg.Admin.Username,
 		AdminPasswordSHA256: m.adminHash,
-		Messages:            message.NewService(st, ids, m.gateway),
+		Messages:            messages,
+		Broadcasts:          m.broadcasts,
 		Shadows:             shadow.NewService(st, ids, m.gateway),
 		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
 		DeviceService:       devices.NewService(st, m.gateway),
@@ -366,6 +373,15 @@ func (m *Main) registerMetrics() {
 			}
 			return 0
 		}))
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "devmsg_cluster_broadcast_worker",
+			Help: "1 while this node holds the broadcast lease and runs the cluster's broadcast fan-out, else 0.",
+		}, func() float64 {
+			if node.Leading(broadcastLease) {
+				return 1
+			}
+			return 0
+		}))
 	}
 	registerDeviceMetrics(m.reg, m.broker, m.dispatcher)
 }
@@ -387,7 +403,12 @@ func (m *Main) startServices(ctx context.Context) error {
 		m.callbacksStarted = true
 		m.webhooks.Start()
 		m.webhooksStarted = true
+		if err := m.broadcasts.Start(); err != nil {
+			return err
+		}
+		m.fanoutStarted = true
 	} else {
+		m.node.Lead(broadcastLease, m.broadcasts.Start, m.broadcasts.Stop)
 		m.node.Lead(callbackLease, func() error { return m.callbacks.Start(context.Background()) }, m.callbacks.Stop)
 		// The event webhooks likewise, under a lease of their own: each
 		// webhook's cursor is shared, its loop runs on one node.
@@ -491,6 +512,9 @@ func (m *Main) close() error {
 	}
 	if m.webhooksStarted {
 		m.webhooks.Stop()
+	}
+	if m.fanoutStarted {
+		m.broadcasts.Stop()
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()

@@ -107,4 +107,21 @@
       }
     };
   }
+  // A section with data-live="N" (a broadcast's progress) is fetched
+  // again every N seconds and replaced, until the fresh one is not live.
+  document.querySelectorAll('[data-live]').forEach(function (el) {
+    var every = (+el.getAttribute('data-live') || 2) * 1000;
+    function tick() {
+      fetch(location.href, { credentials: 'same-origin' }).then(function (r) {
+        return r.ok ? r.text() : null;
+      }).then(function (html) {
+        if (!html) return;
+        var fresh = new DOMParser().parseFromString(html, 'text/html').getElementById(el.id);
+        if (!fresh) return;
+        el.innerHTML = fresh.innerHTML;
+        if (fresh.hasAttribute('data-live')) setTimeout(tick, every);
+      });
+    }
+    setTimeout(tick, every);
+  });
 })();

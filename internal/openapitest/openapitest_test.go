@@ -51,6 +51,8 @@ func TestEveryRouteDocumented(t *testing.T) {
 		"POST /device/v1/devices", "POST /device/v1/property", "GET /device/v1/property",
 		"GET /device/v1/baseinfo", "GET /device/v1/status", "POST /msg/v1/msg", "GET /msg/v1/msg", "DELETE /msg/v1/msg",
 		"GET /event/v1/events",
+		"POST /device/v1/tags", "POST /msg/v1/msgs",
+		"POST /msg/v1/broadcast", "GET /msg/v1/broadcast", "DELETE /msg/v1/broadcast",
 	}
 	admin := []string{
 		"POST /admin/v1/apps", "GET /admin/v1/apps",
@@ -219,7 +221,7 @@ func TestCheck(t *testing.T) {
 		{"create app", "POST", "/admin/v1/apps", `{"name":"x"}`, 200, json,
 			`{"name":"x","key":"k3Jd8Q2mZx7LpA9vTn4bWc1R","master_secret":"Vb8Nq2Lm5Xc7Rt1Zs4Hd9Kf3Jg6Pw0Ya"}`, ""},
 		{"patch device", "PATCH", "/admin/v1/apps/k3Jd8Q2mZx7LpA9vTn4bWc1R/devices/dev-0001", `{"flag":1,"mark":null}`, 200, json,
-			`{"name":"dev-0001","mark":"","flag":1,"status":0,"time_create":1,"time_active":0}`, ""},
+			`{"name":"dev-0001","mark":"","flag":1,"status":0,"time_create":1,"time_active":0,"tags":[]}`, ""},
 		{"rate limits null leaves a category unchanged", "PUT", "/admin/v1/apps/k/ratelimits", `{"create":null}`, 200, json,
 			`{"create":1000,"property":1000,"message":1000,"query":1000}`, ""},
 		{"rate limits missing category", "GET", "/admin/v1/apps/k/ratelimits", "", 200, json,

@@ -7,6 +7,7 @@ package restapitest
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"time"
 
@@ -25,7 +26,8 @@ import (
 
 // Config returns cfg with every service it leaves nil built on st: no
 // device is ever online, and nothing hears of device changes or
-// redelivered dead letters.
+// redelivered dead letters. The Broadcasts it builds fans out only once
+// the test starts it.
 func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 	if cfg.Apps == nil {
 		cfg.Apps = appcache.New(st, time.Now)
@@ -41,6 +43,10 @@ func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 		if cfg.Shadows == nil {
 			cfg.Shadows = shadow.NewService(st, ids, noDevices{})
 		}
+	}
+	if cfg.Broadcasts == nil {
+		cfg.Broadcasts = message.NewBroadcaster(cfg.Messages, st, message.FanoutConfig{Poll: 100 * time.Millisecond},
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
 	if cfg.DeviceService == nil {
 		cfg.DeviceService = devices.NewService(st, noDevices{})

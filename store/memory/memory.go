@@ -62,6 +62,11 @@ type Store struct {
 
 	// events holds each app's event log.
 	events map[string]*eventLog
+	// tagged holds each app's tag index: the names of the devices that
+	// carry a tag, in order (see fleet.go).
+	tagged map[tagKey][]string
+	// broadcasts holds every app's broadcasts.
+	broadcasts map[bcKey]store.Broadcast
 }
 
 // New returns an empty store.
@@ -82,6 +87,9 @@ func New() *Store {
 		callbacks: map[store.CallbackQueue]map[int64]store.OutboxEntry{},
 		dead:      map[string]map[int64]store.DeadLetter{},
 		events:    map[string]*eventLog{},
+		tagged:    map[tagKey][]string{},
+
+		broadcasts: map[bcKey]store.Broadcast{},
 	}
 }
 
@@ -252,9 +260,11 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 		}
 		evs = append(evs, store.Stamp(d.Emit, appKey, d.Name)...)
 		d.AppKey, d.Emit = appKey, nil
+		d.Tags = slices.Clone(d.Tags)
 		s.devices[k] = d
 		s.shadows[k] = store.NewShadow()
 		s.names[appKey] = insertSorted(s.names[appKey], d.Name)
+		s.indexTagsLocked(appKey, d.Name, nil, d.Tags)
 	}
 	s.appendLocked(evs)
 	return results, nil
@@ -285,12 +295,16 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		return store.Device{}, store.ErrNotFound
 	}
 	d.Emit = nil
+	old := d.Tags
+	d.Tags = slices.Clone(old)
 	if err := fn(&d); err != nil {
 		return store.Device{}, err
 	}
 	d.AppKey, d.Name = appKey, name
 	evs := store.Stamp(d.Emit, appKey, name)
 	d.Emit = nil
+	d.Tags = slices.Clone(d.Tags)
+	s.indexTagsLocked(appKey, name, old, d.Tags)
 	s.devices[k] = d
 	s.appendLocked(evs)
 	return d, nil
@@ -304,9 +318,11 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	}
 	defer s.mu.Unlock()
 	k := devKey{appKey, name}
-	if _, ok := s.devices[k]; !ok {
+	d, ok := s.devices[k]
+	if !ok {
 		return store.ErrNotFound
 	}
+	s.indexTagsLocked(appKey, name, d.Tags, nil)
 	delete(s.devices, k)
 	delete(s.shadows, k)
 	delete(s.queues, k)

@@ -52,6 +52,9 @@ type Store struct {
 	// committing counts synced commits in flight, from before Pebble
 	// publishes them to after their fsync (see WALMinSyncInterval and Barrier).
 	committing atomic.Int64
+	// lazyWrites counts the commits of writeLazy, and lazySynced how many
+	// of them a Barrier is known to have synced (see fleetmsgs.go).
+	lazyWrites, lazySynced atomic.Int64
 	// outboxSeq is the Seq of the last outbox entry handed out.
 	outboxSeq atomic.Int64
 	// locks guard devices (shadow, pending count) and seq_nos, indexed by
@@ -64,7 +67,9 @@ type Store struct {
 	appMu    sync.Mutex // serialises app creation and update
 	deadMu   sync.Mutex // serialises dead-letter filing and redelivery
 	metaMu   sync.Mutex // serialises CreateMeta with the other meta writes
-	devices  deviceCache
+	// bcMu serialises the writes of broadcasts (taken before any stripe).
+	bcMu    sync.Mutex
+	devices deviceCache
 	// pending caches each device's pending-queue count; it is read and
 	// written only under the device's lock, like the counter key itself.
 	pending countCache
@@ -379,12 +384,16 @@ func (s *Store) Barrier(ctx context.Context) error {
 		return err
 	}
 	defer s.exit()
-	if s.committing.Load() == 0 {
+	// Unsynced writes (writeLazy) count too: loaded first, so every one
+	// counted was published before the record below.
+	lazy := s.lazyWrites.Load()
+	if s.committing.Load() == 0 && lazy == s.lazySynced.Load() {
 		return nil
 	}
 	if err := s.db.LogData(barrierRecord, pebble.Sync); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
+	s.markLazySynced(lazy)
 	return nil
 }
 
@@ -548,6 +557,9 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 			if err := set(b, key(pShadow, appKey, d.Name), shadow); err != nil {
 				return nil, err
 			}
+			if err := indexTags(b, appKey, d.Name, nil, d.Tags); err != nil {
+				return nil, err
+			}
 		}
 		return evs, nil // an empty batch commits without an fsync
 	})
@@ -593,6 +605,8 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		}
 	}
 	d.Emit = nil
+	old := d.Tags
+	d.Tags = slices.Clone(old)
 	if err := fn(&d); err != nil {
 		return store.Device{}, err
 	}
@@ -601,6 +615,9 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 	d.Emit = nil
 	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		if err := setJSON(b, k, d); err != nil {
+			return nil, err
+		}
+		if err := indexTags(b, appKey, name, old, d.Tags); err != nil {
 			return nil, err
 		}
 		if d.Status == 1 {
@@ -631,10 +648,11 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	defer s.createMu.Unlock()
 	defer s.lock2(deviceStripe(appKey, name), deviceStripe(appKey, name))()
 	k := key(pDevice, appKey, name)
-	if ok, err := s.exists(k); err != nil {
+	var d store.Device
+	if err := s.getJSON(k, &d); errors.Is(err, store.ErrNotFound) {
+		return err
+	} else if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
-	} else if !ok {
-		return store.ErrNotFound
 	}
 	// Queue entries are written only under the device's stripe, which is
 	// held, so the scan sees them all. Normally the caller has emptied
@@ -650,6 +668,9 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	}
 	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		keys := append(queued, k, key(pShadow, appKey, name), key(pCount, appKey, name), key(pOnline, appKey, name))
+		for _, t := range d.Tags {
+			keys = append(keys, tagKey(appKey, t, name))
+		}
 		for _, dk := range keys {
 			if err := b.Delete(dk, nil); err != nil {
 				return nil, fmt.Errorf("delete %q: %w", dk, err)

@@ -37,6 +37,10 @@
 //	{P a:<app>}:ev             the app's event log: a stream (see events.go)
 //	{P a:<app>}:evlast         the last stream id the log handed out
 //	{P a:<app>}:evtrim         the highest stream id trimmed from the log
+//	{P a:<app>}:tag:<tag>      sorted set of the names of the devices carrying the
+//	                           tag (score 0), written with the device (fleet.go)
+//	{P a:<app>}:bc:<id>        a broadcast: hash of its JSON (def) and progress
+//	                           fields (fleetmsgs.go)
 //
 // Service-wide keys share the tag {P g}:
 //
@@ -47,6 +51,7 @@
 //	{P g}:act:cb               apps that may hold outbox entries or queued callbacks
 //	{P g}:act:exp              apps that may hold pending messages
 //	{P g}:online               apps that have had online devices (only grows)
+//	{P g}:bcasts               "<id> <app>" of broadcasts that may be active
 //	P meta:<key>               GetMeta/PutMeta values
 //	P events                   pub/sub channel: the app key of each append
 //

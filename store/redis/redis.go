@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -411,7 +412,7 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 		return results, nil
 	}
 	keys = append(keys, s.eventKeys(appKey)...)
-	args = append(append([]any{s.eventChannel(), appKey, len(sent)}, args...), events...)
+	args = append(append([]any{s.eventChannel(), appKey, len(sent), s.tagPrefix(appKey)}, args...), events...)
 	res, err := s.run(ctx, createDevicesScript, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("create devices in %s: %w", appKey, err)
@@ -450,6 +451,7 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		if err := getJSON(ctx, tx, k, &d); err != nil {
 			return err
 		}
+		old := slices.Clone(d.Tags)
 		if err := fn(&d); err != nil {
 			return err
 		}
@@ -467,6 +469,7 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		}
 		if _, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			p.Set(ctx, k, data, 0)
+			s.indexTags(ctx, p, appKey, name, old, d.Tags)
 			if d.Status == 1 {
 				p.SAdd(ctx, s.onlineKey(appKey), name)
 			} else {
@@ -504,7 +507,7 @@ func (s *Store) addOnlineApp(ctx context.Context, appKey string) error {
 // index entries in one script; see store.Store.
 func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error {
 	keys := append([]string{s.devKey(appKey, name), s.shadowKey(appKey, name), s.queueKey(appKey, name), s.onlineKey(appKey), s.devIndexKey(appKey)}, s.eventKeys(appKey)...)
-	args := append([]any{name, s.eventChannel(), appKey}, eventArgs(store.Stamp(evs, appKey, name))...)
+	args := append([]any{name, s.eventChannel(), appKey, s.tagPrefix(appKey)}, eventArgs(store.Stamp(evs, appKey, name))...)
 	n, err := s.run(ctx, deleteDeviceScript, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
@@ -534,6 +537,14 @@ func (s *Store) ListDevices(ctx context.Context, appKey, prefix, cursor string, 
 	if err != nil {
 		return store.DevicePage{}, fmt.Errorf("list devices of %s: %w", appKey, err)
 	}
+	return s.devicePage(ctx, appKey, names, limit)
+}
+
+// devicePage reads the devices named by up to limit+1 names of an index
+// read: the first limit of them, with Next set when there were more.
+// Names whose device is gone (deleted since the index was read) are left
+// out.
+func (s *Store) devicePage(ctx context.Context, appKey string, names []string, limit int) (store.DevicePage, error) {
 	var page store.DevicePage
 	if len(names) > limit {
 		names = names[:limit]

@@ -84,24 +84,27 @@ return last
 `)
 
 // createDevicesScript creates the devices whose names are free, each with
-// a new shadow, appends the events of each device it creates, and returns
-// 1 for each name that was taken, 0 otherwise.
+// a new shadow and its tags in the app's tag index, appends the events of
+// each device it creates, and returns 1 for each name that was taken, 0
+// otherwise. The tag index keys are the tag-key prefix (on the app's slot)
+// followed by the tag, named by the device JSON's tags.
 // KEYS: device index, then device and shadow key of each device, then the
 // event stream and last-id keys. ARGV: event channel, app, device count,
-// then name, device JSON and event count of each device, then the events
-// of each device in turn.
-var createDevicesScript = newScript(appendEventsLua + `
+// tag-key prefix, then name, device JSON and event count of each device,
+// then the events of each device in turn.
+var createDevicesScript = newScript(appendEventsLua + tagLua + `
 local n = tonumber(ARGV[3])
 local res = {}
 for i = 1, n do res[i] = redis.call('EXISTS', KEYS[2*i]) end
-local starts, a = {}, 4 + 3 * n
+local starts, a = {}, 5 + 3 * n
 for i = 1, n do
-  local k = tonumber(ARGV[3*i + 3])
+  local k = tonumber(ARGV[3*i + 4])
   if res[i] == 0 then
-    redis.call('SET', KEYS[2*i], ARGV[3*i + 2])
+    redis.call('SET', KEYS[2*i], ARGV[3*i + 3])
     redis.call('DEL', KEYS[2*i+1])
     redis.call('HSET', KEYS[2*i+1], 'v', '1', 'rv', '0', 'dt', '0', 'rt', '0', 'sdk', '', 'appv', '')
-    redis.call('ZADD', KEYS[1], 0, ARGV[3*i + 1])
+    redis.call('ZADD', KEYS[1], 0, ARGV[3*i + 2])
+    tagIndex('ZADD', ARGV[4], ARGV[3*i + 3], ARGV[3*i + 2])
     for j = 0, k - 1 do starts[#starts + 1] = a + 4 * j end
   end
   a = a + 4 * k
@@ -110,16 +113,36 @@ appendEvents(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[1], ARGV[2], starts)
 return res
 `)
 
+// tagLua adds (op ZADD) or removes (ZREM) name in the tag index of each
+// tag the device JSON holds; prefix is the app's tag-key prefix, so every
+// key it builds is on the app's slot.
+const tagLua = `
+local function tagIndex(op, prefix, json, name)
+  local tags = cjson.decode(json)['tags']
+  if type(tags) ~= 'table' then return end
+  for _, t in ipairs(tags) do
+    if op == 'ZADD' then
+      redis.call('ZADD', prefix .. t, 0, name)
+    else
+      redis.call('ZREM', prefix .. t, name)
+    end
+  end
+end
+`
+
 // deleteDeviceScript removes a device, its shadow, its pending queue and
-// its place in the device and online indexes, and appends the events.
+// its place in the device, online and tag indexes, and appends the events.
 // KEYS: device, shadow, queue, online set, device index, event stream,
-// event last id. ARGV: name, event channel, app, then the events.
-var deleteDeviceScript = newScript(appendEventsLua + `
-if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+// event last id. ARGV: name, event channel, app, tag-key prefix, then the
+// events.
+var deleteDeviceScript = newScript(appendEventsLua + tagLua + `
+local dev = redis.call('GET', KEYS[1])
+if not dev then return -2 end
+tagIndex('ZREM', ARGV[4], dev, ARGV[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('SREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
-appendEvents(KEYS[6], KEYS[7], ARGV[2], ARGV[3], span(4, (#ARGV - 3) / 4))
+appendEvents(KEYS[6], KEYS[7], ARGV[2], ARGV[3], span(5, (#ARGV - 4) / 4))
 return 0
 `)
 

@@ -221,14 +221,22 @@ func (s *Store) reportEmitting(ctx context.Context, r store.Report) (store.Shado
 // store.ErrNotFound. Redis drops an entry at its ExpiresAt (PXAT), and
 // never returns one past it.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
-	var e store.SeqEntry
+	// An entry written by createMessagesScript holds its body as text
+	// (body_text), as the script cannot encode it in base64.
+	var e struct {
+		store.SeqEntry
+		BodyText *string `json:"body_text"`
+	}
 	if err := getJSON(ctx, s.rdb, s.seqKey(appKey, seqNo), &e); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return e, err
+			return store.SeqEntry{}, err
 		}
-		return e, fmt.Errorf("get seq_no %d of %s: %w", seqNo, appKey, err)
+		return store.SeqEntry{}, fmt.Errorf("get seq_no %d of %s: %w", seqNo, appKey, err)
 	}
-	return e, nil
+	if e.BodyText != nil {
+		e.Body = []byte(*e.BodyText)
+	}
+	return e.SeqEntry, nil
 }
 
 // PutSeq records e with SET NX PXAT: store.ErrSeqUsed if an unexpired

@@ -50,6 +50,14 @@ func RunBarrierTests(t *testing.T, rounds int, open func(t *testing.T) Crashable
 			}
 		}
 	})
+	t.Run("BatchSurvivesCrash", func(t *testing.T) { testBatchCrash(t, open(t)) })
+	t.Run("BroadcastStepSurvivesCrash", func(t *testing.T) {
+		for round := range rounds {
+			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testStepCrash(t, open(t)) }) {
+				return
+			}
+		}
+	})
 	t.Run("SurvivesCrash", func(t *testing.T) {
 		for round := range rounds {
 			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testBarrierCrash(t, open(t)) }) {

@@ -1,0 +1,226 @@
+package message
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/store"
+)
+
+// MaxBatch is the most devices one batch send names (DESIGN.md section 8).
+const MaxBatch = 1000
+
+// Result codes of a batch send's elements besides 0 and the record error
+// codes ErrCodeDeviceDisabled and ErrCodeQueueFull.
+const CodeInvalidDevice = 1003
+
+// BatchResult is one device's result of a batch send, in the shape of
+// the answer's resp[] element.
+type BatchResult struct {
+	DeviceName string `json:"device_name"`
+	Code       int    `json:"code"`
+	MsgID      int64  `json:"msgid,omitempty"`
+	Message    string `json:"message,omitempty"`
+}
+
+// BatchStore is what batch sends and broadcasts need of the store
+// besides Store.
+type BatchStore interface {
+	CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error)
+}
+
+// BatchSend is a validated batch send: the device names in request
+// order and the message.
+type BatchSend struct {
+	Devices []string
+	SendRequest
+}
+
+// BatchPlan is a batch send resolved against the store: which names get
+// a message, and the results of those that do not. Make one with Plan,
+// then Commit it.
+type BatchPlan struct {
+	app     store.App
+	results []BatchResult
+	msgs    []store.BatchMessage
+	index   []int // msgs[j] answers results[index[j]]
+	devs    []store.Device
+}
+
+// Messages is how many messages the plan stores, each taking a message
+// token from the app's rate limit.
+func (p *BatchPlan) Messages() int { return len(p.msgs) }
+
+// Plan reads the named devices and builds one ordinary message for each
+// known name, in request order (DESIGN.md section 8): 1003 for an unknown
+// name or one repeated (every repeat after the first), failed with record
+// 1 (code 3003) for a disabled device, failed with record 5 for ttl 0
+// and an offline device; pending otherwise, with the queue-full form
+// (record 3, code 3004) the store falls back to.
+func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*BatchPlan, error) {
+	now := s.now()
+	p := &BatchPlan{app: app, results: make([]BatchResult, len(req.Devices))}
+	seen := make(map[string]bool, len(req.Devices))
+	for i, name := range req.Devices {
+		r := &p.results[i]
+		r.DeviceName = name
+		if seen[name] {
+			r.Code, r.Message = CodeInvalidDevice, fmt.Sprintf("device_names[%d]: device %q appears more than once", i, name)
+			continue
+		}
+		seen[name] = true
+		dev, err := s.store.GetDevice(ctx, app.Key, name)
+		if errors.Is(err, store.ErrNotFound) {
+			r.Code, r.Message = CodeInvalidDevice, errdefs.NotFound("device", name).Error()
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("batch send: load device %q: %w", name, err)
+		}
+		p.msgs = append(p.msgs, s.batchMessage(app, dev, req.SendRequest, now))
+		p.index = append(p.index, i)
+		p.devs = append(p.devs, dev)
+	}
+	return p, nil
+}
+
+// newMessage builds dev's message of a batch send or broadcast as Send
+// would store it, with its queue-full form.
+func (s *Service) newMessage(appKey string, dev store.Device, req SendRequest, now time.Time) store.BatchMessage {
+	m := store.Message{
+		ID:          s.ids.Next(),
+		AppKey:      appKey,
+		DeviceName:  dev.Name,
+		Body:        req.Body,
+		TTL:         req.TTL,
+		TimeCreate:  now.Unix(),
+		ExpireTime:  now.Unix() + req.TTL,
+		CallbackURL: req.CallbackURL,
+		Params:      req.Params,
+	}
+	switch {
+	case dev.Flag == store.FlagDisabled:
+		m.State = store.StateFailed
+		m.Records = []store.Record{NewRecord(m, store.RecordTargetInvalid, ErrCodeDeviceDisabled, "device disabled", now)}
+	case req.TTL == 0 && !s.router.Online(dev):
+		m.State = store.StateFailed
+		m.Records = []store.Record{
+			NewRecord(m, store.RecordTargetValid, 0, "", now),
+			NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
+			NewRecord(m, store.RecordDeliveryFailure, ErrCodeDeviceOffline, "device offline and ttl is 0", now),
+		}
+	default:
+		m.State = store.StatePending
+		m.Records = []store.Record{
+			NewRecord(m, store.RecordTargetValid, 0, "", now),
+			NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
+		}
+	}
+	full := m
+	full.State = store.StateFailed
+	full.Records = []store.Record{
+		NewRecord(m, store.RecordTargetValid, 0, "", now),
+		NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, "device queue full: "+strconv.Itoa(store.MaxPending)+" messages pending", now),
+	}
+	return store.BatchMessage{Message: m, Full: full}
+}
+
+// batchMessage is newMessage with the answers of a batch send.
+func (s *Service) batchMessage(app store.App, dev store.Device, req SendRequest, now time.Time) store.BatchMessage {
+	bm := s.newMessage(app.Key, dev, req, now)
+	ok := BatchResult{DeviceName: dev.Name, MsgID: bm.Message.ID}
+	if dev.Flag == store.FlagDisabled {
+		ok.Code, ok.Message = ErrCodeDeviceDisabled, "device "+strconv.Quote(dev.Name)+" is disabled"
+	}
+	bm.Answers[store.BatchStored] = mustJSON(ok)
+	bm.Answers[store.BatchFull] = mustJSON(BatchResult{DeviceName: dev.Name, Code: ErrCodeQueueFull, MsgID: bm.Message.ID,
+		Message: "device " + strconv.Quote(dev.Name) + " queue full: " + strconv.Itoa(store.MaxPending) + " messages pending"})
+	bm.Answers[store.BatchGone] = mustJSON(BatchResult{DeviceName: dev.Name, Code: CodeInvalidDevice, Message: errdefs.NotFound("device", dev.Name).Error()})
+	return bm
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("encode %T: %v", v, err))
+	}
+	return b
+}
+
+// Commit stores the plan's messages in one durable write, recording the
+// seq_no entry (when entry is not nil; its Body becomes the answer) in
+// the same write, and returns the answer's body, {"resp":[...]} with the
+// results in request order. Queued messages are handed to the router.
+// Errors are the store's (store.ErrSeqUsed when the seq_no was recorded
+// meanwhile).
+func (s *Service) Commit(ctx context.Context, p *BatchPlan, seqNo int64, entry *store.SeqEntry) ([]byte, error) {
+	st, ok := s.store.(BatchStore)
+	if !ok {
+		return nil, errors.New("batch send: the store cannot write batches")
+	}
+	seq, msgs := p.fold(seqNo, entry)
+	record := seq
+	if entry == nil {
+		record = nil
+	}
+	outcomes, err := st.CreateMessages(ctx, p.app.Key, msgs, record, nil)
+	if err != nil {
+		return nil, err
+	}
+	for j, o := range outcomes {
+		if o == store.BatchStored && p.msgs[j].Message.State == store.StatePending {
+			s.router.Notify(p.msgs[j].Message, p.devs[j])
+		}
+	}
+	return seq.Body(msgs, outcomes), nil
+}
+
+// fold returns the plan's seq_no entry and its messages, with the results
+// of the names that get no message laid into the entry's prefix and
+// suffix and the answers of the messages they precede, so that the
+// entry's body (store.BatchSeq.Body) is the whole answer.
+func (p *BatchPlan) fold(seqNo int64, entry *store.SeqEntry) (*store.BatchSeq, []store.BatchMessage) {
+	fixed := func(from, to int) []byte { // results[from:to] joined by commas
+		var b []byte
+		for i := from; i < to; i++ {
+			if len(b) > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, mustJSON(p.results[i])...)
+		}
+		return b
+	}
+	q := &store.BatchSeq{SeqNo: seqNo, Prefix: []byte(`{"resp":[`)}
+	if entry != nil {
+		q.Entry = *entry
+	}
+	msgs := make([]store.BatchMessage, len(p.msgs))
+	prev := 0
+	for j, bm := range p.msgs {
+		pre := fixed(prev, p.index[j])
+		if len(pre) > 0 {
+			if j == 0 {
+				q.Prefix = append(append(q.Prefix, pre...), ',')
+			} else {
+				for o := range bm.Answers {
+					bm.Answers[o] = append(append(append([]byte{}, pre...), ','), bm.Answers[o]...)
+				}
+			}
+		}
+		msgs[j] = bm
+		prev = p.index[j] + 1
+	}
+	if rest := fixed(prev, len(p.results)); len(rest) > 0 {
+		if len(msgs) > 0 {
+			q.Suffix = append(q.Suffix, ',')
+		}
+		q.Suffix = append(q.Suffix, rest...)
+	}
+	q.Suffix = append(q.Suffix, "]}"...)
+	return q, msgs
+}

@@ -1,0 +1,438 @@
+package message
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/store"
+)
+
+// BroadcastStore is what broadcasts need of the store.
+type BroadcastStore interface {
+	BatchStore
+	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error)
+	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (store.DevicePage, error)
+	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
+	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
+	CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error
+	GetBroadcast(ctx context.Context, appKey string, id int64) (store.Broadcast, error)
+	UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*store.Broadcast) error) (store.Broadcast, error)
+	ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error)
+}
+
+// Target selects a broadcast's devices: those carrying Tag, or with All
+// every device of the app.
+type Target struct {
+	Tag string
+	All bool
+}
+
+// BroadcastStats counts a broadcast's messages by state now.
+type BroadcastStats struct {
+	Delivered, Expired, Failed, Retracted, Pending int64
+}
+
+// FanoutConfig paces the fan-out of broadcasts.
+type FanoutConfig struct {
+	// Rate is the most broadcast messages made per second, over all
+	// broadcasts of this node, so a broadcast never crowds out single
+	// sends for the store's writes; 0 takes DefaultFanoutRate.
+	Rate int
+	// Chunk is how many devices one write reaches (the progress cursor
+	// moves with each); 0 takes DefaultFanoutChunk.
+	Chunk int
+	// Poll is how often the worker looks for broadcasts it was not told
+	// of (accepted on another node, or left by a crash); 0 takes 2 s.
+	Poll time.Duration
+}
+
+// Defaults of FanoutConfig.
+const (
+	DefaultFanoutRate  = 100_000
+	DefaultFanoutChunk = 500
+)
+
+// Broadcaster accepts broadcasts, fans them out in the background and
+// reports and cancels them (DESIGN.md section 8). One runs the fan-out per
+// service: in cluster mode the node holding the broadcast lease.
+type Broadcaster struct {
+	svc   *Service
+	store BroadcastStore
+	log   *slog.Logger
+	cfg   FanoutConfig
+	pace  *rate.Limiter
+	now   func() time.Time
+
+	// stats caches each broadcast's counts: counting reads every message
+	// of the broadcast, so a poll of a large one reuses the last count
+	// for a while (see Get).
+	statsMu sync.Mutex
+	stats   map[int64]cachedStats
+
+	wake    chan struct{}
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	running bool
+}
+
+// NewBroadcaster returns a Broadcaster making messages with svc on st.
+func NewBroadcaster(svc *Service, st BroadcastStore, cfg FanoutConfig, log *slog.Logger) *Broadcaster {
+	if cfg.Rate <= 0 {
+		cfg.Rate = DefaultFanoutRate
+	}
+	if cfg.Chunk <= 0 {
+		cfg.Chunk = DefaultFanoutChunk
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 2 * time.Second
+	}
+	return &Broadcaster{
+		svc: svc, store: st, log: log, cfg: cfg, now: time.Now,
+		pace: rate.NewLimiter(rate.Limit(cfg.Rate), max(cfg.Rate/10, cfg.Chunk)),
+		wake: make(chan struct{}, 1), stats: map[int64]cachedStats{},
+	}
+}
+
+// cachedStats is a count of a broadcast's messages and until when it
+// stands in for a new one.
+type cachedStats struct {
+	stats BroadcastStats
+	until time.Time
+}
+
+// maxCachedStats bounds the cache; past it, the oldest go.
+const maxCachedStats = 1024
+
+// list reads one page of b's target devices after cursor.
+func (br *Broadcaster) list(ctx context.Context, app string, t Target, cursor string, limit int) (store.DevicePage, error) {
+	if t.All {
+		return br.store.ListDevices(ctx, app, "", cursor, limit)
+	}
+	return br.store.ListTagged(ctx, app, t.Tag, cursor, limit)
+}
+
+// countTargets counts the app's enabled devices that match t now.
+func (br *Broadcaster) countTargets(ctx context.Context, app string, t Target) (int64, error) {
+	var n int64
+	cursor := ""
+	for {
+		page, err := br.list(ctx, app, t, cursor, 1000)
+		if err != nil {
+			return 0, fmt.Errorf("count broadcast targets: %w", err)
+		}
+		for _, d := range page.Devices {
+			if d.Flag == store.FlagEnabled {
+				n++
+			}
+		}
+		if page.Next == "" {
+			return n, nil
+		}
+		cursor = page.Next
+	}
+}
+
+// Create accepts a broadcast of req to the app's devices matching t: it
+// counts them, then stores the broadcast with the seq_no entry seqFor
+// builds (given the id and count; it may return nil) in one durable
+// write, and wakes the fan-out. Errors are the store's (store.ErrSeqUsed
+// when the seq_no was recorded meanwhile).
+func (br *Broadcaster) Create(ctx context.Context, app store.App, t Target, req SendRequest, seqNo int64, seqFor func(id, targets int64) *store.SeqEntry) (store.Broadcast, error) {
+	targets, err := br.countTargets(ctx, app.Key, t)
+	if err != nil {
+		return store.Broadcast{}, err
+	}
+	b := store.Broadcast{
+		ID: br.svc.ids.Next(), AppKey: app.Key, Tag: t.Tag, All: t.All,
+		Body: req.Body, TTL: req.TTL, CallbackURL: req.CallbackURL,
+		TimeCreate: br.now().Unix(), Targets: targets, State: store.BroadcastFanningOut,
+	}
+	b.Params = mergeParams(req.Params, b.ID)
+	if err := br.store.CreateBroadcast(ctx, b, seqNo, seqFor(b.ID, targets)); err != nil {
+		return store.Broadcast{}, err
+	}
+	br.Wake()
+	return b, nil
+}
+
+// mergeParams returns the caller's params with broadcast_id set to id (a
+// string, as msgids are in records).
+func mergeParams(params json.RawMessage, id int64) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if len(params) > 0 {
+		_ = json.Unmarshal(params, &m) // validated as an object by the caller
+	}
+	m["broadcast_id"] = json.RawMessage(strconv.Quote(strconv.FormatInt(id, 10)))
+	return mustJSON(m)
+}
+
+// Get returns the app's broadcast id with its messages counted by state;
+// a *errdefs.NotFoundError if the app has none such. Counting reads each
+// of the broadcast's messages, so a count that took over 200 ms is
+// reused for five times as long as it took (a broadcast of 100,000
+// messages is counted every few seconds): polls then cost at most a
+// sixth of a core, and the counts lag by as much. State and queued are
+// always current.
+func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.Broadcast, BroadcastStats, error) {
+	b, err := br.store.GetBroadcast(ctx, appKey, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return b, BroadcastStats{}, errdefs.NotFound("broadcast", id)
+	}
+	if err != nil {
+		return b, BroadcastStats{}, fmt.Errorf("broadcast %d: %w", id, err)
+	}
+	now := br.now()
+	br.statsMu.Lock()
+	c, ok := br.stats[id]
+	br.statsMu.Unlock()
+	if ok && now.Before(c.until) {
+		return b, c.stats, nil
+	}
+	var st BroadcastStats
+	err = br.eachMessage(ctx, b, func(m store.Message) error {
+		switch m.State {
+		case store.StateDelivered:
+			st.Delivered++
+		case store.StateExpired:
+			st.Expired++
+		case store.StateFailed:
+			st.Failed++
+		case store.StateRetracted:
+			st.Retracted++
+		default:
+			st.Pending++
+		}
+		return nil
+	})
+	if err != nil {
+		return b, st, err
+	}
+	took := br.now().Sub(now)
+	if took*5 > time.Second {
+		br.statsMu.Lock()
+		if len(br.stats) >= maxCachedStats {
+			clear(br.stats)
+		}
+		br.stats[id] = cachedStats{st, br.now().Add(took * 5)}
+		br.statsMu.Unlock()
+	}
+	return b, st, nil
+}
+
+// eachMessage calls fn with each message of b, newest first: the app's
+// messages between b's first and last msgid that belong to it. What it
+// reads grows with the messages sent while b fanned out, not with all
+// the app's messages.
+func (br *Broadcaster) eachMessage(ctx context.Context, b store.Broadcast, fn func(store.Message) error) error {
+	if b.LastID == 0 {
+		return nil
+	}
+	before := b.LastID + 1
+	for {
+		ms, err := br.store.ListMessages(ctx, b.AppKey, before, 500)
+		if err != nil {
+			return fmt.Errorf("messages of broadcast %d: %w", b.ID, err)
+		}
+		for _, m := range ms {
+			if m.ID < b.FirstID {
+				return nil
+			}
+			if m.Broadcast == b.ID {
+				if err := fn(m); err != nil {
+					return err
+				}
+			}
+		}
+		if len(ms) < 500 {
+			return nil
+		}
+		before = ms[len(ms)-1].ID
+	}
+}
+
+// Cancel stops the app's broadcast id: no device not yet reached gets
+// its message, and the fan-out worker retracts the undelivered ones
+// (record 7). A cancelled broadcast stays as it is. A
+// *errdefs.NotFoundError if the app has none such.
+func (br *Broadcaster) Cancel(ctx context.Context, appKey string, id int64) (store.Broadcast, error) {
+	b, err := br.store.UpdateBroadcast(ctx, appKey, id, func(b *store.Broadcast) error {
+		if b.State != store.BroadcastCancelled {
+			b.State, b.Swept = store.BroadcastCancelled, false
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return b, errdefs.NotFound("broadcast", id)
+	}
+	if err != nil {
+		return b, fmt.Errorf("cancel broadcast %d: %w", id, err)
+	}
+	br.Wake()
+	return b, nil
+}
+
+// Wake has the fan-out look for work now.
+func (br *Broadcaster) Wake() {
+	select {
+	case br.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the fan-out in the background until Stop.
+func (br *Broadcaster) Start() error {
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	if br.running {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	br.cancel, br.done, br.running = cancel, make(chan struct{}), true
+	go br.run(ctx, br.done)
+	return nil
+}
+
+// Stop ends the fan-out and waits for the chunk in flight; what is left
+// resumes at the next Start, here or on another node.
+func (br *Broadcaster) Stop() {
+	br.mu.Lock()
+	if !br.running {
+		br.mu.Unlock()
+		return
+	}
+	cancel, done := br.cancel, br.done
+	br.running = false
+	br.mu.Unlock()
+	cancel()
+	<-done
+}
+
+func (br *Broadcaster) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(br.cfg.Poll)
+	defer t.Stop()
+	for {
+		bs, err := br.store.ActiveBroadcasts(ctx)
+		if err != nil && ctx.Err() == nil {
+			br.log.Error("broadcast: list active broadcasts", "err", err)
+		}
+		for _, b := range bs {
+			if err := br.work(ctx, b); err != nil && ctx.Err() == nil {
+				br.log.Error("broadcast: fan-out", "app", b.AppKey, "broadcast", b.ID, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-br.wake:
+		}
+	}
+}
+
+// work carries b on: its fan-out to the end, or its sweep once cancelled.
+func (br *Broadcaster) work(ctx context.Context, b store.Broadcast) error {
+	for b.State == store.BroadcastFanningOut {
+		next, err := br.step(ctx, b)
+		if err != nil {
+			return err
+		}
+		b = next
+	}
+	if b.State == store.BroadcastCancelled && !b.Swept {
+		return br.sweep(ctx, b)
+	}
+	return nil
+}
+
+// step makes the messages of the next chunk of b's devices and moves its
+// cursor past them in the same write, and returns b as it is then. A
+// crash before the write leaves the cursor where it was, so the chunk is
+// made again; after it, the cursor is past the chunk: no device gets two
+// messages. A step that finds b moved on (cancelled, or stepped by
+// another node) writes nothing and returns b reread.
+func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broadcast, error) {
+	page, err := br.list(ctx, b.AppKey, Target{Tag: b.Tag, All: b.All}, b.Cursor, br.cfg.Chunk)
+	if err != nil {
+		return b, err
+	}
+	if err := br.pace.WaitN(ctx, min(max(len(page.Devices), 1), br.pace.Burst())); err != nil {
+		return b, err
+	}
+	now := br.now()
+	req := SendRequest{Body: b.Body, TTL: b.TTL, CallbackURL: b.CallbackURL, Params: b.Params}
+	msgs := make([]store.BatchMessage, 0, len(page.Devices))
+	devs := make([]store.Device, 0, len(page.Devices))
+	for _, d := range page.Devices {
+		// Disabled devices were not targets; devices created after the
+		// broadcast (to the second) are not either.
+		if d.Flag != store.FlagEnabled || d.TimeCreate > b.TimeCreate {
+			continue
+		}
+		bm := br.svc.newMessage(b.AppKey, d, req, now)
+		bm.Message.Broadcast, bm.Full.Broadcast = b.ID, b.ID
+		msgs = append(msgs, bm)
+		devs = append(devs, d)
+	}
+	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, From: b.Cursor, To: b.Cursor, Done: page.Next == ""}
+	if n := len(page.Devices); n > 0 {
+		step.To = page.Devices[n-1].Name
+	}
+	outcomes, err := br.store.CreateMessages(ctx, b.AppKey, msgs, nil, step)
+	if errors.Is(err, store.ErrVersionConflict) {
+		return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+	}
+	if err != nil {
+		return b, err
+	}
+	for j, o := range outcomes {
+		if o == store.BatchStored && msgs[j].Message.State == store.StatePending {
+			br.svc.router.Notify(msgs[j].Message, devs[j])
+		}
+	}
+	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+}
+
+// errNotPending leaves a message that is no longer pending as it is.
+var errNotPending = errors.New("not pending")
+
+// sweep retracts the pending messages of a cancelled broadcast (record
+// 7) and marks it swept. A crash midway sweeps again: messages already
+// retracted are left alone.
+func (br *Broadcaster) sweep(ctx context.Context, b store.Broadcast) error {
+	err := br.eachMessage(ctx, b, func(m store.Message) error {
+		if m.State != store.StatePending {
+			return nil
+		}
+		_, err := br.store.UpdateMessage(ctx, b.AppKey, m.ID, func(m *store.Message) error {
+			if m.State != store.StatePending {
+				return errNotPending
+			}
+			m.State = store.StateRetracted
+			m.Records = append(m.Records, NewRecord(*m, store.RecordRetractSuccess, 0, "", br.now()))
+			return nil
+		})
+		if errors.Is(err, errNotPending) || errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	_, err = br.store.UpdateBroadcast(ctx, b.AppKey, b.ID, func(b *store.Broadcast) error {
+		b.Swept = true
+		return nil
+	})
+	return err
+}

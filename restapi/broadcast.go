@@ -1,0 +1,143 @@
+package restapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/devices"
+	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/store"
+)
+
+// createBroadcast serves POST /msg/v1/broadcast (DESIGN.md section 8).
+func (a *API) createBroadcast(c *gin.Context) error {
+	obj, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	seqNo, _, err := obj.int64Field("seq_no", true)
+	if err != nil {
+		return err
+	}
+	t, err := parseTarget(obj)
+	if err != nil {
+		return err
+	}
+	req, err := parseSend(obj)
+	if err != nil {
+		return err
+	}
+	app := currentApp(c)
+	fp := fingerprint("POST /msg/v1/broadcast", obj)
+	// Counting the targets reads every one: a retry is answered first.
+	if done, err := a.replay(c, app.Key, seqNo, fp); done || err != nil {
+		return err
+	}
+	b, err := a.broadcasts.Create(c.Request.Context(), app, t, req, seqNo, func(id, targets int64) *store.SeqEntry {
+		return a.seqEntry(fp, broadcastAnswer(id, targets))
+	})
+	if err != nil {
+		return a.seqFailed(c, app.Key, seqNo, fp, err)
+	}
+	c.Data(http.StatusOK, "application/json", broadcastAnswer(b.ID, b.Targets))
+	return nil
+}
+
+func broadcastAnswer(id, targets int64) []byte {
+	return []byte(`{"broadcast_id":` + strconv.FormatInt(id, 10) + `,"targets":` + strconv.FormatInt(targets, 10) + `}`)
+}
+
+// parseTarget reads target: {"tag":"T"} or {"all":true}, exactly one.
+func parseTarget(obj object) (message.Target, error) {
+	if !obj.has("target") {
+		return message.Target{}, errMissing("target")
+	}
+	t, err := parseObject(obj["target"], "target")
+	if err != nil {
+		return message.Target{}, err
+	}
+	tag, hasTag, err := t.stringField("tag", false)
+	if err != nil {
+		return message.Target{}, errInvalid("target.tag must be a string")
+	}
+	all, hasAll, err := t.boolField("all", false)
+	if err != nil {
+		return message.Target{}, errInvalid("target.all must be true")
+	}
+	switch {
+	case hasTag && hasAll:
+		return message.Target{}, errInvalid("target must hold either tag or all, not both")
+	case hasTag:
+		if err := devices.ValidateTag("target.tag", tag); err != nil {
+			return message.Target{}, err
+		}
+		return message.Target{Tag: tag}, nil
+	case hasAll && all:
+		return message.Target{All: true}, nil
+	case hasAll:
+		return message.Target{}, errInvalid("target.all must be true")
+	}
+	return message.Target{}, errInvalid("target must hold tag (a string) or all (true)")
+}
+
+type broadcastView struct {
+	BroadcastID int64  `json:"broadcast_id"`
+	State       string `json:"state"`
+	Targets     int64  `json:"targets"`
+	Queued      int64  `json:"queued"`
+	Delivered   int64  `json:"delivered"`
+	Expired     int64  `json:"expired"`
+	Failed      int64  `json:"failed"`
+	Retracted   int64  `json:"retracted"`
+	TimeCreate  int64  `json:"time_create"`
+}
+
+func viewBroadcast(b store.Broadcast, st message.BroadcastStats) broadcastView {
+	return broadcastView{b.ID, b.State, b.Targets, b.Queued, st.Delivered, st.Expired, st.Failed, st.Retracted, b.TimeCreate}
+}
+
+// broadcastParam reads the broadcast_id query parameter.
+func broadcastParam(c *gin.Context) (int64, error) {
+	s, ok := c.GetQuery("broadcast_id")
+	if !ok || s == "" {
+		return 0, errMissing("broadcast_id")
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errInvalid("broadcast_id must be an integer")
+	}
+	return id, nil
+}
+
+// getBroadcast serves GET /msg/v1/broadcast?broadcast_id=N.
+func (a *API) getBroadcast(c *gin.Context) error {
+	id, err := broadcastParam(c)
+	if err != nil {
+		return err
+	}
+	b, st, err := a.broadcasts.Get(c.Request.Context(), currentApp(c).Key, id)
+	if err != nil {
+		return err
+	}
+	return a.writeRead(c, viewBroadcast(b, st))
+}
+
+// cancelBroadcast serves DELETE /msg/v1/broadcast?broadcast_id=N.
+func (a *API) cancelBroadcast(c *gin.Context) error {
+	id, err := broadcastParam(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request.Context()
+	app := currentApp(c).Key
+	if _, err := a.broadcasts.Cancel(ctx, app, id); err != nil {
+		return err
+	}
+	b, st, err := a.broadcasts.Get(ctx, app, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, viewBroadcast(b, st))
+}

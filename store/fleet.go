@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Fleet is the part of the Store contract that addresses many devices at
+// once (DESIGN.md section 8): the tag index, batch sends and broadcasts.
+type Fleet interface {
+	// ListTagged returns up to limit of the app's devices that carry tag,
+	// in name order, starting after the name cursor ("" for the start).
+	// It reads the app's tag index, written atomically with every device
+	// write, so its cost grows with the devices it returns, not with the
+	// app's devices.
+	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (DevicePage, error)
+
+	// CreateMessages stores messages of one app in one atomic, durable
+	// write (all or none on a storage failure), recording seq (when not
+	// nil) and applying step (when not nil) in the same write. Each
+	// message is stored as CreateMessage would, except that a pending one
+	// whose device's queue is full is stored as its Full, and one whose
+	// device does not exist is not stored. The result has each message's
+	// outcome: BatchStored, BatchFull or BatchGone. A write with a step
+	// (and no seq) may return before it is durable: steps are atomic and
+	// durable in the order they are made, so a crash takes back at most
+	// the last steps whole, and the fan-out redoes them from the cursor
+	// that survived; Barrier makes them durable before what they hold
+	// leaves the process. It fails with
+	// ErrSeqUsed as CreateMessage does, and with ErrVersionConflict when
+	// step's broadcast is not fanning out from step.From (nothing
+	// written either way).
+	CreateMessages(ctx context.Context, appKey string, msgs []BatchMessage, seq *BatchSeq, step *BroadcastStep) ([]int, error)
+
+	// CreateBroadcast stores a new broadcast, recording seq (when not
+	// nil) in the same write; ErrSeqUsed as CreateMessage.
+	CreateBroadcast(ctx context.Context, b Broadcast, seqNo int64, seq *SeqEntry) error
+	// GetBroadcast returns the app's broadcast or ErrNotFound.
+	GetBroadcast(ctx context.Context, appKey string, id int64) (Broadcast, error)
+	// UpdateBroadcast applies fn to the app's broadcast and stores the
+	// result atomically with respect to every other write of it (steps
+	// included), and returns it. fn must not change ID or AppKey.
+	// ErrNotFound if absent; an error from fn comes back as is.
+	UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*Broadcast) error) (Broadcast, error)
+	// ActiveBroadcasts returns the broadcasts of every app that are
+	// Active, oldest first, so a node that takes over the fan-out finds
+	// them.
+	ActiveBroadcasts(ctx context.Context) ([]Broadcast, error)
+}
+
+// BatchMessage is one message of CreateMessages with what to store and
+// answer for each outcome.
+type BatchMessage struct {
+	// Message is stored as it is, queued when pending.
+	Message Message
+	// Full is stored instead of a pending Message whose device's queue
+	// holds MaxPending messages: the same message, not pending, with the
+	// records that say why (its ID, app and device are Message's).
+	Full Message
+	// Answers are this message's parts of the seq_no entry's body for
+	// each outcome, indexed by BatchStored, BatchFull and BatchGone.
+	Answers [3][]byte
+}
+
+// Outcomes of one BatchMessage, the indexes of its Answers.
+const (
+	BatchStored = 0 // Message stored
+	BatchFull   = 1 // Full stored: the device's queue was full
+	BatchGone   = 2 // nothing stored: the device does not exist
+)
+
+// BatchSeq is the seq_no entry CreateMessages records: Entry with a Body
+// of Prefix, the Answers of every message's outcome joined by commas, and
+// Suffix.
+type BatchSeq struct {
+	SeqNo  int64
+	Entry  SeqEntry // its Body is ignored
+	Prefix []byte
+	Suffix []byte
+}
+
+// Body returns the entry's body for the outcomes of msgs.
+func (q *BatchSeq) Body(msgs []BatchMessage, outcomes []int) []byte {
+	b := append([]byte{}, q.Prefix...)
+	for i, m := range msgs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, m.Answers[outcomes[i]]...)
+	}
+	return append(b, q.Suffix...)
+}
+
+// Broadcast states (DESIGN.md section 8).
+const (
+	BroadcastFanningOut = "fanning_out"
+	BroadcastDone       = "done"
+	BroadcastCancelled  = "cancelled"
+)
+
+// Broadcast is one broadcast: what to send to which devices, and how far
+// its fan-out has come.
+type Broadcast struct {
+	ID     int64  `json:"id"`
+	AppKey string `json:"app_key"`
+	// Tag selects the devices carrying it; "" with All every device.
+	Tag         string          `json:"tag,omitempty"`
+	All         bool            `json:"all,omitempty"`
+	Body        string          `json:"body"`
+	TTL         int64           `json:"ttl"`
+	CallbackURL string          `json:"callback_url,omitempty"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	TimeCreate  int64           `json:"time_create"` // Unix seconds
+	// Targets is how many enabled devices matched when it was accepted.
+	Targets int64 `json:"targets"`
+
+	State string `json:"state"`
+	// Cursor is the name of the last device the fan-out reached ("" at
+	// the start): every matching device up to it, in name order, has its
+	// message and none after it has.
+	Cursor string `json:"cursor"`
+	// Queued counts the messages made so far.
+	Queued int64 `json:"queued"`
+	// FirstID and LastID bound the msgids of its messages (0 before the
+	// first).
+	FirstID int64 `json:"first_id"`
+	LastID  int64 `json:"last_id"`
+	// Swept says a cancelled broadcast's undelivered messages are all
+	// retracted.
+	Swept bool `json:"swept,omitempty"`
+}
+
+// Active reports whether the broadcast still has work: fanning out, or
+// cancelled and not yet swept.
+func (b Broadcast) Active() bool {
+	return b.State == BroadcastFanningOut || b.State == BroadcastCancelled && !b.Swept
+}
+
+// BroadcastStep is the progress a chunk of fan-out makes, written with
+// the chunk's messages: the cursor moves From → To, Queued grows by the
+// messages stored and FirstID/LastID take in their ids; Done ends the
+// fan-out (state done).
+type BroadcastStep struct {
+	AppKey string
+	ID     int64
+	From   string
+	To     string
+	Done   bool
+}

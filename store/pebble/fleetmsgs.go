@@ -1,0 +1,400 @@
+package pebble
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// Broadcast keys.
+const (
+	// g/<app>\0<id> → Broadcast.
+	pBroadcast = "g/"
+	// h/<id><app> → empty: the active broadcasts, oldest first, so a
+	// restart finds them without reading every app.
+	pActiveBroadcast = "h/"
+)
+
+func broadcastKey(app string, id int64) []byte {
+	return binary.BigEndian.AppendUint64(key(pBroadcast, app, ""), uint64(id))
+}
+
+func activeBroadcastKey(app string, id int64) []byte {
+	return append(binary.BigEndian.AppendUint64([]byte(pActiveBroadcast), uint64(id)), app...)
+}
+
+// lockStripes locks the given stripes, each once, in ascending order, and
+// returns the function that unlocks them.
+func (s *Store) lockStripes(idx []int) (unlock func()) {
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		s.locks[i].Lock()
+	}
+	return func() {
+		for _, i := range slices.Backward(idx) {
+			s.locks[i].Unlock()
+		}
+	}
+}
+
+// writeLazy is write without waiting for the fsync: the batch is in the
+// WAL, in order, and durable with the next synced write or Barrier. It is
+// counted in committing until it is published and in lazyWrites after,
+// so a Barrier that could see it syncs first.
+func (s *Store) writeLazy(fill func(b *pebble.Batch) error) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := fill(b); err != nil {
+		return err
+	}
+	s.committing.Add(1)
+	defer s.committing.Add(-1)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	s.lazyWrites.Add(1)
+	return nil
+}
+
+// markLazySynced records that the lazy writes up to n are synced.
+func (s *Store) markLazySynced(n int64) {
+	for {
+		cur := s.lazySynced.Load()
+		if n <= cur || s.lazySynced.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// CreateMessages stores the messages, their queue entries, outbox
+// entries, seq and step in one batch (synced before it returns unless it
+// is a step; see store.Fleet), holding the stripes of every device named
+// and of the seq_no (and bcMu with a step) while it checks and applies
+// it; see store.Store.
+func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if step != nil {
+		s.bcMu.Lock()
+		defer s.bcMu.Unlock()
+	}
+	// Everything but the choice between a message and its queue-full
+	// form is encoded before any lock is taken, so the stripes are held
+	// only for the checks and the copy into the batch.
+	encoded, err := s.encodeBatch(appKey, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	idx := make([]int, 0, len(msgs)+1)
+	for _, bm := range msgs {
+		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
+	}
+	if seq != nil {
+		idx = append(idx, seqStripe(appKey, seq.SeqNo))
+	}
+	unlock := s.lockStripes(idx)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
+	if seq != nil {
+		if err := s.checkSeqFree(appKey, seq.SeqNo, &seq.Entry); err != nil {
+			return nil, err
+		}
+	}
+	var b store.Broadcast
+	if step != nil {
+		if err := s.getJSON(broadcastKey(appKey, step.ID), &b); err != nil {
+			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
+		}
+		if b.State != store.BroadcastFanningOut || b.Cursor != step.From {
+			return nil, store.ErrVersionConflict
+		}
+	}
+	var outcomes []int
+	var counts map[string]int64
+	outcomes, counts, err = s.batchOutcomes(appKey, msgs)
+	if err != nil {
+		return nil, err
+	}
+	// The batch is applied without waiting for its fsync, so the stripes
+	// of up to a thousand devices are held only while it is applied, not
+	// through the disk's latency: PUBACKs and sends of those devices go
+	// on meanwhile. It is then synced after the stripes are released
+	// (unless a step: see store.Fleet); a write that read it under a
+	// stripe is after it in the WAL, so no crash keeps that write
+	// without this one.
+	err = s.writeLazy(func(batch *pebble.Batch) error {
+		for i, bm := range msgs {
+			m := bm.Message
+			if outcomes[i] == store.BatchGone {
+				continue
+			}
+			for _, e := range encoded[i][outcomes[i]] {
+				if err := set(batch, e.k, e.v); err != nil {
+					return err
+				}
+			}
+			if step != nil {
+				b.Queued++
+				if b.FirstID == 0 || m.ID < b.FirstID {
+					b.FirstID = m.ID
+				}
+				b.LastID = max(b.LastID, m.ID)
+			}
+		}
+		for dev, n := range counts {
+			if err := set(batch, key(pCount, appKey, dev), be64(n)); err != nil {
+				return err
+			}
+		}
+		if seq != nil {
+			e := seq.Entry
+			e.Body = seq.Body(msgs, outcomes)
+			if err := putSeq(batch, appKey, seq.SeqNo, &e); err != nil {
+				return err
+			}
+		}
+		if step == nil {
+			return nil
+		}
+		b.Cursor = step.To
+		if step.Done {
+			b.State = store.BroadcastDone
+		}
+		return s.putBroadcast(batch, b)
+	})
+	if err != nil {
+		for dev := range counts {
+			s.pending.drop(appKey, dev) // the batch may or may not have landed
+		}
+		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	for dev, n := range counts {
+		s.pending.put(appKey, dev, n)
+	}
+	locked = false
+	unlock()
+	if step == nil || seq != nil {
+		if err := s.syncLazy(); err != nil {
+			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+		}
+	}
+	return outcomes, nil
+}
+
+// syncLazy makes every write published so far durable, lazy ones
+// included: Barrier's sync, whether or not a commit is in flight.
+func (s *Store) syncLazy() error {
+	lazy := s.lazyWrites.Load()
+	if err := s.db.LogData(barrierRecord, pebble.Sync); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	s.markLazySynced(lazy)
+	return nil
+}
+
+// batchOutcomes decides, under the devices' stripes, what becomes of each
+// message, and returns the pending counts of the devices that gain queue
+// entries.
+func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, map[string]int64, error) {
+	outcomes := make([]int, len(msgs))
+	counts := map[string]int64{}
+	for i, bm := range msgs {
+		m := bm.Message
+		if m.State != store.StatePending {
+			continue
+		}
+		count, ok := counts[m.DeviceName]
+		if !ok {
+			if _, cached := s.devices.get(appKey, m.DeviceName); !cached {
+				found, err := s.exists(key(pDevice, appKey, m.DeviceName))
+				if err != nil {
+					return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
+				}
+				if !found {
+					outcomes[i] = store.BatchGone
+					continue
+				}
+			}
+			var err error
+			if c, ok := s.pending.get(appKey, m.DeviceName); ok {
+				count = c
+			} else if count, err = s.count(key(pCount, appKey, m.DeviceName)); err != nil {
+				return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
+			}
+		}
+		if count >= store.MaxPending {
+			outcomes[i] = store.BatchFull
+			continue
+		}
+		counts[m.DeviceName] = count + 1
+	}
+	return outcomes, counts, nil
+}
+
+// kv is one key and value of a write.
+type kv struct{ k, v []byte }
+
+// encodeBatch encodes each message of a batch in both its forms, indexed
+// by store.BatchStored and store.BatchFull: the message with its index
+// entries, its queue and expiry entries when pending and its records'
+// outbox entries (not the pending count). The forms share outbox Seqs, as
+// only one is stored.
+func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([][2][]kv, error) {
+	now := s.now().UnixMilli()
+	out := make([][2][]kv, len(msgs))
+	for i, bm := range msgs {
+		n := int64(max(len(bm.Message.Records), len(bm.Full.Records)))
+		first := s.outboxSeq.Add(n) - n + 1
+		for f, m := range []store.Message{bm.Message, bm.Full} {
+			m.AppKey = appKey
+			var kvs []kv
+			if m.State == store.StatePending {
+				kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
+			}
+			data, err := json.Marshal(m)
+			if err != nil {
+				return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
+			}
+			kvs = append(kvs, kv{msgKey(m.ID), data}, kv{appMsgKey(appKey, m.ID), nil})
+			for r := range m.Records {
+				e := store.OutboxEntry{
+					Seq:         first + int64(r),
+					ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(r),
+					AppKey:      appKey,
+					CallbackURL: m.CallbackURL,
+					Time:        now,
+					Record:      m.Filled(m.Records[r]),
+				}
+				data, err := json.Marshal(e)
+				if err != nil {
+					return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
+				}
+				kvs = append(kvs, kv{outboxKey(e.Seq), data})
+			}
+			out[i][f] = kvs
+		}
+	}
+	return out, nil
+}
+
+// putBroadcast adds b and its place in the active index to batch.
+func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
+	if err := setJSON(batch, broadcastKey(b.AppKey, b.ID), b); err != nil {
+		return err
+	}
+	if b.Active() {
+		return set(batch, activeBroadcastKey(b.AppKey, b.ID), nil)
+	}
+	return batch.Delete(activeBroadcastKey(b.AppKey, b.ID), nil)
+}
+
+// CreateBroadcast stores b and records seq in one synced batch.
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	s.bcMu.Lock()
+	defer s.bcMu.Unlock()
+	if seq != nil {
+		defer s.lock2(seqStripe(b.AppKey, seqNo), seqStripe(b.AppKey, seqNo))()
+		if err := s.checkSeqFree(b.AppKey, seqNo, seq); err != nil {
+			return err
+		}
+	}
+	if found, err := s.exists(broadcastKey(b.AppKey, b.ID)); err != nil {
+		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
+	} else if found {
+		return store.ErrAlreadyExists
+	}
+	err := s.write(func(batch *pebble.Batch) error {
+		if err := s.putBroadcast(batch, b); err != nil {
+			return err
+		}
+		return putSeq(batch, b.AppKey, seqNo, seq)
+	})
+	if err != nil {
+		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
+	}
+	return nil
+}
+
+// GetBroadcast returns the app's broadcast or store.ErrNotFound.
+func (s *Store) GetBroadcast(ctx context.Context, appKey string, id int64) (store.Broadcast, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Broadcast{}, err
+	}
+	defer s.exit()
+	var b store.Broadcast
+	return b, s.getJSON(broadcastKey(appKey, id), &b)
+}
+
+// UpdateBroadcast applies fn to the broadcast under bcMu and stores it.
+func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*store.Broadcast) error) (store.Broadcast, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Broadcast{}, err
+	}
+	defer s.exit()
+	s.bcMu.Lock()
+	defer s.bcMu.Unlock()
+	var b store.Broadcast
+	if err := s.getJSON(broadcastKey(appKey, id), &b); err != nil {
+		return store.Broadcast{}, err
+	}
+	if err := fn(&b); err != nil {
+		return store.Broadcast{}, err
+	}
+	b.ID, b.AppKey = id, appKey
+	if err := s.write(func(batch *pebble.Batch) error { return s.putBroadcast(batch, b) }); err != nil {
+		return store.Broadcast{}, fmt.Errorf("update broadcast %d: %w", id, err)
+	}
+	return b, nil
+}
+
+// ActiveBroadcasts reads the active index and the broadcasts it names.
+func (s *Store) ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	var keys [][]byte
+	prefix := []byte(pActiveBroadcast)
+	err := s.scan(prefix, prefixEnd(prefix), func(k, _ []byte) (bool, error) {
+		if len(k) < len(prefix)+8 {
+			return true, nil
+		}
+		id := int64(binary.BigEndian.Uint64(k[len(prefix):]))
+		keys = append(keys, broadcastKey(string(k[len(prefix)+8:]), id))
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("active broadcasts: %w", err)
+	}
+	out := make([]store.Broadcast, 0, len(keys))
+	for _, k := range keys {
+		var b store.Broadcast
+		if err := s.getJSON(k, &b); err != nil {
+			return nil, fmt.Errorf("active broadcasts: %w", err)
+		}
+		if b.Active() {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Broadcast) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}

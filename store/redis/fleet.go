@@ -1,0 +1,49 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// tagPrefix is the start of the keys of the app's tag index: one sorted
+// set per tag (all scores 0, so members sort by name), on the app's slot.
+func (s *Store) tagPrefix(app string) string   { return s.app(app) + "tag:" }
+func (s *Store) tagKey(app, tag string) string { return s.tagPrefix(app) + tag }
+
+// indexTags queues on p the changes of name's tag index entries from the
+// tags old to the tags now.
+func (s *Store) indexTags(ctx context.Context, p goredis.Pipeliner, app, name string, old, now []string) {
+	for _, t := range old {
+		if !slices.Contains(now, t) {
+			p.ZRem(ctx, s.tagKey(app, t), name)
+		}
+	}
+	for _, t := range now {
+		if !slices.Contains(old, t) {
+			p.ZAdd(ctx, s.tagKey(app, t), goredis.Z{Member: name})
+		}
+	}
+}
+
+// ListTagged returns up to limit of the app's devices tagged tag, in name
+// order, after the name cursor: a range of the tag's sorted set and one
+// MGET of the devices it names.
+func (s *Store) ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (store.DevicePage, error) {
+	if limit < 1 {
+		return store.DevicePage{}, fmt.Errorf("list tagged devices: limit %d is not positive", limit)
+	}
+	lower := "-"
+	if cursor != "" {
+		lower = "(" + cursor
+	}
+	names, err := s.rdb.ZRangeByLex(ctx, s.tagKey(appKey, tag), &goredis.ZRangeBy{Min: lower, Max: "+", Count: int64(limit) + 1}).Result()
+	if err != nil {
+		return store.DevicePage{}, fmt.Errorf("list devices of %s tagged %s: %w", appKey, tag, err)
+	}
+	return s.devicePage(ctx, appKey, names, limit)
+}
