@@ -51,7 +51,8 @@ type EventPage struct {
 	// Next is the cursor of the following read: the ID of the last
 	// event examined (matching or not), or the query's After when none
 	// was. A filtered read examines a bounded number of events, so it may
-	// return fewer than Limit (even none) with Next moved on.
+	// return fewer than Limit (even none) with Next moved on; any read
+	// may return fewer than Limit when MaxEventPageBytes cut it short.
 	Next int64
 	// Oldest is the ID of the oldest kept event, 0 when the log is empty.
 	Oldest int64
@@ -73,6 +74,9 @@ type EventLog interface {
 	AppendEvents(ctx context.Context, evs []Event) ([]Event, error)
 	// ReadEvents returns events of q.AppKey's log after q.After: it
 	// examines up to q.Examine() events and returns those that match.
+	// It stops early, before the matching event whose Data would take
+	// the returned events' Data over MaxEventPageBytes, but returns at
+	// least one event when one matches, so a reader always moves on.
 	// It returns ErrEventsTrimmed (with the page's Oldest set) when
 	// q.After is not 0 and an event with an ID above q.After has been
 	// trimmed away: the app's highest trimmed ID is above q.After. (IDs
@@ -101,6 +105,10 @@ const (
 	// examines, so that a read for a rare type or device costs a bounded
 	// amount however long the log is.
 	MaxEventsExamined = 10_000
+	// MaxEventPageBytes bounds the Data one ReadEvents call returns, in
+	// total: 1000 events of 64 KiB would otherwise make one read (and
+	// one pull's answer, escaped as JSON) tens of megabytes.
+	MaxEventPageBytes = 4 << 20
 )
 
 // Check reports whether q is a valid query: an app key, an After that is

@@ -90,13 +90,17 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		return page, store.ErrEventsTrimmed
 	}
 	i := sort.Search(len(l.evs), func(i int) bool { return l.evs[i].ID > q.After })
+	size := 0
 	for n := q.Examine(); i < len(l.evs) && n > 0; i, n = i+1, n-1 {
 		e := l.evs[i]
-		page.Next = e.ID
 		if q.Match(e) {
+			if size += len(e.Data); size > store.MaxEventPageBytes && len(page.Events) > 0 {
+				break
+			}
 			e.Data = slices.Clone(e.Data)
 			page.Events = append(page.Events, e)
 		}
+		page.Next = e.ID
 	}
 	return page, nil
 }

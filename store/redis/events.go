@@ -162,32 +162,36 @@ func (s *Store) txAppend(ctx context.Context, p goredis.Pipeliner, app string, e
 // ARGV[1] ("-" for the start) and returns the oldest id, the trim mark
 // and the last id examined ("" for none), then id, type, device, time
 // and data of each entry that matches the device name ARGV[3] ("" for
-// any) and one of the types ARGV[4...] (none: any). Reading, trim mark
-// and oldest id come from one moment of the log. KEYS: stream, trim
+// any) and one of the types ARGV[5...] (none: any). It stops before a
+// matching entry whose data would take the data returned over ARGV[4]
+// bytes, once it returns one (store.MaxEventPageBytes). Reading, trim
+// mark and oldest id come from one moment of the log. KEYS: stream, trim
 // mark. Not fenced: it writes nothing.
 var readEventsScript = goredis.NewScript(`
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 local oldest = ''
 if first[1] then oldest = first[1][1] end
 local out = {oldest, redis.call('GET', KEYS[2]) or '', ''}
-local examine, dev = tonumber(ARGV[2]), ARGV[3]
-local types, anyType = {}, #ARGV < 4
-for i = 4, #ARGV do types[ARGV[i]] = true end
-local start, lastSeen = ARGV[1], ''
-while examine > 0 do
+local examine, dev, room = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local types, anyType = {}, #ARGV < 5
+for i = 5, #ARGV do types[ARGV[i]] = true end
+local start, lastSeen, full = ARGV[1], '', false
+while examine > 0 and not full do
   local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', math.min(examine, 1000))
   if #es == 0 then break end
   for _, e in ipairs(es) do
-    lastSeen = e[1]
     local f = {}
     for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
     if (dev == '' or f.d == dev) and (anyType or types[f.t]) then
+      room = room - #f.data
+      if room < 0 and #out > 3 then full = true break end
       out[#out + 1] = e[1]
       out[#out + 1] = f.t
       out[#out + 1] = f.d
       out[#out + 1] = f.ts
       out[#out + 1] = f.data
     end
+    lastSeen = e[1]
   end
   examine = examine - #es
   start = '(' .. lastSeen
@@ -301,7 +305,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	if q.After > 0 {
 		start = "(" + streamID(q.After)
 	}
-	args := []any{start, q.Examine(), q.DeviceName}
+	args := []any{start, q.Examine(), q.DeviceName, store.MaxEventPageBytes}
 	for _, t := range q.Types {
 		args = append(args, t)
 	}

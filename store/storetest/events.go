@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ var eventTests = []struct {
 }{
 	{"EventsAppendRead", testEventsAppendRead},
 	{"EventsLimit", testEventsLimit},
+	{"EventsPageBytes", testEventsPageBytes},
 	{"EventsFilters", testEventsFilters},
 	{"EventsQueryCheck", testEventsQueryCheck},
 	{"EventsTrimByAge", testEventsTrimByAge},
@@ -171,6 +173,44 @@ func testEventsLimit(t *testing.T, s store.Store) {
 	}
 	if got := readAll(t, s, store.EventQuery{AppKey: "a", Limit: 7}); !slices.Equal(ids(got), ids(in)) {
 		t.Errorf("paging by 7: %v, want %v", ids(got), ids(in))
+	}
+}
+
+// bigData is a JSON string event Data of exactly n bytes.
+func bigData(n int) string { return `"` + strings.Repeat("x", n-2) + `"` }
+
+// testEventsPageBytes: a read stops before the Data it returns passes
+// MaxEventPageBytes, yet always returns one event; Next is the last
+// event returned, so paging reads everything.
+func testEventsPageBytes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	quarter := store.MaxEventPageBytes / 4
+	var evs []store.Event
+	for i := range 6 {
+		evs = append(evs, ev("a", "d", "device.up", int64(i), bigData(quarter)))
+	}
+	evs = append(evs, ev("a", "d", "device.up", 6, bigData(store.MaxEventPageBytes+1)), ev("a", "d", "device.up", 7, `{}`))
+	in := appendEvents(t, s, evs...)
+	p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", Limit: 100})
+	must(t, err)
+	if !slices.Equal(ids(p.Events), ids(in[:4])) || p.Next != in[3].ID {
+		t.Fatalf("first page: ids %v Next %d; want the 4 events of %d bytes that fill %d bytes, %v, Next %d",
+			ids(p.Events), p.Next, quarter, store.MaxEventPageBytes, ids(in[:4]), in[3].ID)
+	}
+	// A filtered read is capped the same way.
+	p, err = s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[3].ID, Limit: 100, Types: []string{"device.up"}})
+	must(t, err)
+	if !slices.Equal(ids(p.Events), ids(in[4:6])) || p.Next != in[5].ID {
+		t.Fatalf("filtered page: ids %v Next %d; want %v Next %d", ids(p.Events), p.Next, ids(in[4:6]), in[5].ID)
+	}
+	// An event over the cap on its own is still returned, alone.
+	p, err = s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[5].ID, Limit: 100})
+	must(t, err)
+	if !slices.Equal(ids(p.Events), ids(in[6:7])) || p.Next != in[6].ID || len(p.Events[0].Data) != store.MaxEventPageBytes+1 {
+		t.Fatalf("after %d: ids %v Next %d; want only the big event %d", in[5].ID, ids(p.Events), p.Next, in[6].ID)
+	}
+	if got := readAll(t, s, store.EventQuery{AppKey: "a", Limit: 1000}); !slices.Equal(ids(got), ids(in)) {
+		t.Errorf("paging: %v, want %v", ids(got), ids(in))
 	}
 }
 
