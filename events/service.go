@@ -133,7 +133,9 @@ type Query struct {
 // Pull reads the app's log for q. With q.Wait it waits until a matching
 // event exists or the wait is over, and returns what it has then (maybe
 // nothing, with Next moved past what it examined). A cursor older than
-// the log is an *errdefs.InvalidError naming the oldest id. Only the
+// the log is an *errdefs.InvalidError naming the oldest id, and so is one
+// beyond the newest id ever handed out (it would skip the events to come
+// up to it, silently) naming the newest. Only the
 // waiting is bounded by q.Wait: a read under way when it ends finishes.
 func (s *Service) Pull(ctx context.Context, q Query) (store.EventPage, error) {
 	waitCtx := ctx
@@ -148,13 +150,17 @@ func (s *Service) Pull(ctx context.Context, q Query) (store.EventPage, error) {
 			return p, errdefs.Invalid("after", "%d is older than the event log: the oldest kept event is %d (the events between were trimmed; pull with after=%d to read on from it)",
 				q.After, p.Oldest, max(p.Oldest-1, 0))
 		}
+		if err == nil && q.After > p.Newest {
+			return p, errdefs.Invalid("after", "%d is beyond the newest event id %d (a cursor is an id a pull returned; pull with after=%d, or without after, to read on)",
+				q.After, p.Newest, p.Newest)
+		}
 		if err != nil || len(p.Events) > 0 || q.Wait <= 0 {
 			return p, err
 		}
 		q.After = p.Next
 		if err := s.store.WaitEvents(waitCtx, q.AppKey, p.Next); err != nil {
 			if waitCtx.Err() != nil {
-				return store.EventPage{Next: p.Next, Oldest: p.Oldest}, nil
+				return store.EventPage{Next: p.Next, Oldest: p.Oldest, Newest: p.Newest}, nil
 			}
 			return p, err
 		}

@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -116,25 +115,12 @@ func (w *Webhooks) Delete(ctx context.Context, appKey, url string) (store.App, e
 	return app, nil
 }
 
-// newest returns the ID of the app's newest event, 0 when its log is
-// empty. The log contract has no direct way to ask, so it reads to the
-// end: a few hundred reads for a full log, once per webhook added.
+// newest returns the ID of the app's newest event, 0 when its log was
+// never written: one read, whose page carries it (store.EventPage.Newest).
 func (w *Webhooks) newest(ctx context.Context, appKey string) (int64, error) {
-	var after int64
-	for {
-		p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: appKey, After: after, Limit: MaxPullLimit})
-		if errors.Is(err, store.ErrEventsTrimmed) {
-			// Trimmed while we read: go on from the oldest kept (0 for
-			// the start when the log is empty).
-			after = max(p.Oldest-1, 0)
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("find the end of the event log: %w", err)
-		}
-		if len(p.Events) == 0 {
-			return max(after, p.Next), nil
-		}
-		after = p.Next
+	p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: appKey, Limit: 1})
+	if err != nil {
+		return 0, fmt.Errorf("find the end of the event log: %w", err)
 	}
+	return p.Newest, nil
 }

@@ -56,6 +56,12 @@ type EventPage struct {
 	Next int64
 	// Oldest is the ID of the oldest kept event, 0 when the log is empty.
 	Oldest int64
+	// Newest is the highest ID ever handed out to a reader of the app's
+	// log: the newest event's, or when trims emptied the log the last
+	// trimmed one's; 0 for a log never appended to. It comes from the same
+	// view of the log as Events, so a cursor above it is one no read ever
+	// returned, and an event read later has a higher ID.
+	Newest int64
 }
 
 // EventLog is the part of the storage contract that keeps every app's

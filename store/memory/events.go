@@ -86,6 +86,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	if len(l.evs) > 0 {
 		page.Oldest = l.evs[0].ID
 	}
+	page.Newest = l.last
 	if q.After != 0 && q.After < l.trimmed {
 		return page, store.ErrEventsTrimmed
 	}

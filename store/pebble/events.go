@@ -289,7 +289,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	durable := a.durable
 	s.events.wakeMu.Unlock()
 
-	page := store.EventPage{Next: q.After}
+	page := store.EventPage{Next: q.After, Newest: durable}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventPrefix(q.AppKey), UpperBound: eventKey(q.AppKey, durable+1)})
 	if err != nil {
 		return page, fmt.Errorf("read events of %s: %w", q.AppKey, err)

@@ -95,8 +95,8 @@ func sameEvent(got, want store.Event) error {
 func testEventsAppendRead(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", Limit: 10})
-	if err != nil || len(p.Events) != 0 || p.Next != 0 || p.Oldest != 0 {
-		t.Fatalf("empty log: %+v, %v; want no events, Next 0, Oldest 0", p, err)
+	if err != nil || len(p.Events) != 0 || p.Next != 0 || p.Oldest != 0 || p.Newest != 0 {
+		t.Fatalf("empty log: %+v, %v; want no events, Next 0, Oldest 0, Newest 0", p, err)
 	}
 	// Data is kept byte for byte (spaces and all); empty Data becomes {}.
 	in := appendEvents(t, s,
@@ -130,8 +130,19 @@ func testEventsAppendRead(t *testing.T, s store.Store) {
 			t.Error(err)
 		}
 	}
-	if p.Next != more[0].ID || p.Oldest != in[0].ID {
-		t.Errorf("Next %d, Oldest %d; want %d, %d", p.Next, p.Oldest, more[0].ID, in[0].ID)
+	if p.Next != more[0].ID || p.Oldest != in[0].ID || p.Newest != more[0].ID {
+		t.Errorf("Next %d, Oldest %d, Newest %d; want %d, %d, %d", p.Next, p.Oldest, p.Newest, more[0].ID, in[0].ID, more[0].ID)
+	}
+	// Newest is the log's, whatever the page: a short one, a filtered one
+	// that matches nothing, one after the end.
+	for _, q := range []store.EventQuery{
+		{AppKey: "a", Limit: 1},
+		{AppKey: "a", Limit: 10, DeviceName: "nobody"},
+		{AppKey: "a", After: more[0].ID, Limit: 10},
+	} {
+		if p, err := s.ReadEvents(ctx, q); err != nil || p.Newest != more[0].ID {
+			t.Errorf("ReadEvents(%+v): Newest %d, %v; want %d", q, p.Newest, err, more[0].ID)
+		}
 	}
 
 	// The cursor is exclusive; after the last event there is nothing and
@@ -368,6 +379,16 @@ func testEventsTrimAll(t *testing.T, s store.Store) {
 	}
 	checkTrimmed(t, s, in[0].ID, 0, true)
 	checkTrimmed(t, s, in[1].ID, 0, false)
+	// The newest id outlives the events: a cursor above it is one no read
+	// returned, and the reader can tell.
+	for _, after := range []int64{0, in[1].ID, in[1].ID + 1} {
+		if p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: after, Limit: 10}); err != nil || p.Newest != in[1].ID {
+			t.Errorf("emptied log, after %d: Newest %d, %v; want %d", after, p.Newest, err, in[1].ID)
+		}
+	}
+	if p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[0].ID, Limit: 10}); p.Newest != in[1].ID {
+		t.Errorf("trimmed cursor: Newest %d (%v), want %d", p.Newest, err, in[1].ID)
+	}
 	// Ids keep increasing after an emptied log.
 	next := appendEvents(t, s, ev("a", "d", "device.up", 3, `{}`))
 	if next[0].ID <= in[1].ID {
