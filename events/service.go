@@ -2,9 +2,7 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -70,38 +68,6 @@ func (s *Service) Telemetry(ctx context.Context, appKey, device, topic string, q
 		return ErrMalformed
 	}
 	return s.Append(ctx, New(TypeUp, appKey, device, s.now(), UpData(topic, qos, payload)))
-}
-
-// ParseReport checks an event report's payload and returns its data; the
-// default time is now.
-func ParseReport(payload []byte, now time.Time) (Report, error) {
-	var in struct {
-		Name    *string `json:"name"`
-		Content *string `json:"content"`
-		Type    *int    `json:"type"`
-		Time    *int64  `json:"time"`
-	}
-	if !utf8.Valid(payload) || json.Unmarshal(payload, &in) != nil {
-		return Report{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
-	}
-	switch {
-	case in.Name == nil || len(*in.Name) < 1 || len(*in.Name) > MaxNameLen:
-		return Report{}, fmt.Errorf("%w: name must be 1 to %d bytes", ErrMalformed, MaxNameLen)
-	case in.Content != nil && len(*in.Content) > MaxContent:
-		return Report{}, fmt.Errorf("%w: content must be at most %d bytes", ErrMalformed, MaxContent)
-	case in.Type == nil || *in.Type < 0 || *in.Type > 2:
-		return Report{}, fmt.Errorf("%w: type must be 0, 1 or 2", ErrMalformed)
-	case in.Time != nil && *in.Time < 0:
-		return Report{}, fmt.Errorf("%w: time must be Unix ms", ErrMalformed)
-	}
-	r := Report{Name: *in.Name, Type: *in.Type, Time: now.UnixMilli()}
-	if in.Content != nil {
-		r.Content = *in.Content
-	}
-	if in.Time != nil {
-		r.Time = *in.Time
-	}
-	return r, nil
 }
 
 // DeviceEvent stores the device.event of an event report and returns once
