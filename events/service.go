@@ -50,15 +50,16 @@ type Service struct {
 func NewService(st Store) *Service { return &Service{store: st, now: time.Now} }
 
 // IsUpTopic reports whether topic (relative to the device's prefix) is a
-// telemetry topic: "up" or "up/" followed by 1 to 128 bytes of topic
-// levels without wildcards.
+// telemetry topic: "up" or "up/" followed by 1 to 128 bytes of non-empty
+// topic levels without wildcards ("up/a/b", not "up//b" or "up/a/").
 func IsUpTopic(topic string) bool {
 	if topic == TopicUp {
 		return true
 	}
 	suffix, ok := strings.CutPrefix(topic, TopicUp+"/")
 	return ok && len(suffix) >= 1 && len(suffix) <= MaxSuffix &&
-		!strings.ContainsAny(suffix, "+#\x00") && utf8.ValidString(suffix)
+		!strings.ContainsAny(suffix, "+#\x00") && utf8.ValidString(suffix) &&
+		!strings.HasPrefix(suffix, "/") && !strings.HasSuffix(suffix, "/") && !strings.Contains(suffix, "//")
 }
 
 // Telemetry stores a device.up for a publish to topic and returns once it

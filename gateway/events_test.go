@@ -399,3 +399,24 @@ func TestUnknownTopicRefused(t *testing.T) {
 		t.Errorf("log holds %d device events, want the 3 of up, up/temp and event", len(got))
 	}
 }
+
+// TestEmptyUpLevelRefused: telemetry to a suffix with an empty level is
+// refused as malformed (MQTT 5 PUBACK 0x99) and not stored.
+func TestEmptyUpLevelRefused(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
+		t.Skip("mosquitto_pub not installed (Debian package mosquitto-clients; CI installs it)")
+	}
+	w := newWorld(t)
+	w.createDevice("sensor")
+	host, port, _ := strings.Cut(w.mqtt, ":")
+	for _, topic := range []string{"up//x", "up/a/", "up/a//b"} {
+		out, _ := exec.Command("mosquitto_pub", "-d", "-V", "mqttv5", "-q", "1", "-h", host, "-p", port,
+			"-u", appKey+"/sensor", "-P", secret, "-t", "d/"+appKey+"/sensor/"+topic, "-m", "1").CombinedOutput()
+		if !strings.Contains(string(out), "RC:153") {
+			t.Errorf("publish to %s:\n%s\nwant PUBACK reason 153 (0x99)", topic, out)
+		}
+	}
+	if got := w.logOf(events.TypeUp); len(got) != 0 {
+		t.Errorf("stored %d device.up events, want none", len(got))
+	}
+}
