@@ -55,11 +55,11 @@ func CheckWebhook(h store.EventWebhook) (store.EventWebhook, error) {
 	return h, nil
 }
 
-// CheckAddable refuses a webhook URL the app has already (a
-// *errdefs.ConflictError) or that would be one too many (a
-// *errdefs.InvalidError).
+// CheckAddable refuses a webhook URL the app has already, in any spelling
+// NormalWebhookURL makes the same (a *errdefs.ConflictError), or that
+// would be one too many (a *errdefs.InvalidError).
 func CheckAddable(app store.App, url string) error {
-	if slices.ContainsFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return h.URL == url }) {
+	if slices.ContainsFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return sameWebhookURL(h.URL, url) }) {
 		return errdefs.Conflict("event webhook", url, "is already configured")
 	}
 	if len(app.EventWebhooks) >= store.MaxEventWebhooks {
@@ -97,11 +97,12 @@ func (w *Webhooks) Add(ctx context.Context, appKey string, h store.EventWebhook)
 	return app, nil
 }
 
-// Delete removes the app's webhook with url and returns the app; its
-// delivery stops at once (a POST in flight is abandoned).
+// Delete removes the app's webhook with url (in any spelling
+// NormalWebhookURL makes the same) and returns the app; its delivery
+// stops at once (a POST in flight is abandoned).
 func (w *Webhooks) Delete(ctx context.Context, appKey, url string) (store.App, error) {
 	app, err := w.apps.Update(ctx, appKey, func(app *store.App) error {
-		i := slices.IndexFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return h.URL == url })
+		i := slices.IndexFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return sameWebhookURL(h.URL, url) })
 		if i < 0 {
 			return &errdefs.InvalidError{Field: "url", Message: fmt.Sprintf("event webhook %q is not configured", url)}
 		}
