@@ -653,3 +653,24 @@ func TestWebhookStartsAtNewestOfEmptiedLog(t *testing.T) {
 	}
 	rcv.waitIDs(f.emit(events.TypeUp, "new"))
 }
+
+// TestWebhookBigBatchGoesWithoutLinger: a batch holding 2 MiB of event
+// data goes at once instead of lingering for more, so a POST stays a few
+// MiB however large batch_size is.
+func TestWebhookBigBatchGoesWithoutLinger(t *testing.T) {
+	cfg := testConfig()
+	cfg.Linger = time.Hour
+	f := newFixture(t, cfg)
+	rcv := newReceiver(t)
+	f.add(rcv.url(), "")
+	big := []byte(strings.Repeat("x", 1<<20))
+	evs := []store.Event{
+		events.New(events.TypeUp, appKey, "d", time.Now(), events.UpData("up", 1, big)),
+		events.New(events.TypeUp, appKey, "d", time.Now(), events.UpData("up", 1, big)),
+	}
+	evs, err := f.st.AppendEvents(context.Background(), evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv.waitIDs([]int64{evs[0].ID, evs[1].ID})
+}
