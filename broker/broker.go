@@ -123,6 +123,9 @@ var (
 	// ErrMalformed: the publish breaks the rules of its topic (v5 PUBACK
 	// 0x99, payload format invalid).
 	ErrMalformed = errors.New("payload format invalid")
+	// ErrTopic: the device publishes to a topic under its prefix that the
+	// service takes nothing on (v5 PUBACK 0x90, topic name invalid).
+	ErrTopic = errors.New("topic name invalid")
 )
 
 // Handler receives device events. The broker calls it from each
@@ -149,7 +152,8 @@ type Handler interface {
 	// publish is acknowledged only once it has returned nil: the handler
 	// may block until what the publish asks for is done. An error refuses
 	// the publish: an MQTT 5 QoS 1 publish gets a PUBACK with reason 0x97
-	// (ErrQuota), 0x99 (ErrMalformed) or 0x80 (any other error); an MQTT
+	// (ErrQuota), 0x99 (ErrMalformed), 0x90 (ErrTopic) or 0x80 (any other
+	// error); an MQTT
 	// 3.1.1 or QoS 0 one gets no PUBACK. The connection stays open.
 	Published(s *Session, topic string, qos byte, payload []byte) error
 	// Acked reports the device's PUBACK of a packet sent with
@@ -179,7 +183,7 @@ type Broker struct {
 	refused   atomic.Int64 // filters over MaxSubscriptions or the subscribe rate
 	throttled atomic.Int64 // logins refused over a failure budget
 	// Publishes refused: over the publish rate, and by the handler.
-	refusedRate, refusedQuota, refusedMalformed, refusedFailed atomic.Int64
+	refusedRate, refusedQuota, refusedMalformed, refusedTopic, refusedFailed atomic.Int64
 
 	logins *loginThrottle
 
@@ -348,15 +352,15 @@ func (b *Broker) Connected() int64 { return b.connected.Load() }
 type PublishRefusals struct {
 	// RateLimit: over the device's publish rate (Config.PublishRate).
 	RateLimit int64
-	// Quota, Malformed and Failed: refused by Handler.Published with
-	// ErrQuota, ErrMalformed or any other error.
-	Quota, Malformed, Failed int64
+	// Quota, Malformed, Topic and Failed: refused by Handler.Published
+	// with ErrQuota, ErrMalformed, ErrTopic or any other error.
+	Quota, Malformed, Topic, Failed int64
 }
 
 // PublishesRefused returns how many device publishes were refused.
 func (b *Broker) PublishesRefused() PublishRefusals {
 	return PublishRefusals{RateLimit: b.refusedRate.Load(), Quota: b.refusedQuota.Load(),
-		Malformed: b.refusedMalformed.Load(), Failed: b.refusedFailed.Load()}
+		Malformed: b.refusedMalformed.Load(), Topic: b.refusedTopic.Load(), Failed: b.refusedFailed.Load()}
 }
 
 // LoginsThrottled returns how many logins were refused, unchecked, because

@@ -282,6 +282,9 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	case errors.Is(err, ErrMalformed):
 		h.b.refusedMalformed.Add(1)
 		return pk, refuse(cl, pk, packets.ErrPayloadFormatInvalid)
+	case errors.Is(err, ErrTopic):
+		h.b.refusedTopic.Add(1)
+		return pk, refuse(cl, pk, packets.ErrTopicNameInvalid)
 	default:
 		h.b.refusedFailed.Add(1)
 		return pk, refuse(cl, pk, packets.ErrUnspecifiedError)

@@ -79,7 +79,7 @@ func (rc *rawClient) ping() {
 }
 
 // TestPublishRefusals: a publish the handler refuses gets a v5 PUBACK with
-// the reason code of the refusal (0x97, 0x99, 0x80), and no PUBACK at all
+// the reason code of the refusal (0x97, 0x99, 0x90, 0x80), and no PUBACK at all
 // in MQTT 3.1.1 or at QoS 0; an accepted one is acknowledged with the
 // QoS passed through. The connection stays open either way.
 func TestPublishRefusals(t *testing.T) {
@@ -87,6 +87,7 @@ func TestPublishRefusals(t *testing.T) {
 		"quota":     fmt.Errorf("store full: %w", ErrQuota),
 		"malformed": fmt.Errorf("bad report: %w", ErrMalformed),
 		"fail":      errors.New("store down"),
+		"nowhere":   fmt.Errorf("no such topic: %w", ErrTopic),
 	}}
 	b, addr := startBroker(t, Config{}, h)
 	for _, version := range []byte{4, 5} {
@@ -97,7 +98,7 @@ func TestPublishRefusals(t *testing.T) {
 		for _, c := range []struct {
 			topic string
 			want  byte // v5 reason code; 0xff: no PUBACK in 3.1.1
-		}{{"up", 0}, {"quota", 0x97}, {"malformed", 0x99}, {"fail", 0x80}, {"up/x", 0}} {
+		}{{"up", 0}, {"quota", 0x97}, {"malformed", 0x99}, {"fail", 0x80}, {"nowhere", 0x90}, {"up/x", 0}} {
 			id := rc.publish(c.topic, 1, "p")
 			if version == 4 && c.want != 0 {
 				rc.ping() // no PUBACK before the PINGRESP
@@ -117,7 +118,7 @@ func TestPublishRefusals(t *testing.T) {
 	if got := h.got(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("accepted %q, want %q", got, want)
 	}
-	if got := b.PublishesRefused(); got != (PublishRefusals{Quota: 2, Malformed: 2, Failed: 4}) {
+	if got := b.PublishesRefused(); got != (PublishRefusals{Quota: 2, Malformed: 2, Topic: 2, Failed: 4}) {
 		t.Errorf("refusals counted %+v", got)
 	}
 }

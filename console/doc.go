@@ -84,8 +84,8 @@
 //
 // # The live event view
 //
-// The events page finds the app's newest event (the pull API reads
-// forward only, so by search: see newestEvent) and the script opens an
+// The events page finds the app's newest event (the "newest" of one
+// pull's answer: see newestEvent) and the script opens an
 // EventSource on the stream from there. The stream long-polls GET
 // /event/v1/events in-process with the app's credentials and the page's
 // filters, and sends each event as a table row rendered by html/template

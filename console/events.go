@@ -28,9 +28,6 @@ const (
 	// rendered to be dropped. A browser reconnecting after an hour away
 	// from a busy app, or one watching a firehose, gets a notice instead.
 	streamCatchUp = 500
-	// tailProbe is how many events each read of the search for the
-	// newest event asks for.
-	tailProbe = 100
 	// streamWait is how long one pull of the live stream long-polls; a
 	// comment goes to the browser after each empty one, so proxies and
 	// the browser see the stream alive.
@@ -107,6 +104,7 @@ func (f eventFilter) pull(q *req, after int64, limit int, wait time.Duration) (e
 type eventsAnswer struct {
 	Events []events.Wire `json:"events"`
 	Next   string        `json:"next"`
+	Newest string        `json:"newest"`
 }
 
 // next is the answer's cursor, or after when it has none.
@@ -251,67 +249,20 @@ func eventsTitle(f eventFilter) string {
 	return "Events"
 }
 
-// newestEvent returns the id of the app's newest event (0 when the log is
-// empty), where the live view starts. The pull API reads forward from a
-// cursor only, so it is found by search: an unfiltered read after x
-// returns events exactly when the newest id is above x, and a read that
-// returns fewer than it asked for has reached the newest. A log of under
-// tailProbe events takes one read; a million, about 2·log2(10,000)
-// reads of tailProbe events.
+// newestEvent returns the id of the app's newest event (0 when the log
+// was never written), where the live view starts: the "newest" of one
+// pull's answer.
 func (c *Console) newestEvent(q *req) (int64, error) {
-	var f eventFilter // unfiltered: every id counts
-	// read returns how many events there are after x, up to tailProbe,
-	// and the last one's id.
-	read := func(x int64) (n int, last int64, err error) {
-		p, err := f.pull(q, x, tailProbe, 0)
-		if err != nil || len(p.Events) == 0 {
-			return 0, 0, err
-		}
-		id := p.Events[len(p.Events)-1].ID
-		if last, err = strconv.ParseInt(id, 10, 64); err != nil {
-			return 0, 0, fmt.Errorf("event id %q: %w", id, err)
-		}
-		return len(p.Events), last, nil
+	var f eventFilter // unfiltered
+	p, err := f.pull(q, 0, 1, 0)
+	if err != nil {
+		return 0, err
 	}
-	n, lo, err := read(0)
-	if err != nil || n < tailProbe {
-		return lo, err
+	n, err := strconv.ParseInt(p.Newest, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the pull's newest %q: %w", p.Newest, err)
 	}
-	// The newest id is at least lo. Gallop to an id no event is after,
-	// then halve; a short read ends the search early.
-	hi := lo
-	for step := int64(tailProbe); ; step *= 2 {
-		if hi = lo + step; hi < lo { // overflow: no id is above MaxInt64
-			hi = 1<<63 - 1
-			break
-		}
-		n, last, err := read(hi)
-		if err != nil {
-			return 0, err
-		}
-		if n == 0 {
-			break
-		}
-		if n < tailProbe {
-			return last, nil
-		}
-		lo = last
-	}
-	for lo < hi {
-		m := lo + (hi-lo)/2
-		n, last, err := read(m)
-		switch {
-		case err != nil:
-			return 0, err
-		case n == 0:
-			hi = m
-		case n < tailProbe:
-			return last, nil
-		default:
-			lo = last
-		}
-	}
-	return lo, nil
+	return n, nil
 }
 
 // eventStream serves the live view's Server-Sent Events: every event
@@ -429,11 +380,8 @@ func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
 		if len(page.Events) < streamBatch {
 			behind = 0
 		} else if behind += len(page.Events); behind >= streamCatchUp {
-			newest, err := c.newestEvent(q)
-			if err != nil {
-				return // as a failed pull: the browser reconnects
-			}
-			if newest > after {
+			// The pull's answer carries the newest id: no second read.
+			if newest, err := strconv.ParseInt(page.Newest, 10, 64); err == nil && newest > after {
 				out.WriteString(sseMessage(strconv.FormatInt(newest, 10), "devmsg-skip", fmt.Sprintf(
 					"Events came faster than this view shows them: it skipped ahead to event %d. The ones in between are in the log: filter the view, or pull them.", newest)))
 				after = newest

@@ -310,7 +310,7 @@ func (l *loop) run(ctx context.Context) {
 			}
 			continue
 		}
-		if !jiot && len(batch) < w.cfg.BatchSize && w.cfg.Linger > 0 {
+		if !jiot && len(batch) < w.cfg.BatchSize && w.cfg.Linger > 0 && dataBytes(batch) < lingerBytes {
 			// The batch waits Linger after its first event was made (a
 			// backlog goes at once), or after now if the clocks disagree.
 			if due.IsZero() {
@@ -566,4 +566,19 @@ func newWebhookMetrics(reg prometheus.Registerer) (*webhookMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// lingerBytes is how much event data a batch holds before it goes without
+// lingering for more: each read is capped at store.MaxEventPageBytes, so
+// a POST carries at most this plus one read's worth, not batch_size
+// events of 64 KiB (64 MB at batch_size 1000).
+const lingerBytes = store.MaxEventPageBytes / 2
+
+// dataBytes is the size of the events' data.
+func dataBytes(evs []store.Event) int {
+	n := 0
+	for _, e := range evs {
+		n += len(e.Data)
+	}
+	return n
 }

@@ -91,7 +91,9 @@ func (s *fakeStore) ReadEvents(_ context.Context, q store.EventQuery) (store.Eve
 	p := store.EventPage{Next: q.After}
 	if len(log) > 0 {
 		p.Oldest = log[0].ID
+		p.Newest = log[len(log)-1].ID
 	}
+	p.Newest = max(p.Newest, s.trimmed[q.AppKey])
 	if q.After != 0 && s.trimmed[q.AppKey] > q.After {
 		return p, store.ErrEventsTrimmed
 	}

@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -21,6 +22,9 @@ func FuzzParseReport(f *testing.F) {
 		`{"name":"door","type":1,"time":-5}`,
 		`{"name":"door","type":1.5}`,
 		`[]`, `null`, `not json`, "\xff",
+		`{"Name":"n","TYPE":1}`, `{"name":"n","type":1,"type":2}`, `{"name":"n","type":0,"content":null}`,
+		`{"name":"a\u0000b","type":0}`, `{"name":"n","type":0,"content":"\u0000"}`,
+		`{"name":"n","type":0,"time":9007199254740992}`, `{"name":"n","type":0} x`, `{"name":"n","type":0,"x":{"name":1}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -33,7 +37,8 @@ func FuzzParseReport(f *testing.F) {
 			}
 			return
 		}
-		if len(r.Name) < 1 || len(r.Name) > MaxNameLen || len(r.Content) > MaxContent || r.Type < 0 || r.Type > 2 || r.Time < 0 {
+		if len(payload) > MaxPayload || len(r.Name) < 1 || len(r.Name) > MaxNameLen || len(r.Content) > MaxContent || r.Type < 0 || r.Type > 2 ||
+			r.Time < 0 || r.Time > MaxReportTime || strings.ContainsFunc(r.Name, isControl) || strings.ContainsRune(r.Content, 0) {
 			t.Fatalf("ParseReport(%q) accepted %+v", payload, r)
 		}
 		b, err := json.Marshal(r)

@@ -2,9 +2,7 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -52,15 +50,16 @@ type Service struct {
 func NewService(st Store) *Service { return &Service{store: st, now: time.Now} }
 
 // IsUpTopic reports whether topic (relative to the device's prefix) is a
-// telemetry topic: "up" or "up/" followed by 1 to 128 bytes of topic
-// levels without wildcards.
+// telemetry topic: "up" or "up/" followed by 1 to 128 bytes of non-empty
+// topic levels without wildcards ("up/a/b", not "up//b" or "up/a/").
 func IsUpTopic(topic string) bool {
 	if topic == TopicUp {
 		return true
 	}
 	suffix, ok := strings.CutPrefix(topic, TopicUp+"/")
 	return ok && len(suffix) >= 1 && len(suffix) <= MaxSuffix &&
-		!strings.ContainsAny(suffix, "+#\x00") && utf8.ValidString(suffix)
+		!strings.ContainsAny(suffix, "+#\x00") && utf8.ValidString(suffix) &&
+		!strings.HasPrefix(suffix, "/") && !strings.HasSuffix(suffix, "/") && !strings.Contains(suffix, "//")
 }
 
 // Telemetry stores a device.up for a publish to topic and returns once it
@@ -70,38 +69,6 @@ func (s *Service) Telemetry(ctx context.Context, appKey, device, topic string, q
 		return ErrMalformed
 	}
 	return s.Append(ctx, New(TypeUp, appKey, device, s.now(), UpData(topic, qos, payload)))
-}
-
-// ParseReport checks an event report's payload and returns its data; the
-// default time is now.
-func ParseReport(payload []byte, now time.Time) (Report, error) {
-	var in struct {
-		Name    *string `json:"name"`
-		Content *string `json:"content"`
-		Type    *int    `json:"type"`
-		Time    *int64  `json:"time"`
-	}
-	if !utf8.Valid(payload) || json.Unmarshal(payload, &in) != nil {
-		return Report{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
-	}
-	switch {
-	case in.Name == nil || len(*in.Name) < 1 || len(*in.Name) > MaxNameLen:
-		return Report{}, fmt.Errorf("%w: name must be 1 to %d bytes", ErrMalformed, MaxNameLen)
-	case in.Content != nil && len(*in.Content) > MaxContent:
-		return Report{}, fmt.Errorf("%w: content must be at most %d bytes", ErrMalformed, MaxContent)
-	case in.Type == nil || *in.Type < 0 || *in.Type > 2:
-		return Report{}, fmt.Errorf("%w: type must be 0, 1 or 2", ErrMalformed)
-	case in.Time != nil && *in.Time < 0:
-		return Report{}, fmt.Errorf("%w: time must be Unix ms", ErrMalformed)
-	}
-	r := Report{Name: *in.Name, Type: *in.Type, Time: now.UnixMilli()}
-	if in.Content != nil {
-		r.Content = *in.Content
-	}
-	if in.Time != nil {
-		r.Time = *in.Time
-	}
-	return r, nil
 }
 
 // DeviceEvent stores the device.event of an event report and returns once
@@ -133,7 +100,9 @@ type Query struct {
 // Pull reads the app's log for q. With q.Wait it waits until a matching
 // event exists or the wait is over, and returns what it has then (maybe
 // nothing, with Next moved past what it examined). A cursor older than
-// the log is an *errdefs.InvalidError naming the oldest id. Only the
+// the log is an *errdefs.InvalidError naming the oldest id, and so is one
+// beyond the newest id ever handed out (it would skip the events to come
+// up to it, silently) naming the newest. Only the
 // waiting is bounded by q.Wait: a read under way when it ends finishes.
 func (s *Service) Pull(ctx context.Context, q Query) (store.EventPage, error) {
 	waitCtx := ctx
@@ -148,13 +117,17 @@ func (s *Service) Pull(ctx context.Context, q Query) (store.EventPage, error) {
 			return p, errdefs.Invalid("after", "%d is older than the event log: the oldest kept event is %d (the events between were trimmed; pull with after=%d to read on from it)",
 				q.After, p.Oldest, max(p.Oldest-1, 0))
 		}
+		if err == nil && q.After > p.Newest {
+			return p, errdefs.Invalid("after", "%d is beyond the newest event id %d (a cursor is an id a pull returned; pull with after=%d, or without after, to read on)",
+				q.After, p.Newest, p.Newest)
+		}
 		if err != nil || len(p.Events) > 0 || q.Wait <= 0 {
 			return p, err
 		}
 		q.After = p.Next
 		if err := s.store.WaitEvents(waitCtx, q.AppKey, p.Next); err != nil {
 			if waitCtx.Err() != nil {
-				return store.EventPage{Next: p.Next, Oldest: p.Oldest}, nil
+				return store.EventPage{Next: p.Next, Oldest: p.Oldest, Newest: p.Newest}, nil
 			}
 			return p, err
 		}

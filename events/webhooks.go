@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -56,11 +55,11 @@ func CheckWebhook(h store.EventWebhook) (store.EventWebhook, error) {
 	return h, nil
 }
 
-// CheckAddable refuses a webhook URL the app has already (a
-// *errdefs.ConflictError) or that would be one too many (a
-// *errdefs.InvalidError).
+// CheckAddable refuses a webhook URL the app has already, in any spelling
+// NormalWebhookURL makes the same (a *errdefs.ConflictError), or that
+// would be one too many (a *errdefs.InvalidError).
 func CheckAddable(app store.App, url string) error {
-	if slices.ContainsFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return h.URL == url }) {
+	if slices.ContainsFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return sameWebhookURL(h.URL, url) }) {
 		return errdefs.Conflict("event webhook", url, "is already configured")
 	}
 	if len(app.EventWebhooks) >= store.MaxEventWebhooks {
@@ -98,11 +97,12 @@ func (w *Webhooks) Add(ctx context.Context, appKey string, h store.EventWebhook)
 	return app, nil
 }
 
-// Delete removes the app's webhook with url and returns the app; its
-// delivery stops at once (a POST in flight is abandoned).
+// Delete removes the app's webhook with url (in any spelling
+// NormalWebhookURL makes the same) and returns the app; its delivery
+// stops at once (a POST in flight is abandoned).
 func (w *Webhooks) Delete(ctx context.Context, appKey, url string) (store.App, error) {
 	app, err := w.apps.Update(ctx, appKey, func(app *store.App) error {
-		i := slices.IndexFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return h.URL == url })
+		i := slices.IndexFunc(app.EventWebhooks, func(h store.EventWebhook) bool { return sameWebhookURL(h.URL, url) })
 		if i < 0 {
 			return &errdefs.InvalidError{Field: "url", Message: fmt.Sprintf("event webhook %q is not configured", url)}
 		}
@@ -116,25 +116,12 @@ func (w *Webhooks) Delete(ctx context.Context, appKey, url string) (store.App, e
 	return app, nil
 }
 
-// newest returns the ID of the app's newest event, 0 when its log is
-// empty. The log contract has no direct way to ask, so it reads to the
-// end: a few hundred reads for a full log, once per webhook added.
+// newest returns the ID of the app's newest event, 0 when its log was
+// never written: one read, whose page carries it (store.EventPage.Newest).
 func (w *Webhooks) newest(ctx context.Context, appKey string) (int64, error) {
-	var after int64
-	for {
-		p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: appKey, After: after, Limit: MaxPullLimit})
-		if errors.Is(err, store.ErrEventsTrimmed) {
-			// Trimmed while we read: go on from the oldest kept (0 for
-			// the start when the log is empty).
-			after = max(p.Oldest-1, 0)
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("find the end of the event log: %w", err)
-		}
-		if len(p.Events) == 0 {
-			return max(after, p.Next), nil
-		}
-		after = p.Next
+	p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: appKey, Limit: 1})
+	if err != nil {
+		return 0, fmt.Errorf("find the end of the event log: %w", err)
 	}
+	return p.Newest, nil
 }

@@ -634,3 +634,43 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	}
 	return 0
 }
+
+// TestWebhookStartsAtNewestOfEmptiedLog: a webhook starts at the newest
+// id the log handed out, found in one read, even when retention emptied
+// the log (a read to its end would find no event and start at 0).
+func TestWebhookStartsAtNewestOfEmptiedLog(t *testing.T) {
+	f := newFixture(t, testConfig())
+	ids := f.emit(events.TypeUp, devices(30)...)
+	f.st.trim(appKey, ids[len(ids)-1])
+	rcv := newReceiver(t)
+	f.add(rcv.url(), "")
+	app, err := f.st.Get(context.Background(), appKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := app.EventWebhooks[len(app.EventWebhooks)-1].Start; got != ids[len(ids)-1] {
+		t.Errorf("the webhook starts after %d, want the newest id %d", got, ids[len(ids)-1])
+	}
+	rcv.waitIDs(f.emit(events.TypeUp, "new"))
+}
+
+// TestWebhookBigBatchGoesWithoutLinger: a batch holding 2 MiB of event
+// data goes at once instead of lingering for more, so a POST stays a few
+// MiB however large batch_size is.
+func TestWebhookBigBatchGoesWithoutLinger(t *testing.T) {
+	cfg := testConfig()
+	cfg.Linger = time.Hour
+	f := newFixture(t, cfg)
+	rcv := newReceiver(t)
+	f.add(rcv.url(), "")
+	big := []byte(strings.Repeat("x", 1<<20))
+	evs := []store.Event{
+		events.New(events.TypeUp, appKey, "d", time.Now(), events.UpData("up", 1, big)),
+		events.New(events.TypeUp, appKey, "d", time.Now(), events.UpData("up", 1, big)),
+	}
+	evs, err := f.st.AppendEvents(context.Background(), evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv.waitIDs([]int64{evs[0].ID, evs[1].ID})
+}

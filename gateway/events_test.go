@@ -361,3 +361,62 @@ func TestUnstoredEventRefused(t *testing.T) {
 		t.Errorf("the log says nothing of the refusal:\n%s", log)
 	}
 }
+
+// TestUnknownTopicRefused: a publish under the device's own prefix to a
+// topic the service takes nothing on is refused (MQTT 5 PUBACK 0x90,
+// topic name invalid) and counted, where it used to be acknowledged and
+// dropped; every topic a device does publish to still gets PUBACK 0.
+func TestUnknownTopicRefused(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
+		t.Skip("mosquitto_pub not installed (Debian package mosquitto-clients; CI installs it)")
+	}
+	w := newWorld(t)
+	w.createDevice("sensor")
+	host, port, _ := strings.Cut(w.mqtt, ":")
+	pub := func(topic, payload string) string {
+		out, _ := exec.Command("mosquitto_pub", "-d", "-V", "mqttv5", "-q", "1", "-h", host, "-p", port,
+			"-u", appKey+"/sensor", "-P", secret, "-t", "d/"+appKey+"/sensor/"+topic, "-m", payload).CombinedOutput()
+		return string(out)
+	}
+	unknown := []string{"events", "ups/x", "event/x", "UP", "upx", "msg", "property/desired", "msg/click/x"}
+	for _, topic := range unknown {
+		if out := pub(topic, `{"name":"n","type":0}`); !strings.Contains(out, "RC:144") {
+			t.Errorf("publish to %s:\n%s\nwant PUBACK reason 144 (0x90)", topic, out)
+		}
+	}
+	for _, c := range []struct{ topic, payload string }{
+		{"up", "1"}, {"up/temp", "2"}, {"event", `{"name":"n","type":0}`},
+		{"msg/click", `{"msgid":"1"}`}, {"property/get", "{}"}, {"property/report", `{"properties":{}}`},
+	} {
+		if out := pub(c.topic, c.payload); !strings.Contains(out, "received PUBACK (Mid: 1, RC:0)") {
+			t.Errorf("publish to %s:\n%s\nwant PUBACK 0", c.topic, out)
+		}
+	}
+	if got := w.broker.PublishesRefused(); got.Topic != int64(len(unknown)) {
+		t.Errorf("refusals counted %+v, want %d for the topic", got, len(unknown))
+	}
+	if got := w.logOf(events.TypeUp, events.TypeEvent); len(got) != 3 {
+		t.Errorf("log holds %d device events, want the 3 of up, up/temp and event", len(got))
+	}
+}
+
+// TestEmptyUpLevelRefused: telemetry to a suffix with an empty level is
+// refused as malformed (MQTT 5 PUBACK 0x99) and not stored.
+func TestEmptyUpLevelRefused(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
+		t.Skip("mosquitto_pub not installed (Debian package mosquitto-clients; CI installs it)")
+	}
+	w := newWorld(t)
+	w.createDevice("sensor")
+	host, port, _ := strings.Cut(w.mqtt, ":")
+	for _, topic := range []string{"up//x", "up/a/", "up/a//b"} {
+		out, _ := exec.Command("mosquitto_pub", "-d", "-V", "mqttv5", "-q", "1", "-h", host, "-p", port,
+			"-u", appKey+"/sensor", "-P", secret, "-t", "d/"+appKey+"/sensor/"+topic, "-m", "1").CombinedOutput()
+		if !strings.Contains(string(out), "RC:153") {
+			t.Errorf("publish to %s:\n%s\nwant PUBACK reason 153 (0x99)", topic, out)
+		}
+	}
+	if got := w.logOf(events.TypeUp); len(got) != 0 {
+		t.Errorf("stored %d device.up events, want none", len(got))
+	}
+}

@@ -346,7 +346,8 @@ func (g *Gateway) Unsubscribed(s *broker.Session, topic string) {
 // Published routes what a device sends. Telemetry and event reports are
 // stored as events before it returns, so that the broker acknowledges
 // them only once they are durable; one that cannot be stored is refused
-// (see deviceEvent).
+// (see deviceEvent). A publish to any other topic is refused
+// (broker.ErrTopic): acknowledging it would tell the device it was taken.
 func (g *Gateway) Published(s *broker.Session, topic string, qos byte, payload []byte) error {
 	ctx := context.Background()
 	switch topic {
@@ -384,7 +385,8 @@ func (g *Gateway) Published(s *broker.Session, topic string, qos byte, payload [
 				return g.events.Telemetry(ctx, s.AppKey, s.DeviceName, topic, qos, payload)
 			})
 		}
-		g.log.Debug("publish to an unknown topic", "app", s.AppKey, "device", s.DeviceName, "topic", topic)
+		g.log.Debug("publish to an unknown topic refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic)
+		return fmt.Errorf("%w: the service takes nothing on %q", broker.ErrTopic, topic)
 	}
 	return nil
 }

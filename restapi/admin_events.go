@@ -3,11 +3,13 @@ package restapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
@@ -67,11 +69,14 @@ func (a *API) addEventWebhook(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	// One spelling per receiver (HTTP://Host:80/x? is http://host/x), so
+	// that the duplicate check sees through spellings.
+	u = events.NormalWebhookURL(u)
 	var h store.EventWebhook
 	h.URL = u
 	if obj.has("types") {
-		if err := json.Unmarshal(obj["types"], &h.Types); err != nil || h.Types == nil {
-			return errInvalid("types must be an array of event types (%s)", strings.Join(events.Types, ", "))
+		if h.Types, err = webhookTypes(obj["types"]); err != nil {
+			return err
 		}
 	}
 	if h.Format, _, err = obj.stringField("format", false); err != nil {
@@ -101,6 +106,23 @@ func (a *API) addEventWebhook(c *gin.Context) error {
 		return err
 	}
 	return writeJSON(c, eventWebhooksView(app))
+}
+
+// webhookTypes reads a webhook's "types": an array whose every element is
+// an event type; any other element, a string or not, gets the one message
+// that names it (CheckWebhook checks the strings).
+func webhookTypes(raw json.RawMessage) ([]string, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil || elems == nil {
+		return nil, errInvalid("types must be an array of event types (%s)", strings.Join(events.Types, ", "))
+	}
+	types := make([]string, len(elems))
+	for i, el := range elems {
+		if json.Unmarshal(el, &types[i]) != nil || string(el) == "null" {
+			return nil, errdefs.Invalid(fmt.Sprintf("types[%d]", i), "%s is not an event type (one of %v)", el, events.Types)
+		}
+	}
+	return types, nil
 }
 
 // deleteEventWebhook serves DELETE .../events/webhooks?url=...

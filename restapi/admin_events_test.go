@@ -113,7 +113,9 @@ func TestEventWebhookAddRefused(t *testing.T) {
 	}{
 		{"no url", map[string]any{"types": []string{"device.up"}}, 1002, []string{"url"}},
 		{"unknown type", map[string]any{"url": rcv.url("/h"), "types": []string{"device.up", "device.sneezed"}}, 1003, []string{"types[1]", "device.sneezed"}},
-		{"types not strings", map[string]any{"url": rcv.url("/h"), "types": []int{1}}, 1003, []string{"types must be an array of event types"}},
+		{"types not strings", map[string]any{"url": rcv.url("/h"), "types": []any{"device.up", 1}}, 1003, []string{"types[1] 1 is not an event type (one of ["}},
+		{"types null", map[string]any{"url": rcv.url("/h"), "types": []any{nil}}, 1003, []string{"types[0] null is not an event type (one of ["}},
+		{"types not an array", map[string]any{"url": rcv.url("/h"), "types": "device.up"}, 1003, []string{"types must be an array of event types"}},
 		{"empty types", map[string]any{"url": rcv.url("/h"), "types": []string{}}, 1003, []string{"types must name at least one"}},
 		{"jiot with device.up", map[string]any{"url": rcv.url("/h"), "format": "jiot", "types": []string{"device.up"}}, 1003, []string{"types of a jiot webhook"}},
 		{"unknown format", map[string]any{"url": rcv.url("/h"), "format": "xml"}, 1003, []string{"format"}},
@@ -190,5 +192,29 @@ func TestEventWebhookCrossTenant(t *testing.T) {
 	adm := adminCreds()
 	if got := webhookURLs(e.webhooks(t, adm)); len(got) != 1 {
 		t.Fatalf("admin sees %v", got)
+	}
+}
+
+// TestEventWebhookURLSpellings: a receiver is one webhook however its URL
+// is spelled: scheme and host case, the default port and an empty query
+// are normalised away, the URL is stored in that spelling (an upper-case
+// scheme is valid, and accepted), and delete finds it in any spelling.
+func TestEventWebhookURLSpellings(t *testing.T) {
+	e := callbackEnv(t)
+	own := e.appCreds()
+	rcv := newReceiver(t)
+	path := webhooksPath(e.app.Key)
+	plain := rcv.url("/x") // http://127.0.0.1:PORT/x
+	e.do("POST", path, map[string]any{"url": "HTTP://" + strings.TrimPrefix(plain, "http://") + "?"}, &own).wantOK(t)
+	if got := webhookURLs(e.webhooks(t, own)); !slices.Equal(got, []string{plain}) {
+		t.Fatalf("stored %v, want %v", got, []string{plain})
+	}
+	for _, u := range []string{plain, plain + "?", "Http://" + strings.TrimPrefix(plain, "http://")} {
+		e.do("POST", path, map[string]any{"url": u}, &own).wantError(t, 400, 1003, "already configured")
+	}
+	e.do("POST", path, map[string]any{"url": plain + "?a=1"}, &own).wantOK(t) // another query is another URL
+	e.do("DELETE", path+"?url="+url.QueryEscape("HTTP://"+strings.TrimPrefix(plain, "http://")+"?"), nil, &own).wantOK(t)
+	if got := webhookURLs(e.webhooks(t, own)); !slices.Equal(got, []string{plain + "?a=1"}) {
+		t.Fatalf("after delete: %v", got)
 	}
 }

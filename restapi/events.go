@@ -26,6 +26,10 @@ const (
 type pullAnswer struct {
 	Events []events.Wire `json:"events"`
 	Next   string        `json:"next"`
+	// Newest is the app's newest event id (store.EventPage.Newest), "0"
+	// for a log never written: where a reader that wants only what comes
+	// from now on starts, in one pull.
+	Newest string `json:"newest"`
 }
 
 // pullEvents serves GET /event/v1/events (DESIGN.md section 7): the app's
@@ -61,7 +65,7 @@ func (a *API) pullEvents(c *gin.Context) error {
 	// No Barrier: the event log shows a reader only durable events
 	// (store.EventLog; Pebble holds each app's reads at its synced
 	// watermark, and a Redis read never sees an unsynced write).
-	return writeJSON(c, pullAnswer{Events: events.ToWires(p.Events), Next: strconv.FormatInt(p.Next, 10)})
+	return writeJSON(c, pullAnswer{Events: events.ToWires(p.Events), Next: strconv.FormatInt(p.Next, 10), Newest: strconv.FormatInt(p.Newest, 10)})
 }
 
 // parsePull reads a pull's query parameters; the app key is left to the

@@ -21,6 +21,7 @@ import (
 type pulled struct {
 	Events []events.Wire `json:"events"`
 	Next   string        `json:"next"`
+	Newest string        `json:"newest"`
 }
 
 func (e *env) pull(query string) pulled {
@@ -274,6 +275,39 @@ func TestPullTrimmedCursor(t *testing.T) {
 	}
 }
 
+// TestPullCursorBeyondNewest: a cursor above every id the log handed out
+// would skip the events to come up to it, silently; it is refused naming
+// the newest id, which every answer carries, and stays the newest when
+// trims empty the log.
+func TestPullCursorBeyondNewest(t *testing.T) {
+	e := newEnv(t)
+	if p := e.pull(""); p.Newest != "0" || p.Next != "0" {
+		t.Errorf("empty log: newest %q next %q, want \"0\"", p.Newest, p.Next)
+	}
+	got := e.appendEvents(e.up("dev-0001", "1"), e.up("dev-0001", "2"), e.up("dev-0001", "3"))
+	newest := strconv.FormatInt(got[2].ID, 10)
+	if p := e.pull("?limit=1"); p.Newest != newest || p.Next != strconv.FormatInt(got[0].ID, 10) {
+		t.Errorf("limit=1: newest %q next %q, want %s and %d", p.Newest, p.Next, newest, got[0].ID)
+	}
+	for _, after := range []string{strconv.FormatInt(got[2].ID+1, 10), "100000", "9223372036854775807"} {
+		e.call("GET", "/event/v1/events?wait=5&after="+after, nil).wantError(t, 400, 1003,
+			"after "+after+" is beyond the newest event id "+newest, "after="+newest)
+	}
+	if p := e.pull("?after=" + newest); len(p.Events) != 0 || p.Next != newest || p.Newest != newest {
+		t.Errorf("after the newest: %+v", p)
+	}
+	if _, err := e.st.TrimEvents(context.Background(), e.app.Key, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.TrimEvents(context.Background(), e.app.Key, time.Now().Add(time.Hour).UnixMilli(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.pull("?after=" + newest); len(p.Events) != 0 || p.Newest != newest {
+		t.Errorf("emptied log, after the newest: %+v", p)
+	}
+	e.call("GET", "/event/v1/events?after=100000", nil).wantError(t, 400, 1003, "newest event id "+newest)
+}
+
 func TestPullBadParams(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct{ query, field string }{
@@ -323,9 +357,8 @@ func TestPullIsPerApp(t *testing.T) {
 	if p := pullAs("?device_name=dev-0001"); len(p.Events) != 0 {
 		t.Errorf("app B sees app A's device: %s", kinds(p.Events))
 	}
-	if p := pullAs("?after=1&wait=0.2"); len(p.Events) != 0 {
-		t.Errorf("app B's cursor reaches app A's log: %s", kinds(p.Events))
-	}
+	// App A's ids mean nothing in B's log, which has none: refused.
+	e.do("GET", "/event/v1/events?after=1&wait=0.2", nil, &oc).wantError(t, 400, 1003, "after 1 is beyond the newest event id 0")
 	if p := e.pull(""); len(p.Events) != 2 {
 		t.Errorf("app A sees %s", kinds(p.Events))
 	}

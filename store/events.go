@@ -51,10 +51,17 @@ type EventPage struct {
 	// Next is the cursor of the following read: the ID of the last
 	// event examined (matching or not), or the query's After when none
 	// was. A filtered read examines a bounded number of events, so it may
-	// return fewer than Limit (even none) with Next moved on.
+	// return fewer than Limit (even none) with Next moved on; any read
+	// may return fewer than Limit when MaxEventPageBytes cut it short.
 	Next int64
 	// Oldest is the ID of the oldest kept event, 0 when the log is empty.
 	Oldest int64
+	// Newest is the highest ID ever handed out to a reader of the app's
+	// log: the newest event's, or when trims emptied the log the last
+	// trimmed one's; 0 for a log never appended to. It comes from the same
+	// view of the log as Events, so a cursor above it is one no read ever
+	// returned, and an event read later has a higher ID.
+	Newest int64
 }
 
 // EventLog is the part of the storage contract that keeps every app's
@@ -73,6 +80,9 @@ type EventLog interface {
 	AppendEvents(ctx context.Context, evs []Event) ([]Event, error)
 	// ReadEvents returns events of q.AppKey's log after q.After: it
 	// examines up to q.Examine() events and returns those that match.
+	// It stops early, before the matching event whose Data would take
+	// the returned events' Data over MaxEventPageBytes, but returns at
+	// least one event when one matches, so a reader always moves on.
 	// It returns ErrEventsTrimmed (with the page's Oldest set) when
 	// q.After is not 0 and an event with an ID above q.After has been
 	// trimmed away: the app's highest trimmed ID is above q.After. (IDs
@@ -101,6 +111,10 @@ const (
 	// examines, so that a read for a rare type or device costs a bounded
 	// amount however long the log is.
 	MaxEventsExamined = 10_000
+	// MaxEventPageBytes bounds the Data one ReadEvents call returns, in
+	// total: 1000 events of 64 KiB would otherwise make one read (and
+	// one pull's answer, escaped as JSON) tens of megabytes.
+	MaxEventPageBytes = 4 << 20
 )
 
 // Check reports whether q is a valid query: an app key, an After that is

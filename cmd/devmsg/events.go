@@ -231,7 +231,10 @@ func (t *eventTail) pull(ctx context.Context) ([]json.RawMessage, string, error)
 		}
 		_ = json.Unmarshal(body, &e)
 		switch {
-		case resp.StatusCode == http.StatusBadRequest && t.after != "" && strings.HasPrefix(e.Error.Message, "after "):
+		case resp.StatusCode == http.StatusBadRequest && t.after != "" && strings.HasPrefix(e.Error.Message, "after ") &&
+			!strings.Contains(e.Error.Message, "beyond the newest"):
+			// A trimmed cursor; one beyond the newest id is refused below:
+			// going on from the oldest would repeat the whole log.
 			return nil, "", &trimmedError{e.Error.Message}
 		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 			return nil, "", fmt.Errorf("pull: HTTP %d %s", resp.StatusCode, bytes.TrimSpace(body))

@@ -370,3 +370,23 @@ func TestEventsCommandTrimmedCursor(t *testing.T) {
 		t.Errorf("pulls after %q, want 3, then the oldest, then 7", queries)
 	}
 }
+
+// TestEventsCommandCursorBeyondNewest: a cursor beyond the log's newest
+// id stops the tail with the server's message; going on from the oldest
+// event, as for a trimmed cursor, would repeat the whole log.
+func TestEventsCommandCursorBeyondNewest(t *testing.T) {
+	var pulls atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		pulls.Add(1)
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":{"code":1003,"message":"after 100000 is beyond the newest event id 11 (a cursor is an id a pull returned; pull with after=11, or without after, to read on)"}}`)
+	}))
+	defer api.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	err := run(ctx, []string{"events", "--api", api.URL, "--app-key", "k", "--master-secret", "s", "--after", "100000", "--json"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "beyond the newest event id 11") || pulls.Load() != 1 {
+		t.Fatalf("error %v after %d pulls, want the refusal after one\n%s", err, pulls.Load(), out.String())
+	}
+}

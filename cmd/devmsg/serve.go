@@ -727,7 +727,7 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *messa
 	}
 	refused := func(reason string, f func(broker.PublishRefusals) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_mqtt_publishes_refused_total",
-			Help:        "Device publishes refused (no PUBACK, or an MQTT 5 PUBACK with a reason code), by reason: quota (over the per-device publish rate), malformed, or error (not stored).",
+			Help:        "Device publishes refused (no PUBACK, or an MQTT 5 PUBACK with a reason code), by reason: quota (over the per-device publish rate), malformed, topic (a topic the service takes nothing on), or error (not stored).",
 			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(f(mq.PublishesRefused())) })
 	}
 	reg.MustRegister(
@@ -737,6 +737,7 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *messa
 			func() float64 { return float64(d.Stats().Routes) }),
 		refused("quota", func(r broker.PublishRefusals) int64 { return r.RateLimit + r.Quota }),
 		refused("malformed", func(r broker.PublishRefusals) int64 { return r.Malformed }),
+		refused("topic", func(r broker.PublishRefusals) int64 { return r.Topic }),
 		refused("error", func(r broker.PublishRefusals) int64 { return r.Failed }),
 		counter("devmsg_mqtt_subscriptions_refused_total", "Topic filters refused over the per-connection subscription limits.", mq.SubscriptionsRefused),
 		counter("devmsg_mqtt_logins_throttled_total", "Device logins refused unchecked after too many failed ones.", mq.LoginsThrottled),

@@ -86,17 +86,22 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	if len(l.evs) > 0 {
 		page.Oldest = l.evs[0].ID
 	}
+	page.Newest = l.last
 	if q.After != 0 && q.After < l.trimmed {
 		return page, store.ErrEventsTrimmed
 	}
 	i := sort.Search(len(l.evs), func(i int) bool { return l.evs[i].ID > q.After })
+	size := 0
 	for n := q.Examine(); i < len(l.evs) && n > 0; i, n = i+1, n-1 {
 		e := l.evs[i]
-		page.Next = e.ID
 		if q.Match(e) {
+			if size += len(e.Data); size > store.MaxEventPageBytes && len(page.Events) > 0 {
+				break
+			}
 			e.Data = slices.Clone(e.Data)
 			page.Events = append(page.Events, e)
 		}
+		page.Next = e.ID
 	}
 	return page, nil
 }

@@ -289,7 +289,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	durable := a.durable
 	s.events.wakeMu.Unlock()
 
-	page := store.EventPage{Next: q.After}
+	page := store.EventPage{Next: q.After, Newest: durable}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventPrefix(q.AppKey), UpperBound: eventKey(q.AppKey, durable+1)})
 	if err != nil {
 		return page, fmt.Errorf("read events of %s: %w", q.AppKey, err)
@@ -304,7 +304,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	if q.After != 0 && ((page.Oldest == 0 && q.After < durable) || (page.Oldest != 0 && q.After < page.Oldest-1)) {
 		return page, store.ErrEventsTrimmed
 	}
-	n := q.Examine()
+	n, size := q.Examine(), 0
 	for ok := it.SeekGE(eventKey(q.AppKey, q.After+1)); ok && n > 0; ok, n = it.Next(), n-1 {
 		k := it.Key()
 		id := int64(binary.BigEndian.Uint64(k[len(k)-8:]))
@@ -316,10 +316,13 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		if err != nil {
 			return store.EventPage{}, fmt.Errorf("read event %d of %s: %w", id, q.AppKey, err)
 		}
-		page.Next = id
 		if q.Match(e) {
+			if size += len(e.Data); size > store.MaxEventPageBytes && len(page.Events) > 0 {
+				break
+			}
 			page.Events = append(page.Events, e)
 		}
+		page.Next = id
 	}
 	if err := it.Error(); err != nil {
 		return store.EventPage{}, fmt.Errorf("read events of %s: %w", q.AppKey, err)

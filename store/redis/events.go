@@ -159,35 +159,41 @@ func (s *Store) txAppend(ctx context.Context, p goredis.Pipeliner, app string, e
 }
 
 // readEventsScript reads up to ARGV[2] entries after the stream id
-// ARGV[1] ("-" for the start) and returns the oldest id, the trim mark
-// and the last id examined ("" for none), then id, type, device, time
+// ARGV[1] ("-" for the start) and returns the oldest id, the trim mark,
+// the last id examined ("" for none) and the last id handed out, then id, type, device, time
 // and data of each entry that matches the device name ARGV[3] ("" for
-// any) and one of the types ARGV[4...] (none: any). Reading, trim mark
-// and oldest id come from one moment of the log. KEYS: stream, trim
-// mark. Not fenced: it writes nothing.
+// any) and one of the types ARGV[5...] (none: any). It stops before a
+// matching entry whose data would take the data returned over ARGV[4]
+// bytes, once it returns one (store.MaxEventPageBytes). Reading, trim
+// mark and oldest id come from one moment of the log. KEYS: stream, trim
+// mark, last id (the newest: store.EventPage.Newest, read here so that
+// it and the page are one moment of the log whichever node appended).
+// Not fenced: it writes nothing.
 var readEventsScript = goredis.NewScript(`
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 local oldest = ''
 if first[1] then oldest = first[1][1] end
-local out = {oldest, redis.call('GET', KEYS[2]) or '', ''}
-local examine, dev = tonumber(ARGV[2]), ARGV[3]
-local types, anyType = {}, #ARGV < 4
-for i = 4, #ARGV do types[ARGV[i]] = true end
-local start, lastSeen = ARGV[1], ''
-while examine > 0 do
+local out = {oldest, redis.call('GET', KEYS[2]) or '', '', redis.call('GET', KEYS[3]) or ''}
+local examine, dev, room = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local types, anyType = {}, #ARGV < 5
+for i = 5, #ARGV do types[ARGV[i]] = true end
+local start, lastSeen, full = ARGV[1], '', false
+while examine > 0 and not full do
   local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', math.min(examine, 1000))
   if #es == 0 then break end
   for _, e in ipairs(es) do
-    lastSeen = e[1]
     local f = {}
     for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
     if (dev == '' or f.d == dev) and (anyType or types[f.t]) then
+      room = room - #f.data
+      if room < 0 and #out > 4 then full = true break end
       out[#out + 1] = e[1]
       out[#out + 1] = f.t
       out[#out + 1] = f.d
       out[#out + 1] = f.ts
       out[#out + 1] = f.data
     end
+    lastSeen = e[1]
   end
   examine = examine - #es
   start = '(' .. lastSeen
@@ -301,11 +307,11 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	if q.After > 0 {
 		start = "(" + streamID(q.After)
 	}
-	args := []any{start, q.Examine(), q.DeviceName}
+	args := []any{start, q.Examine(), q.DeviceName, store.MaxEventPageBytes}
 	for _, t := range q.Types {
 		args = append(args, t)
 	}
-	res, err := readEventsScript.Run(ctx, s.rdb, []string{s.eventStreamKey(q.AppKey), s.eventTrimKey(q.AppKey)}, args...).Slice()
+	res, err := readEventsScript.Run(ctx, s.rdb, []string{s.eventStreamKey(q.AppKey), s.eventTrimKey(q.AppKey), s.eventLastKey(q.AppKey)}, args...).Slice()
 	if err != nil {
 		return store.EventPage{}, fmt.Errorf("read events of %s: %w", q.AppKey, err)
 	}
@@ -318,7 +324,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		return store.EventPage{}, fmt.Errorf("read events of %s: %w", q.AppKey, err)
 	}
 	if q.After != 0 && q.After < trimmed {
-		return store.EventPage{Next: q.After, Oldest: page.Oldest}, store.ErrEventsTrimmed
+		return store.EventPage{Next: q.After, Oldest: page.Oldest, Newest: page.Newest}, store.ErrEventsTrimmed
 	}
 	if page.Next == 0 {
 		page.Next = q.After
@@ -331,7 +337,7 @@ func str(v any) string { s, _ := v.(string); return s }
 // decodeEventPage decodes readEventsScript's reply; Next is 0 when no
 // entry was examined.
 func decodeEventPage(app string, res []any) (store.EventPage, error) {
-	if len(res) < 3 || (len(res)-3)%5 != 0 {
+	if len(res) < 4 || (len(res)-4)%5 != 0 {
 		return store.EventPage{}, fmt.Errorf("unexpected script reply of %d values", len(res))
 	}
 	var page store.EventPage
@@ -342,7 +348,10 @@ func decodeEventPage(app string, res []any) (store.EventPage, error) {
 	if page.Next, err = eventID(str(res[2])); err != nil {
 		return page, err
 	}
-	for i := 3; i < len(res); i += 5 {
+	if page.Newest, err = eventID(str(res[3])); err != nil {
+		return page, err
+	}
+	for i := 4; i < len(res); i += 5 {
 		e := store.Event{AppKey: app, Type: str(res[i+1]), DeviceName: str(res[i+2]), Data: []byte(str(res[i+4]))}
 		if e.ID, err = eventID(str(res[i])); err != nil {
 			return page, err

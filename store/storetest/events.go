@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ var eventTests = []struct {
 }{
 	{"EventsAppendRead", testEventsAppendRead},
 	{"EventsLimit", testEventsLimit},
+	{"EventsPageBytes", testEventsPageBytes},
 	{"EventsFilters", testEventsFilters},
 	{"EventsQueryCheck", testEventsQueryCheck},
 	{"EventsTrimByAge", testEventsTrimByAge},
@@ -93,8 +95,8 @@ func sameEvent(got, want store.Event) error {
 func testEventsAppendRead(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", Limit: 10})
-	if err != nil || len(p.Events) != 0 || p.Next != 0 || p.Oldest != 0 {
-		t.Fatalf("empty log: %+v, %v; want no events, Next 0, Oldest 0", p, err)
+	if err != nil || len(p.Events) != 0 || p.Next != 0 || p.Oldest != 0 || p.Newest != 0 {
+		t.Fatalf("empty log: %+v, %v; want no events, Next 0, Oldest 0, Newest 0", p, err)
 	}
 	// Data is kept byte for byte (spaces and all); empty Data becomes {}.
 	in := appendEvents(t, s,
@@ -128,8 +130,19 @@ func testEventsAppendRead(t *testing.T, s store.Store) {
 			t.Error(err)
 		}
 	}
-	if p.Next != more[0].ID || p.Oldest != in[0].ID {
-		t.Errorf("Next %d, Oldest %d; want %d, %d", p.Next, p.Oldest, more[0].ID, in[0].ID)
+	if p.Next != more[0].ID || p.Oldest != in[0].ID || p.Newest != more[0].ID {
+		t.Errorf("Next %d, Oldest %d, Newest %d; want %d, %d, %d", p.Next, p.Oldest, p.Newest, more[0].ID, in[0].ID, more[0].ID)
+	}
+	// Newest is the log's, whatever the page: a short one, a filtered one
+	// that matches nothing, one after the end.
+	for _, q := range []store.EventQuery{
+		{AppKey: "a", Limit: 1},
+		{AppKey: "a", Limit: 10, DeviceName: "nobody"},
+		{AppKey: "a", After: more[0].ID, Limit: 10},
+	} {
+		if p, err := s.ReadEvents(ctx, q); err != nil || p.Newest != more[0].ID {
+			t.Errorf("ReadEvents(%+v): Newest %d, %v; want %d", q, p.Newest, err, more[0].ID)
+		}
 	}
 
 	// The cursor is exclusive; after the last event there is nothing and
@@ -171,6 +184,44 @@ func testEventsLimit(t *testing.T, s store.Store) {
 	}
 	if got := readAll(t, s, store.EventQuery{AppKey: "a", Limit: 7}); !slices.Equal(ids(got), ids(in)) {
 		t.Errorf("paging by 7: %v, want %v", ids(got), ids(in))
+	}
+}
+
+// bigData is a JSON string event Data of exactly n bytes.
+func bigData(n int) string { return `"` + strings.Repeat("x", n-2) + `"` }
+
+// testEventsPageBytes: a read stops before the Data it returns passes
+// MaxEventPageBytes, yet always returns one event; Next is the last
+// event returned, so paging reads everything.
+func testEventsPageBytes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	quarter := store.MaxEventPageBytes / 4
+	var evs []store.Event
+	for i := range 6 {
+		evs = append(evs, ev("a", "d", "device.up", int64(i), bigData(quarter)))
+	}
+	evs = append(evs, ev("a", "d", "device.up", 6, bigData(store.MaxEventPageBytes+1)), ev("a", "d", "device.up", 7, `{}`))
+	in := appendEvents(t, s, evs...)
+	p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", Limit: 100})
+	must(t, err)
+	if !slices.Equal(ids(p.Events), ids(in[:4])) || p.Next != in[3].ID {
+		t.Fatalf("first page: ids %v Next %d; want the 4 events of %d bytes that fill %d bytes, %v, Next %d",
+			ids(p.Events), p.Next, quarter, store.MaxEventPageBytes, ids(in[:4]), in[3].ID)
+	}
+	// A filtered read is capped the same way.
+	p, err = s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[3].ID, Limit: 100, Types: []string{"device.up"}})
+	must(t, err)
+	if !slices.Equal(ids(p.Events), ids(in[4:6])) || p.Next != in[5].ID {
+		t.Fatalf("filtered page: ids %v Next %d; want %v Next %d", ids(p.Events), p.Next, ids(in[4:6]), in[5].ID)
+	}
+	// An event over the cap on its own is still returned, alone.
+	p, err = s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[5].ID, Limit: 100})
+	must(t, err)
+	if !slices.Equal(ids(p.Events), ids(in[6:7])) || p.Next != in[6].ID || len(p.Events[0].Data) != store.MaxEventPageBytes+1 {
+		t.Fatalf("after %d: ids %v Next %d; want only the big event %d", in[5].ID, ids(p.Events), p.Next, in[6].ID)
+	}
+	if got := readAll(t, s, store.EventQuery{AppKey: "a", Limit: 1000}); !slices.Equal(ids(got), ids(in)) {
+		t.Errorf("paging: %v, want %v", ids(got), ids(in))
 	}
 }
 
@@ -328,6 +379,16 @@ func testEventsTrimAll(t *testing.T, s store.Store) {
 	}
 	checkTrimmed(t, s, in[0].ID, 0, true)
 	checkTrimmed(t, s, in[1].ID, 0, false)
+	// The newest id outlives the events: a cursor above it is one no read
+	// returned, and the reader can tell.
+	for _, after := range []int64{0, in[1].ID, in[1].ID + 1} {
+		if p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: after, Limit: 10}); err != nil || p.Newest != in[1].ID {
+			t.Errorf("emptied log, after %d: Newest %d, %v; want %d", after, p.Newest, err, in[1].ID)
+		}
+	}
+	if p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[0].ID, Limit: 10}); p.Newest != in[1].ID {
+		t.Errorf("trimmed cursor: Newest %d (%v), want %d", p.Newest, err, in[1].ID)
+	}
 	// Ids keep increasing after an emptied log.
 	next := appendEvents(t, s, ev("a", "d", "device.up", 3, `{}`))
 	if next[0].ID <= in[1].ID {
