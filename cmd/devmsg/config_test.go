@@ -63,8 +63,9 @@ func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 		"node_id", "admin.username", "admin.password", "rate_limit.default",
 		"callback.batch_size", "callback.flush_interval", "callback.retry_interval",
 		"callback.max_retries", "callback.request_timeout", "callback.allow_custom_ports",
-		"callback.allowed_networks", "broadcast.rate", "broadcast.chunk",
+		"callback.allowed_networks",
 		"events.retention", "events.max_per_app", "events.batch_size", "events.linger",
+		"broadcast.rate", "broadcast.chunk",
 	}
 	cfg := defaultConfig()
 	var got []string
