@@ -569,7 +569,19 @@ func (s *Server) readWaiting(cl *Client) error {
 // readBuffered reads and processes packets while their first byte has
 // already arrived; a packet only partly arrived is waited for. It leaves
 // the read deadline refreshed for the wait for the next packet.
-func (s *Server) readBuffered(cl *Client) error {
+//
+// While another packet has arrived behind the one being processed, the
+// acks the processing writes (a PUBACK, ...) are held in the client's
+// write buffer, up to ClientNetWriteBufferSize, and written together with
+// the next write: one write(2) per burst rather than per packet. A client
+// publishing at QoS 1 with several messages in flight gets its PUBACKs in
+// one segment, no later than the end of the burst.
+func (s *Server) readBuffered(cl *Client) (err error) {
+	defer func() {
+		if ferr := cl.releaseAcks(); err == nil && !cl.Closed() {
+			err = ferr
+		}
+	}()
 	for {
 		fh := new(packets.FixedHeader)
 		err := cl.ReadFixedHeader(fh)
@@ -582,6 +594,7 @@ func (s *Server) readBuffered(cl *Client) error {
 			return err
 		}
 
+		cl.holdAcks(cl.Net.bconn.Buffered() > 0)
 		err = s.receivePacket(cl, pk) // Process inbound packet.
 		if err != nil || cl.Closed() {
 			return err
