@@ -257,37 +257,164 @@ type loop struct {
 }
 
 func (l *loop) run(ctx context.Context) {
-	w := l.w
 	cursor, ok := l.loadCursor(ctx)
 	if !ok {
 		return
 	}
+	var fl *inflight
 	defer func() {
+		if fl != nil {
+			// ctx is done: the POST returns without retrying.
+			<-fl.done.Done()
+			if fl.res.sent {
+				cursor = fl.next
+			}
+		}
 		// Stopping (the node shuts down or hands the lease on) stores
 		// where delivery got to, so the next loop repeats nothing.
 		sctx, cancel := context.WithTimeout(context.Background(), finalSaveTimeout)
 		defer cancel()
 		l.save(sctx, cursor, true)
 	}()
-	jiot := l.hook.Format == FormatJIOT
+	if l.hook.Format == FormatJIOT {
+		l.runJIOT(ctx, &cursor)
+		return
+	}
+	w := l.w
+	// One POST is in flight at a time (fl), so the receiver gets the
+	// batches in order; while it is, the next batch is read and lingers,
+	// and goes once the POST is answered. The cursor moves on only when
+	// a POST is answered 2xx, to the last event examined before it.
 	var (
 		batch []store.Event
 		next  = cursor  // where the next read starts
 		due   time.Time // when a batch that is not full goes anyway
 	)
 	for ctx.Err() == nil {
-		limit := w.cfg.BatchSize
-		if jiot {
-			// A read of at least 100 moves fast past the other types;
-			// each device.event read goes in a POST of its own.
-			limit = max(limit, 100)
+		if fl != nil && fl.finished() {
+			if fl.res.trimmed {
+				// The events left the log while they were retried.
+				l.overtaken(cursor, fl.res.oldest)
+				cursor = max(fl.res.oldest-1, 0)
+				next, batch, due = cursor, nil, time.Time{}
+				l.save(ctx, cursor, true)
+			} else if fl.res.sent {
+				cursor = fl.next
+				l.save(ctx, cursor, false)
+			}
+			fl = nil
+			continue
 		}
-		p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: l.app, After: next, Limit: min(limit-len(batch), MaxPullLimit), Types: l.hook.Types})
+		if len(batch) < w.cfg.BatchSize && dataBytes(batch) < lingerBytes {
+			p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: l.app, After: next, Limit: min(w.cfg.BatchSize-len(batch), MaxPullLimit), Types: l.hook.Types})
+			if errors.Is(err, store.ErrEventsTrimmed) {
+				if fl != nil {
+					// Settle the POST first; then read again from the
+					// cursor it leaves.
+					<-fl.done.Done()
+					continue
+				}
+				l.overtaken(cursor, p.Oldest)
+				cursor = max(p.Oldest-1, 0)
+				next, batch, due = cursor, nil, time.Time{}
+				l.save(ctx, cursor, true)
+				continue
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Error("event webhooks: read the event log", "app", l.app, "url", l.hook.URL, "err", err)
+					sleep(ctx, storeRetry)
+				}
+				continue
+			}
+			batch = append(batch, p.Events...)
+			next = max(next, p.Next)
+		}
+		if len(batch) == 0 {
+			if fl == nil {
+				// Nothing for this webhook: the cursor passes what it
+				// examined, and the loop waits for the log to grow.
+				cursor = next
+				l.save(ctx, cursor, false)
+			}
+			l.wait(ctx, next, time.Time{}, fl)
+			continue
+		}
+		if len(batch) < w.cfg.BatchSize && w.cfg.Linger > 0 && dataBytes(batch) < lingerBytes {
+			// The batch waits Linger after its first event was made (a
+			// backlog goes at once), or after now if the clocks disagree.
+			if due.IsZero() {
+				due = time.UnixMilli(min(batch[0].Time, w.now().UnixMilli())).Add(w.cfg.Linger)
+			}
+			if due.After(w.now()) {
+				l.wait(ctx, next, due, fl)
+				continue
+			}
+		}
+		if fl != nil {
+			<-fl.done.Done() // the batch is ready: it goes once the POST before it is answered
+			continue
+		}
+		fl = l.start(ctx, batch, next)
+		batch, due = nil, time.Time{}
+	}
+}
+
+// inflight is a POST under way.
+type inflight struct {
+	next int64           // the cursor once it is sent
+	done context.Context // done once res is set
+	res  result
+}
+
+func (f *inflight) finished() bool { return f.done.Err() != nil }
+
+// start POSTs batch on a goroutine of its own; next is the cursor once it
+// is sent.
+func (l *loop) start(ctx context.Context, batch []store.Event, next int64) *inflight {
+	done, finish := context.WithCancel(context.Background())
+	f := &inflight{next: next, done: done}
+	go func() {
+		defer finish()
+		f.res = l.deliver(ctx, batch)
+	}()
+	return f
+}
+
+// wait returns once the log has events after next, or at until (unless
+// zero), or when the POST fl (unless nil) is answered, or ctx ends.
+func (l *loop) wait(ctx context.Context, next int64, until time.Time, fl *inflight) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !until.IsZero() {
+		wctx, cancel = context.WithDeadline(wctx, until)
+		defer cancel()
+	}
+	if fl != nil {
+		stop := context.AfterFunc(fl.done, cancel)
+		defer stop()
+	}
+	if err := l.w.st.WaitEvents(wctx, l.app, next); err != nil && wctx.Err() == nil {
+		l.w.log.Error("event webhooks: wait for events", "app", l.app, "err", err)
+		sleep(ctx, storeRetry)
+	}
+}
+
+// runJIOT delivers a jiot webhook's events, each in a POST of its own,
+// one at a time; *cursor is where delivery got to.
+func (l *loop) runJIOT(ctx context.Context, cursor *int64) {
+	w := l.w
+	next := *cursor // where the next read starts
+	for ctx.Err() == nil {
+		// A read of at least 100 moves fast past the other types; each
+		// device.event read goes in a POST of its own.
+		limit := max(w.cfg.BatchSize, 100)
+		p, err := w.st.ReadEvents(ctx, store.EventQuery{AppKey: l.app, After: next, Limit: min(limit, MaxPullLimit), Types: l.hook.Types})
 		if errors.Is(err, store.ErrEventsTrimmed) {
-			l.overtaken(cursor, p.Oldest)
-			cursor = max(p.Oldest-1, 0)
-			next, batch, due = cursor, nil, time.Time{}
-			l.save(ctx, cursor, true)
+			l.overtaken(*cursor, p.Oldest)
+			*cursor = max(p.Oldest-1, 0)
+			next = *cursor
+			l.save(ctx, *cursor, true)
 			continue
 		}
 		if err != nil {
@@ -297,53 +424,25 @@ func (l *loop) run(ctx context.Context) {
 			}
 			continue
 		}
-		batch = append(batch, p.Events...)
 		next = max(next, p.Next)
-		if len(batch) == 0 {
-			// Nothing for this webhook: the cursor passes what it
-			// examined, and the loop waits for the log to grow.
-			cursor = next
-			l.save(ctx, cursor, false)
-			if err := w.st.WaitEvents(ctx, l.app, next); err != nil && ctx.Err() == nil {
-				w.log.Error("event webhooks: wait for events", "app", l.app, "err", err)
-				sleep(ctx, storeRetry)
-			}
+		if len(p.Events) == 0 {
+			*cursor = next
+			l.save(ctx, *cursor, false)
+			l.wait(ctx, next, time.Time{}, nil)
 			continue
 		}
-		if !jiot && len(batch) < w.cfg.BatchSize && w.cfg.Linger > 0 && dataBytes(batch) < lingerBytes {
-			// The batch waits Linger after its first event was made (a
-			// backlog goes at once), or after now if the clocks disagree.
-			if due.IsZero() {
-				due = time.UnixMilli(min(batch[0].Time, w.now().UnixMilli())).Add(w.cfg.Linger)
-			}
-			if wait := due.Sub(w.now()); wait > 0 {
-				wctx, cancel := context.WithTimeout(ctx, wait)
-				err := w.st.WaitEvents(wctx, l.app, next)
-				cancel()
-				if err != nil && wctx.Err() == nil {
-					w.log.Error("event webhooks: wait for events", "app", l.app, "err", err)
-					sleep(ctx, min(wait, storeRetry))
-				}
-				continue
-			}
-		}
 		var res result
-		if jiot {
-			res, cursor = l.deliverJIOT(ctx, batch, cursor)
-		} else {
-			res = l.deliver(ctx, batch)
-		}
+		res, *cursor = l.deliverJIOT(ctx, p.Events, *cursor)
 		switch {
 		case res.sent:
-			cursor = next
-			l.save(ctx, cursor, false)
+			*cursor = next
+			l.save(ctx, *cursor, false)
 		case res.trimmed:
-			// The events left the log while they were retried.
-			l.overtaken(cursor, res.oldest)
-			cursor = max(res.oldest-1, 0)
-			l.save(ctx, cursor, true)
+			l.overtaken(*cursor, res.oldest)
+			*cursor = max(res.oldest-1, 0)
+			l.save(ctx, *cursor, true)
 		}
-		next, batch, due = cursor, nil, time.Time{}
+		next = *cursor
 	}
 }
 
@@ -569,7 +668,7 @@ func newWebhookMetrics(reg prometheus.Registerer) (*webhookMetrics, error) {
 }
 
 // lingerBytes is how much event data a batch holds before it goes without
-// lingering for more: each read is capped at store.MaxEventPageBytes, so
+// lingering, and without reading more into it: each read is capped at store.MaxEventPageBytes, so
 // a POST carries at most this plus one read's worth, not batch_size
 // events of 64 KiB (64 MB at batch_size 1000).
 const lingerBytes = store.MaxEventPageBytes / 2

@@ -20,6 +20,7 @@ type fakeStore struct {
 	meta    map[string][]byte
 	lastID  int64
 	grown   chan struct{} // closed and replaced on every append
+	reads   []int64       // the After of every ReadEvents, in order
 }
 
 func newFakeStore() *fakeStore {
@@ -87,6 +88,7 @@ func (s *fakeStore) AppendEvents(_ context.Context, evs []store.Event) ([]store.
 func (s *fakeStore) ReadEvents(_ context.Context, q store.EventQuery) (store.EventPage, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reads = append(s.reads, q.After)
 	log := s.logs[q.AppKey]
 	p := store.EventPage{Next: q.After}
 	if len(log) > 0 {
@@ -164,3 +166,10 @@ func (s *fakeStore) PutMeta(_ context.Context, key string, value []byte) error {
 }
 
 func (s *fakeStore) Barrier(context.Context) error { return nil }
+
+// readAfter reports whether a ReadEvents started after id.
+func (s *fakeStore) readAfter(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.reads, func(a int64) bool { return a >= id })
+}

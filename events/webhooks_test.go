@@ -281,6 +281,34 @@ func TestWebhookLingersForMoreEvents(t *testing.T) {
 	}
 }
 
+// While a POST is in flight the loop reads the next batch, so it goes as
+// soon as the receiver answers; still one POST at a time, in order.
+func TestWebhookReadsNextBatchWhilePOSTInFlight(t *testing.T) {
+	cfg := testConfig()
+	cfg.BatchSize = 3
+	f := newFixture(t, cfg)
+	rcv := newReceiver(t)
+	f.add(rcv.url(), "")
+	rcv.mu.Lock()
+	rcv.hold = make(chan struct{})
+	rcv.mu.Unlock()
+	ids := f.emit(events.TypeUp, devices(8)...)
+	waitFor(t, "a read after the first batch while its POST is held", func() bool { return f.st.readAfter(ids[2]) })
+	time.Sleep(50 * time.Millisecond)
+	if n := rcv.attemptCount(); n != 1 {
+		t.Fatalf("%d POSTs under way, want 1: a batch goes only once the one before it is answered", n)
+	}
+	rcv.release()
+	rcv.waitIDs(ids)
+	var sizes []int
+	for _, b := range rcv.batches() {
+		sizes = append(sizes, len(b))
+	}
+	if !slices.Equal(sizes, []int{3, 3, 2}) {
+		t.Fatalf("batch sizes %v, want [3 3 2]", sizes)
+	}
+}
+
 // verifyStandardWebhook checks a request's signature as the Standard
 // Webhooks spec tells receivers to: the secret is "whsec_" and the base64
 // key; the signed content is "id.timestamp.body"; the header holds

@@ -137,6 +137,7 @@ type ClientConnection struct {
 	Conn     net.Conn      // the net.Conn used to establish the connection
 	bconn    *bufio.Reader // a buffered net.Conn for reading packets
 	outbuf   *bytes.Buffer // a buffer for writing packets
+	holdAcks bool          // acks wait in outbuf: more packets are being read (see readBuffered); guarded by the client's lock
 	Remote   string        // the remote address of the client
 	Listener string        // listener id of the client
 	Inline   bool          // if true, the client is the built-in 'inline' embedded client
@@ -658,6 +659,19 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	n, err := func() (int64, error) {
 		cl.Lock()
 		defer cl.Unlock()
+		if cl.Net.holdAcks && isAck(pk.FixedHeader.Type) {
+			// The reader flushes them at the end of its burst
+			// (readBuffered), or a write that is not held does.
+			if cl.Net.outbuf == nil {
+				cl.Net.outbuf = new(bytes.Buffer)
+			}
+			n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
+			if cl.Net.outbuf.Len() < cl.ops.options.ClientNetWriteBufferSize {
+				return int64(n), nil
+			}
+			err = cl.flushOutbuf()
+			return int64(n), err
+		}
 		if len(cl.State.outbound) == 0 {
 			if cl.Net.outbuf == nil {
 				return buf.WriteTo(cl.Net.Conn)
@@ -698,6 +712,30 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
 
 	return err
+}
+
+// isAck reports whether a packet of type t is one the server writes in
+// answer to an inbound packet, which WritePacket may hold (holdAcks).
+func isAck(t byte) bool {
+	return t == packets.Puback || t == packets.Pubrec || t == packets.Pubcomp || t == packets.Pubrel
+}
+
+// holdAcks sets whether acks are held in the write buffer.
+func (cl *Client) holdAcks(hold bool) {
+	cl.Lock()
+	defer cl.Unlock()
+	cl.Net.holdAcks = hold
+}
+
+// releaseAcks ends holding acks and writes what was held.
+func (cl *Client) releaseAcks() error {
+	cl.Lock()
+	defer cl.Unlock()
+	cl.Net.holdAcks = false
+	if cl.Net.outbuf == nil || cl.Net.Conn == nil {
+		return nil
+	}
+	return cl.flushOutbuf()
 }
 
 func (cl *Client) flushOutbuf() (err error) {

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+
+package mqtt
+
+// Tests of the devmsg patch 5 of PATCHES.md: the acks of a burst of
+// packets go out in one write.
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// countingListener counts the writes to the connections it accepts.
+type countingListener struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, writes: &l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// slowPublishHook takes a while over each publish, as a hook that stores
+// it durably would.
+type slowPublishHook struct{ idleTestHook }
+
+func (h *slowPublishHook) ID() string { return "slow-publish" }
+func (h *slowPublishHook) Provides(b byte) bool {
+	return h.idleTestHook.Provides(b) || b == OnPublish
+}
+func (h *slowPublishHook) OnPublish(_ *Client, pk packets.Packet) (packets.Packet, error) {
+	time.Sleep(2 * time.Millisecond)
+	return pk, nil
+}
+
+func TestAcksOfABurstInOneWrite(t *testing.T) {
+	s := New(&Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, s.AddHook(new(slowPublishHook), nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cln := &countingListener{Listener: ln}
+	require.NoError(t, s.AddListener(listeners.NewNet("t", cln)))
+	require.NoError(t, s.Serve())
+	t.Cleanup(func() { _ = s.Close() })
+
+	c := dialIdle(t, ln.Addr().String(), "burst") // CONNACK and SUBACK: 2 writes
+	defer c.Close()
+	require.Equal(t, int64(2), cln.writes.Load())
+
+	// Five QoS 1 publishes to burst/y (no subscriber) in one segment, ids 1 to 5.
+	var burst []byte
+	for id := byte(1); id <= 5; id++ {
+		burst = append(burst, 0x32, 13, 0, 7, 'b', 'u', 'r', 's', 't', '/', 'y', 0, id, 'h', 'i')
+	}
+	_, err = c.Write(burst)
+	require.NoError(t, err)
+	acks := make([]byte, 5*4)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.ReadFull(c, acks)
+	require.NoError(t, err)
+	for i := 0; i < 5; i++ {
+		require.Equal(t, []byte{0x40, 2, 0, byte(i + 1)}, acks[4*i:4*i+4], "PUBACK %d", i+1)
+	}
+	require.Equal(t, int64(3), cln.writes.Load(), "five PUBACKs in one write")
+
+	// A single publish is acknowledged at once, on its own.
+	_, err = c.Write([]byte{0x32, 13, 0, 7, 'b', 'u', 'r', 's', 't', '/', 'y', 0, 6, 'h', 'i'})
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, acks[:4])
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x40, 2, 0, 6}, acks[:4])
+	require.Equal(t, int64(4), cln.writes.Load())
+
+	// Acks held while the burst's last packet is a QoS 0 publish, which
+	// writes nothing, still go out at the end of the burst.
+	burst = append([]byte{0x32, 13, 0, 7, 'b', 'u', 'r', 's', 't', '/', 'y', 0, 7, 'h', 'i'},
+		0x30, 11, 0, 7, 'b', 'u', 'r', 's', 't', '/', 'y', 'h', 'i')
+	_, err = c.Write(burst)
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, acks[:4])
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x40, 2, 0, 7}, acks[:4])
+}
