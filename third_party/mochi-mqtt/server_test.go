@@ -2023,6 +2023,19 @@ func TestPublishToSubscribersPkIgnore(t *testing.T) {
 	require.Equal(t, []byte{}, <-receiverBuf)
 }
 
+// waitWritten waits (up to 5 s) until the client's outbound queue is
+// written out, so a test can close the pipe without cutting the write
+// short (a fixed 100 µs sleep made these tests fail about 1 run in 50 on
+// a loaded machine, upstream's WriteLoop as much as the patched writer).
+func waitWritten(cl *Client) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if len(cl.State.outbound) == 0 && !cl.State.writing.Load() {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 func TestPublishToClientServerDowngradeQos(t *testing.T) {
 	s := newServer()
 	s.Options.Capabilities.MaximumQos = 1
@@ -2038,7 +2051,7 @@ func TestPublishToClientServerDowngradeQos(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishQos1).Packet
 		pkx.FixedHeader.Qos = 2
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: "a/b/c", Qos: 2}, pkx)
-		time.Sleep(time.Microsecond * 100)
+		waitWritten(cl)
 		_ = w.Close()
 	}()
 
@@ -2067,7 +2080,7 @@ func TestPublishToClientSubscriptionDowngradeQos(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishQos1).Packet
 		pkx.FixedHeader.Qos = 2
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: "a/b/c", Qos: 1}, pkx)
-		time.Sleep(time.Microsecond * 100)
+		waitWritten(cl)
 		_ = w.Close()
 	}()
 
