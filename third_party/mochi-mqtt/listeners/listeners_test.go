@@ -117,8 +117,9 @@ func TestServeListener(t *testing.T) {
 	l := New()
 	l.Add(NewMockListener("t1", testAddr))
 	l.Serve("t1", MockEstablisher)
-	time.Sleep(time.Millisecond)
-	require.True(t, l.internal["t1"].(*MockListener).IsServing())
+	require.Eventually(t, func() bool {
+		return l.internal["t1"].(*MockListener).IsServing()
+	}, 5*time.Second, time.Millisecond)
 
 	l.Close("t1", MockCloser)
 	require.False(t, l.internal["t1"].(*MockListener).IsServing())
@@ -130,11 +131,11 @@ func TestServeAllListeners(t *testing.T) {
 	l.Add(NewMockListener("t2", testAddr))
 	l.Add(NewMockListener("t3", testAddr))
 	l.ServeAll(MockEstablisher)
-	time.Sleep(time.Millisecond)
-
-	require.True(t, l.internal["t1"].(*MockListener).IsServing())
-	require.True(t, l.internal["t2"].(*MockListener).IsServing())
-	require.True(t, l.internal["t3"].(*MockListener).IsServing())
+	require.Eventually(t, func() bool {
+		return l.internal["t1"].(*MockListener).IsServing() &&
+			l.internal["t2"].(*MockListener).IsServing() &&
+			l.internal["t3"].(*MockListener).IsServing()
+	}, 5*time.Second, time.Millisecond)
 
 	l.Close("t1", MockCloser)
 	l.Close("t2", MockCloser)
@@ -164,10 +165,11 @@ func TestCloseAllListeners(t *testing.T) {
 	l.Add(NewMockListener("t2", testAddr))
 	l.Add(NewMockListener("t3", testAddr))
 	l.ServeAll(MockEstablisher)
-	time.Sleep(time.Millisecond)
-	require.True(t, l.internal["t1"].(*MockListener).IsServing())
-	require.True(t, l.internal["t2"].(*MockListener).IsServing())
-	require.True(t, l.internal["t3"].(*MockListener).IsServing())
+	require.Eventually(t, func() bool {
+		return l.internal["t1"].(*MockListener).IsServing() &&
+			l.internal["t2"].(*MockListener).IsServing() &&
+			l.internal["t3"].(*MockListener).IsServing()
+	}, 5*time.Second, time.Millisecond)
 
 	closed := make(map[string]bool)
 	l.CloseAll(func(id string) {
