@@ -70,6 +70,33 @@ type route struct {
 	running  bool               // a flush is under way
 	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
+
+	// durable holds msgids that Notify announced: their writes are
+	// durable, so publishing them needs no Barrier. It has a lock of its
+	// own so that a send's Notify never waits for a flush under way.
+	// Dropping an entry is always safe (it costs a Barrier), so it is
+	// cleared when it reaches Window entries rather than tracked exactly.
+	durableMu sync.Mutex
+	durable   map[int64]struct{}
+}
+
+// isDurable reports whether id was announced durable, and forgets it:
+// it is called once per message, just before the message is published.
+func (r *route) isDurable(id int64) bool {
+	r.durableMu.Lock()
+	defer r.durableMu.Unlock()
+	_, ok := r.durable[id]
+	delete(r.durable, id)
+	return ok
+}
+
+func (r *route) addDurable(id int64) {
+	r.durableMu.Lock()
+	defer r.durableMu.Unlock()
+	if r.durable == nil || len(r.durable) >= Window {
+		r.durable = map[int64]struct{}{}
+	}
+	r.durable[id] = struct{}{}
 }
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
@@ -112,8 +139,19 @@ func (d *Dispatcher) Online(app, dev string) bool {
 	return d.routes[routeKey(app, dev)] != nil
 }
 
-// Notify tells the dispatcher that m was queued.
-func (d *Dispatcher) Notify(m store.Message) { d.Wake(m.AppKey, m.DeviceName) }
+// Notify tells the dispatcher that m was queued, by a write that is
+// durable: the store's CreateMessage returned (a 200 means that). Sending
+// m then needs no Barrier. A message that may not be durable yet must be
+// announced by Wake instead.
+func (d *Dispatcher) Notify(m store.Message) {
+	d.mu.Lock()
+	r := d.routes[routeKey(m.AppKey, m.DeviceName)]
+	d.mu.Unlock()
+	if r != nil {
+		r.addDurable(m.ID)
+		d.kick(r)
+	}
+}
 
 // Wake has the device's connection, if it is subscribed here, send what
 // is pending and not yet sent on it.
@@ -221,8 +259,10 @@ func (d *Dispatcher) flush(r *route) {
 		// The read may have seen a message whose write is not durable
 		// yet: a device must never get one that a crash could take back
 		// (and its sender, retrying, store again under a new msgid). One
-		// barrier covers the whole read.
-		if !synced {
+		// barrier covers the whole read. A message that Notify announced
+		// is durable already: its CreateMessage had returned, so no
+		// barrier is needed for it.
+		if durable := r.isDurable(m.ID); !synced && !durable {
 			if err := d.store.Barrier(context.Background()); err != nil {
 				d.log.Error("wait for pending messages to be durable", "app", r.app, "device", r.dev, "err", err)
 				time.AfterFunc(retryAfterStoreError, func() { d.Wake(r.app, r.dev) })

@@ -320,3 +320,69 @@ func TestDispatcherWaitsForDurability(t *testing.T) {
 		}
 	}
 }
+
+// idConn logs each publish with its msgid.
+type idConn struct {
+	conn
+	log *orderLog
+}
+
+func (c *idConn) Publish(topic string, payload []byte, qos byte) (uint16, error) {
+	pid, err := c.conn.Publish(topic, payload, qos)
+	c.log.add("publish " + strconv.FormatInt(c.received()[len(c.received())-1], 10))
+	return pid, err
+}
+
+// TestDispatcherSkipsBarrierForNotifiedMessages checks the rule that
+// spares a delivery its second fsync wait: a message announced by Notify
+// (its CreateMessage had returned, so it is durable) is published with no
+// Barrier, while a message the read found without a Notify is published
+// only after a Barrier that follows the read.
+func TestDispatcherSkipsBarrierForNotifiedMessages(t *testing.T) {
+	f := newFixture(t)
+	log := &orderLog{}
+	f.d.store = barrierStore{f.st, log}
+	c := &idConn{log: log}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "the first read", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.events) > 0
+	})
+
+	// One sent message: read and published, with no Barrier.
+	first := f.send(t, 60)
+	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 })
+	log.mu.Lock()
+	if slices.Contains(log.events, "barrier") {
+		t.Errorf("a notified message waited for a Barrier: %v", log.events)
+	}
+	log.events = nil
+	log.mu.Unlock()
+	f.d.Acked(c, "app", "dev-1", c.pids[first])
+
+	// A message written with no Notify, then a notified one before it in
+	// the queue (the first takes a msgid ahead of the generator's), both
+	// found by the one read the Notify starts: the notified message is
+	// published at once, the other only after a Barrier.
+	quiet := store.Message{ID: f.svc.ids.Next() + 1<<30, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+		TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending}
+	if err := f.st.CreateMessage(context.Background(), quiet, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	notified := f.send(t, 60)
+	eventually(t, "both messages sent", func() bool { return len(c.received()) == 3 })
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var got []string
+	for _, e := range log.events {
+		if e == "read" && len(got) > 0 {
+			break // a second read after the publishes
+		}
+		got = append(got, e)
+	}
+	want := []string{"read", "publish " + strconv.FormatInt(notified, 10), "barrier", "publish " + strconv.FormatInt(quiet.ID, 10)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+}
