@@ -1,7 +1,6 @@
 package restapi
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -63,8 +62,8 @@ func parseDeviceNames(obj object) ([]string, error) {
 	if !obj.has("device_names") {
 		return nil, errMissing("device_names")
 	}
-	var names []string
-	if err := json.Unmarshal(obj["device_names"], &names); err != nil {
+	names, ok := stringArray(obj["device_names"])
+	if !ok {
 		return nil, errInvalid("device_names must be an array of device names")
 	}
 	if !validJSONText(obj["device_names"]) {

@@ -129,6 +129,9 @@ func TestSendBatch(t *testing.T) {
 		e.call("POST", "/msg/v1/msgs", `{"seq_no":50,"device_names":[],"msg_body":"x"}`).wantError(t, 400, 1003, "1 to 1000")
 		e.call("POST", "/msg/v1/msgs", `{"seq_no":50,"device_names":"dev-a","msg_body":"x"}`).wantError(t, 400, 1003, "device_names")
 		e.call("POST", "/msg/v1/msgs", `{"seq_no":50,"device_names":[1],"msg_body":"x"}`).wantError(t, 400, 1003, "device_names")
+		// A null element is a type error, not a device named "" (which
+		// would be answered 200 and use up the seq_no).
+		e.call("POST", "/msg/v1/msgs", `{"seq_no":50,"device_names":["dev-a",null],"msg_body":"x"}`).wantError(t, 400, 1003, "device_names must be an array")
 		many := `"dev-a"` + strings.Repeat(`,"dev-a"`, 1000)
 		e.call("POST", "/msg/v1/msgs", `{"seq_no":50,"device_names":[`+many+`],"msg_body":"x"}`).wantError(t, 400, 1003, "got 1001")
 		// A refused request leaves its seq_no free.

@@ -15,8 +15,8 @@ func (o object) stringsField(key, field string) ([]string, bool, error) {
 	if !ok || string(raw) == "null" {
 		return nil, false, nil
 	}
-	var out []string
-	if err := json.Unmarshal(raw, &out); err != nil {
+	out, ok := stringArray(raw)
+	if !ok {
 		return nil, false, errInvalid("%s must be an array of strings", field)
 	}
 	if !validJSONText(raw) {
@@ -26,6 +26,24 @@ func (o object) stringsField(key, field string) ([]string, bool, error) {
 		out = []string{}
 	}
 	return out, true, nil
+}
+
+// stringArray decodes raw as a JSON array of strings. Unlike
+// json.Unmarshal into []string it refuses null elements, which would
+// otherwise pass as "" and be blamed on the value rather than the type.
+func stringArray(raw json.RawMessage) ([]string, bool) {
+	var ptrs []*string
+	if err := json.Unmarshal(raw, &ptrs); err != nil || ptrs == nil {
+		return nil, false
+	}
+	out := make([]string, len(ptrs))
+	for i, p := range ptrs {
+		if p == nil {
+			return nil, false
+		}
+		out[i] = *p
+	}
+	return out, true
 }
 
 // tagsField reads and normalizes the optional tags list (DESIGN.md

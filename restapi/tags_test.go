@@ -61,6 +61,7 @@ func TestTags(t *testing.T) {
 		e.call("POST", "/device/v1/tags", `{"device_name":"nobody","tags":["a"]}`).wantError(t, 400, 1003, `"nobody"`)
 		e.call("POST", "/device/v1/tags", `{"device_name":"dev-a","tags":["ok","a/b"]}`).wantError(t, 400, 1003, "tags[1]")
 		e.call("POST", "/device/v1/tags", `{"device_name":"dev-a","tags":[1]}`).wantError(t, 400, 1003, "tags must be an array of strings")
+		e.call("POST", "/device/v1/tags", `{"device_name":"dev-a","tags":["ok",null]}`).wantError(t, 400, 1003, "tags must be an array of strings")
 		many := `"t0","t1","t2","t3","t4","t5","t6","t7","t8","t9","t10","t11","t12","t13","t14","t15","t16","t17","t18","t19","t20"`
 		e.call("POST", "/device/v1/tags", `{"device_name":"dev-a","tags":[`+many+`]}`).wantError(t, 400, 1003, "at most 20")
 		e.call("POST", "/device/v1/tags", `{"device_name":"dev-a","tags":["`+strings.Repeat("a", 65)+`"]}`).wantError(t, 400, 1003, "tags[0]", "1 to 64")
