@@ -1,7 +1,6 @@
 package callback
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -102,19 +101,12 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 	if apps == nil {
 		apps = appcache.New(st, time.Now)
 	}
-	transport := netguard.New(cfg.AllowedNetworks).Transport()
-	transport.MaxIdleConnsPerHost = 8
 	return &Worker{
-		cfg:  cfg,
-		st:   st,
-		apps: apps,
-		log:  log,
-		client: &http.Client{
-			Timeout:   cfg.RequestTimeout,
-			Transport: transport,
-			// A redirect is not a 200: the receiver must answer itself.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		cfg:     cfg,
+		st:      st,
+		apps:    apps,
+		log:     log,
+		client:  NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 8),
 		metrics: m,
 		now:     time.Now,
 		recent:  map[string][]Delivery{},
@@ -652,17 +644,10 @@ func (w *Worker) post(appKey, url, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load app: %w", err)
 	}
-	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := NewPost(w.ctx, url, "devmsg-callback", Signer{User: app.Key, Password: app.MasterSecret, Key: SigningKey(app)}, id, w.now(), body)
 	if err != nil {
 		return 0, err
 	}
-	ts := strconv.FormatInt(w.now().Unix(), 10)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "devmsg-callback")
-	req.SetBasicAuth(app.Key, app.MasterSecret)
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", Sign(SigningKey(app), id, ts, body))
 	resp, err := w.client.Do(req)
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		return 0, netguard.ErrNotAllowed // shown to the app: no address, no dial detail

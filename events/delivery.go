@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/callback"
-	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -127,19 +125,12 @@ func NewWebhooks(cfg WebhookConfig, st WebhookStore, apps Apps, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	transport := netguard.New(cfg.AllowedNetworks).Transport()
-	transport.MaxIdleConnsPerHost = 4
 	return &Webhooks{
-		cfg:  cfg,
-		st:   st,
-		apps: apps,
-		log:  log,
-		client: &http.Client{
-			Timeout:   cfg.RequestTimeout,
-			Transport: transport,
-			// A redirect is not a 2xx: the receiver must answer itself.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		cfg:     cfg,
+		st:      st,
+		apps:    apps,
+		log:     log,
+		client:  callback.NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 4),
 		metrics: m,
 		now:     time.Now,
 		kick:    make(chan struct{}, 1),
@@ -590,19 +581,12 @@ func (l *loop) send(ctx context.Context, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load app: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.hook.URL, bytes.NewReader(body))
+	// The headers of callbacks (DESIGN.md section 4): Basic with the
+	// app's key and master secret, and the Standard Webhooks signature.
+	req, err := callback.NewPost(ctx, l.hook.URL, "devmsg-events", callback.Signer{User: app.Key, Password: app.MasterSecret, Key: callback.SigningKey(app)}, id, w.now(), body)
 	if err != nil {
 		return 0, err
 	}
-	ts := strconv.FormatInt(w.now().Unix(), 10)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "devmsg-events")
-	// The headers of callbacks (DESIGN.md section 4): Basic with the
-	// app's key and master secret, and the Standard Webhooks signature.
-	req.SetBasicAuth(app.Key, app.MasterSecret)
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", callback.Sign(callback.SigningKey(app), id, ts, body))
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, err

@@ -309,17 +309,10 @@ func (f *forwarder) send(ctx context.Context, evs []json.RawMessage) bool {
 }
 
 func (f *forwarder) post(ctx context.Context, id string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, bytes.NewReader(body))
+	req, err := callback.NewPost(ctx, f.url, "devmsg-events", callback.Signer{User: f.key, Password: f.secret, Key: f.signingKey}, id, time.Now(), body)
 	if err != nil {
 		return err
 	}
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "devmsg-events")
-	req.SetBasicAuth(f.key, f.secret)
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", callback.Sign(f.signingKey, id, ts, body))
 	resp, err := f.client.Do(req)
 	if err != nil {
 		return err
