@@ -235,7 +235,13 @@ func (w *Worker) Redelivered(appKey, url string, records int) {
 // route moves outbox entries into destination queues until Stop.
 func (w *Worker) route() {
 	defer w.wg.Done()
-	var after int64 // the last Seq routed
+	// after is where the next read starts; high is the highest Seq
+	// routed, where reading goes on once a rescan from 0 found no
+	// straggler. Without high, a rescan that found nothing left every
+	// later poll (100 a second) reading from 0 through the outbox's
+	// deleted entries until Pebble compacted them: a third of a core for
+	// minutes after a burst of sends.
+	var after, high int64
 	rescanned, listed := time.Now(), time.Now()
 	for {
 		if time.Since(listed) >= listEvery {
@@ -247,7 +253,9 @@ func (w *Worker) route() {
 			w.log.Error("callback: route outbox", "err", err)
 		}
 		if n > 0 {
-			after = last
+			after, high = last, max(high, last)
+		} else if err == nil {
+			after = high
 		}
 		// Checked before reading on: a backlog that keeps every read full
 		// must not keep a straggler behind the cursor.
