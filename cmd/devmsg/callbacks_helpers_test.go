@@ -66,7 +66,13 @@ func newReceiver(t *testing.T) *receiver {
 			return
 		}
 		r.attempts.Add(1)
-		body, _ := io.ReadAll(req.Body)
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			// The sender went away mid-body (the kill -9 tests kill it
+			// while it posts): a cut-off attempt, nothing delivered.
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
 		time.Sleep(time.Duration(r.delay.Load()))
 		b := batch{at: time.Now(), header: req.Header.Clone(), body: body}
 		if err := json.Unmarshal(body, &b.records); err != nil {
