@@ -66,10 +66,11 @@ func dialIdle(t *testing.T, addr, id string) net.Conn {
 }
 
 // settledGoroutines returns the number of goroutines once it has not
-// changed for 100 ms (an earlier test's server may still be ending).
+// changed for 1.5 s (an earlier test's server may still be ending, and an
+// idle burst goroutine of patch 2 exits after 1 s).
 func settledGoroutines() int {
 	n := runtime.NumGoroutine()
-	for i, same := 0, 0; i < 500 && same < 5; i++ {
+	for i, same := 0, 0; i < 1000 && same < 75; i++ {
 		time.Sleep(20 * time.Millisecond)
 		if m := runtime.NumGoroutine(); m == n {
 			same++
@@ -108,7 +109,9 @@ func TestIdleClientOneSmallGoroutine(t *testing.T) {
 	for i := range conns {
 		conns[i] = dialIdle(t, addr, "idle-"+strconv.Itoa(i))
 	}
-	require.Equal(t, g0+n, waitGoroutines(g0+n), "goroutines with %d idle clients", n)
+	// Within 2 of one per client: a goroutine of another test may still
+	// end in between; unpatched it is two per client (500 more).
+	require.InDelta(t, g0+n, waitGoroutines(g0+n), 2, "goroutines with %d idle clients", n)
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
@@ -127,12 +130,12 @@ func TestIdleClientOneSmallGoroutine(t *testing.T) {
 	_, err := io.ReadFull(conns[7], got)
 	require.NoError(t, err)
 	require.Equal(t, "idle-7/xhi", string(got[4:]))
-	require.Equal(t, g0+n, waitGoroutines(g0+n), "goroutines after a write")
+	require.InDelta(t, g0+n, waitGoroutines(g0+n), 2, "goroutines after a write")
 
 	for _, c := range conns {
 		_ = c.Close()
 	}
-	require.Equal(t, g0, waitGoroutines(g0), "goroutines after every client left")
+	require.InDelta(t, g0, waitGoroutines(g0), 2, "goroutines after every client left")
 }
 
 // The once-a-second expiry loops allocate nothing while no client has
