@@ -449,7 +449,7 @@ func (l *loop) loadCursor(ctx context.Context) (int64, bool) {
 		if err == nil {
 			n, perr := strconv.ParseInt(string(b), 10, 64)
 			if perr == nil && n >= 0 {
-				l.saved, l.at = n, l.w.now()
+				l.saved = n // at stays zero: the first move after a restart is stored at once
 				return n, true
 			}
 			err = fmt.Errorf("stored cursor %q is not an event id", b)
