@@ -1,4 +1,4 @@
-.PHONY: run build test test-mochi test-race lint bench crash-loop crash-loop-events churn
+.PHONY: run build test test-mochi test-race lint bench crash-loop crash-loop-events crash-fanout churn
 
 # `devmsg version` prints this; without git (a source tarball) it stays "dev".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -47,3 +47,9 @@ crash-loop:
 # and at the webhook; on one node (Pebble) and on two nodes sharing Redis.
 crash-loop-events:
 	DEVMSG_EVENTS_CRASH_CYCLES=$${DEVMSG_EVENTS_CRASH_CYCLES:-100} go test -count=1 -timeout 60m -run 'TestCrashLoopTelemetry|TestCrashTelemetryTwoNodes' -v ./cmd/devmsg
+
+# Issue 15's kill -9 during a fan-out (CI runs 5,000 devices): a broadcast to
+# 50,000 registered devices, the server killed midway and restarted, every
+# device found with exactly one message.
+crash-fanout:
+	DEVMSG_FANOUT_DEVICES=$${DEVMSG_FANOUT_DEVICES:-50000} go test -count=1 -timeout 30m -run 'TestKill9DuringFanout$$' -v ./cmd/devmsg

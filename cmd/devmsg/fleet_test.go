@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -147,17 +149,25 @@ func TestFleetMessaging(t *testing.T) {
 }
 
 // TestKill9DuringFanout kills the server with SIGKILL while a broadcast
-// to 5,000 registered devices fans out, restarts it on the same data dir
-// and finds that every device ends with exactly one message.
+// to 5,000 registered devices (DEVMSG_FANOUT_DEVICES, a multiple of 1,000:
+// `make crash-fanout` runs issue 15's 50,000) fans out, restarts it on the
+// same data dir and finds that every device ends with exactly one message.
 func TestKill9DuringFanout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	const devices = 5000
+	devices := 5000
+	if v := os.Getenv("DEVMSG_FANOUT_DEVICES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1000 || n%1000 != 0 {
+			t.Fatalf("DEVMSG_FANOUT_DEVICES=%q: want a multiple of 1000", v)
+		}
+		devices = n
+	}
 	dir := t.TempDir()
-	// 2,000 messages a second in chunks of 100: the fan-out takes about
-	// 2.5 s, long enough to be killed midway.
-	args := []string{"--broadcast.rate", "2000", "--broadcast.chunk", "100"}
+	// devices/2.5 messages a second in chunks of 100: the fan-out takes
+	// about 2.5 s, long enough to be killed midway.
+	args := []string{"--broadcast.rate", strconv.Itoa(devices * 2 / 5), "--broadcast.chunk", "100"}
 	p := startProc(t, dir, args...)
 	app := p.createApp(t, "fanout")
 	for b := 0; b < devices/1000; b++ {
@@ -185,18 +195,18 @@ func TestKill9DuringFanout(t *testing.T) {
 		}
 		return b
 	}
-	waitFor(t, 20*time.Second, "the fan-out to start", func() bool { return progress(p).Queued >= 500 })
+	waitFor(t, 20*time.Second, "the fan-out to start", func() bool { return progress(p).Queued >= int64(devices/10) })
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
 
 	q := startProc(t, dir, args...)
-	if b := progress(q); b.Queued >= devices {
+	if b := progress(q); b.Queued >= int64(devices) {
 		t.Fatalf("the fan-out ended before the kill (%+v): the test proves nothing", b)
 	}
 	waitFor(t, 30*time.Second, "the fan-out to resume and end", func() bool { return progress(q).State == "done" })
-	if b := progress(q); b.Queued != devices {
+	if b := progress(q); b.Queued != int64(devices) {
 		t.Fatalf("done with %+v", b)
 	}
 	// Every message of the app, by device.
