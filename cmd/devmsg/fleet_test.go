@@ -148,22 +148,30 @@ func TestFleetMessaging(t *testing.T) {
 	}
 }
 
+// fanoutDevices is how many devices the kill -9 fan-out tests register:
+// DEVMSG_FANOUT_DEVICES (a multiple of 1,000; `make crash-fanout` runs
+// issue 15's 50,000), else def.
+func fanoutDevices(t *testing.T, def int) int {
+	v := os.Getenv("DEVMSG_FANOUT_DEVICES")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1000 || n%1000 != 0 {
+		t.Fatalf("DEVMSG_FANOUT_DEVICES=%q: want a multiple of 1000", v)
+	}
+	return n
+}
+
 // TestKill9DuringFanout kills the server with SIGKILL while a broadcast
-// to 5,000 registered devices (DEVMSG_FANOUT_DEVICES, a multiple of 1,000:
-// `make crash-fanout` runs issue 15's 50,000) fans out, restarts it on the
-// same data dir and finds that every device ends with exactly one message.
+// to 5,000 registered devices (see fanoutDevices) fans out, restarts it
+// on the same data dir and finds that every device ends with exactly one
+// message.
 func TestKill9DuringFanout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	devices := 5000
-	if v := os.Getenv("DEVMSG_FANOUT_DEVICES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1000 || n%1000 != 0 {
-			t.Fatalf("DEVMSG_FANOUT_DEVICES=%q: want a multiple of 1000", v)
-		}
-		devices = n
-	}
+	devices := fanoutDevices(t, 5000)
 	dir := t.TempDir()
 	// devices/2.5 messages a second in chunks of 100: the fan-out takes
 	// about 2.5 s, long enough to be killed midway.
@@ -250,9 +258,10 @@ func TestClusterFanoutNodeKilled(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	rdb := redisForTest(t, "--appendfsync", "always")
-	const devices = 3000
-	// 400 messages a second: the fan-out outlasts the lease's hand-over.
-	flags := []string{"--broadcast.rate", "400", "--broadcast.chunk", "50"}
+	devices := fanoutDevices(t, 3000)
+	// devices/7.5 messages a second (400 for 3,000): the fan-out outlasts
+	// the lease's hand-over.
+	flags := []string{"--broadcast.rate", strconv.Itoa(devices * 2 / 15), "--broadcast.chunk", "50"}
 	n1 := startNode(t, rdb, 1, flags...) // first: it takes the lease
 	n2 := startNode(t, rdb, 2, flags...)
 	app := n1.createApp(t, "cluster-fanout")
@@ -287,15 +296,15 @@ func TestClusterFanoutNodeKilled(t *testing.T) {
 		}
 		return b
 	}
-	waitFor(t, 20*time.Second, "the fan-out to start", func() bool { return progress().Queued >= 200 })
+	waitFor(t, 20*time.Second, "the fan-out to start", func() bool { return progress().Queued >= int64(devices/15) })
 	if err := n1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = n1.cmd.Wait()
-	if b := progress(); b.Queued >= devices {
+	if b := progress(); b.Queued >= int64(devices) {
 		t.Fatalf("the fan-out ended before the kill (%+v): the test proves nothing", b)
 	}
-	waitFor(t, 60*time.Second, "node 2 to take over and finish", func() bool { return progress().State == "done" })
+	waitFor(t, time.Duration(max(60, devices/100))*time.Second, "node 2 to take over and finish", func() bool { return progress().State == "done" })
 	if !leading(n2) {
 		t.Error("node 2 finished without the lease")
 	}
@@ -325,7 +334,7 @@ func TestClusterFanoutNodeKilled(t *testing.T) {
 			t.Errorf("cf-%05d has %d messages", i, n)
 		}
 	}
-	if b := progress(); b.Queued != devices {
+	if b := progress(); b.Queued != int64(devices) {
 		t.Errorf("done with %+v", b)
 	}
 }
