@@ -21,7 +21,7 @@ type countingStore struct {
 	fromStart atomic.Int64
 }
 
-func (c *countingStore) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxEntry, error) {
+func (c *countingStore) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxHead, error) {
 	if after == 0 {
 		c.fromStart.Add(1)
 	}

@@ -292,46 +292,58 @@ func (w *Worker) wakeQueues() {
 }
 
 // routeOnce routes one chunk of the outbox after Seq after and returns
-// its size and last Seq.
+// its size and last Seq. It reads only the entries' heads; the settings
+// of each app are looked up once a chunk, and the metrics are counted per
+// chunk, not per entry.
 func (w *Worker) routeOnce(ctx context.Context, after int64) (int, int64, error) {
-	entries, err := w.st.ReadOutbox(ctx, after, routeChunk)
-	if err != nil || len(entries) == 0 {
+	heads, err := w.st.ReadOutbox(ctx, after, routeChunk)
+	if err != nil || len(heads) == 0 {
 		return 0, 0, err
 	}
-	routes := make([]store.OutboxRoute, len(entries))
+	routes := make([]store.OutboxRoute, len(heads))
+	type appType struct {
+		app string
+		typ int
+	}
+	type appReason struct{ app, reason string }
+	made, dropped := map[appType]int{}, map[appReason]int{}
 	queued := map[store.CallbackQueue]int{}
-	for i, e := range entries {
-		routes[i].Entry = e
-		w.metrics.records.WithLabelValues(e.AppKey, strconv.Itoa(e.Record.Type)).Inc()
-		app, err := w.apps.Get(ctx, e.AppKey)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return 0, 0, err
-		}
-		cb := app.Callback
-		switch {
-		case err != nil:
-			w.metrics.dropped.WithLabelValues(e.AppKey, "no app").Inc()
-		case !cb.Enabled:
-			w.metrics.dropped.WithLabelValues(e.AppKey, "switch off").Inc()
-		case !sends(cb, e.Record.Type):
-			w.metrics.dropped.WithLabelValues(e.AppKey, "type not selected").Inc()
-		default:
-			if routes[i].URL = target(cb, e.CallbackURL); routes[i].URL == "" {
-				w.metrics.dropped.WithLabelValues(e.AppKey, "no url").Inc()
-			} else {
-				queued[store.CallbackQueue{AppKey: e.AppKey, URL: routes[i].URL}]++
+	settings := map[string]*store.CallbackSettings{} // nil: no app
+	for i, h := range heads {
+		routes[i].Entry = h
+		made[appType{h.AppKey, h.Type}]++
+		cb, ok := settings[h.AppKey]
+		if !ok {
+			app, err := w.apps.Get(ctx, h.AppKey)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return 0, 0, err
 			}
+			if err == nil {
+				cb = &app.Callback
+			}
+			settings[h.AppKey] = cb
+		}
+		if reason := route(cb, h, &routes[i]); reason != "" {
+			dropped[appReason{h.AppKey, reason}]++
+		} else {
+			queued[store.CallbackQueue{AppKey: h.AppKey, URL: routes[i].URL}]++
 		}
 	}
 	if err := w.st.RouteOutbox(ctx, routes); err != nil {
 		return 0, 0, err
+	}
+	for k, n := range made {
+		w.metrics.records.WithLabelValues(k.app, strconv.Itoa(k.typ)).Add(float64(n))
+	}
+	for k, n := range dropped {
+		w.metrics.dropped.WithLabelValues(k.app, k.reason).Add(float64(n))
 	}
 	for q, n := range queued {
 		w.metrics.queued.WithLabelValues(q.AppKey).Add(float64(n))
 		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
 		w.notify(q, false)
 	}
-	return len(entries), entries[len(entries)-1].Seq, nil
+	return len(heads), heads[len(heads)-1].Seq, nil
 }
 
 // notify wakes q's sender, starting one if there is none; with rescan,
