@@ -111,9 +111,16 @@ func (s *Store) RouteOutbox(ctx context.Context, routes []store.OutboxRoute) err
 	for _, app := range order {
 		keys := []string{s.outboxKey(app), s.cbQueuesKey(app)}
 		index := map[string]int{} // URL → its key's index in KEYS (1-based)
-		var args []any
+		// A run of consecutive Seqs routed nowhere is removed as one
+		// range: all its Seqs are listed, so the range holds nothing else.
+		type run struct {
+			lo, hi int64
+			url    string
+			q      int // index of the queue key in KEYS (1-based), 0: none
+		}
+		var runs []run
 		for _, r := range byApp[app] {
-			q := 0
+			q, seq := 0, r.Entry.Seq
 			if r.URL != "" {
 				if q = index[r.URL]; q == 0 {
 					keys = append(keys, s.cbQueueKey(app, r.URL))
@@ -121,7 +128,15 @@ func (s *Store) RouteOutbox(ctx context.Context, routes []store.OutboxRoute) err
 					index[r.URL] = q
 				}
 			}
-			args = append(args, r.Entry.Seq, r.URL, q)
+			if n := len(runs); q == 0 && n > 0 && runs[n-1].q == 0 && runs[n-1].hi == seq-1 {
+				runs[n-1].hi = seq
+				continue
+			}
+			runs = append(runs, run{lo: seq, hi: seq, url: r.URL, q: q})
+		}
+		args := make([]any, 0, 4*len(runs))
+		for _, r := range runs {
+			args = append(args, r.lo, r.hi, r.url, r.q)
 		}
 		if err := s.run(ctx, routeScript, keys, args...).Err(); err != nil {
 			return fmt.Errorf("route outbox of %s: %w", app, err)

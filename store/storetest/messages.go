@@ -264,6 +264,31 @@ func checkRouteNowhere(t *testing.T, s store.Store, got []store.OutboxHead) {
 	}
 }
 
+// testRouteRuns routes a run of consecutive entries, one of them to a
+// queue and the rest nowhere, in one call: exactly those leave the outbox.
+func testRouteRuns(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	for i := int64(1); i <= 6; i++ {
+		must(t, s.CreateMessage(ctx, msg(i, "app", "dev-1", store.StateFailed), 0, nil))
+	}
+	got, err := s.ReadOutbox(ctx, 0, 10)
+	must(t, err)
+	if len(got) != 6 {
+		t.Fatalf("outbox %+v", got)
+	}
+	q := store.CallbackQueue{AppKey: "app", URL: "http://a.example/cb"}
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: got[1]}, {Entry: got[2]}, {Entry: got[3], URL: q.URL}, {Entry: got[4]}}))
+	rest, err := s.ReadOutbox(ctx, 0, 10)
+	must(t, err)
+	if len(rest) != 2 || rest[0] != got[0] || rest[1] != got[5] {
+		t.Fatalf("left after routing the middle four: %+v", rest)
+	}
+	if queued, _ := s.ReadCallbacks(ctx, q, 0, 10); len(queued) != 1 || queued[0].Head() != got[3] {
+		t.Fatalf("queued %+v, want %+v", queued, got[3])
+	}
+}
+
 // testCallbackQueues routes outbox entries into per-URL queues, reads and
 // deletes them, files a dead letter and redelivers it.
 func testCallbackQueues(t *testing.T, s store.Store) {

@@ -56,6 +56,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ExpiredMessages", testExpiredMessages},
 		{"CreateMessageNoDevice", testCreateMessageNoDevice},
 		{"Outbox", testOutbox},
+		{"RouteRuns", testRouteRuns},
 		{"CallbackQueues", testCallbackQueues},
 		{"ReportProperties", testReportProperties},
 		{"ResetPresence", testResetPresence},
