@@ -453,10 +453,11 @@ type Store interface {
 	// ReadOutbox returns the heads of up to limit of the oldest outbox
 	// entries with Seq above after, in Seq order; the records themselves
 	// are read from the delivery queues they are routed to. CreateMessage
-	// adds a message's first records to the outbox. Seqs are unique across the outbox and every
-	// delivery queue, but concurrent writes may become visible out of Seq
-	// order: a reader that moves after forward must read from 0 now and
-	// then to pick up a straggler.
+	// adds a message's first records to the outbox. Seqs are unique
+	// across the outbox and every delivery queue, but concurrent writes
+	// may become visible out of Seq order: a reader that moves after
+	// forward must read again from below a Seq it skipped to pick up a
+	// straggler (not every skipped Seq belongs to one).
 	ReadOutbox(ctx context.Context, after int64, limit int) ([]OutboxHead, error)
 
 	// RouteOutbox moves entries out of the outbox atomically: each one is
