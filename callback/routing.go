@@ -26,3 +26,20 @@ func target(cb store.CallbackSettings, temp string) string {
 	}
 	return ""
 }
+
+// route sets r.URL to where the entry h goes by its app's settings cb
+// (nil: the app does not exist), or returns why it goes nowhere.
+func route(cb *store.CallbackSettings, h store.OutboxHead, r *store.OutboxRoute) (dropped string) {
+	switch {
+	case cb == nil:
+		return "no app"
+	case !cb.Enabled:
+		return "switch off"
+	case !sends(*cb, h.Type):
+		return "type not selected"
+	}
+	if r.URL = target(*cb, h.CallbackURL); r.URL == "" {
+		return "no url"
+	}
+	return ""
+}

@@ -44,9 +44,20 @@ type Config struct {
 const routeChunk = 1000
 
 // rescanEvery is how often the router and the senders, which read from a
-// cursor, read from the start of their queue again: an entry committed
-// out of Seq order, or a redelivered one, may sit behind the cursor.
+// cursor, read from further back again: an entry committed out of Seq
+// order, or a redelivered one, may sit behind the cursor. The router
+// reads from below the lowest Seq it has not seen (seqGaps), which it
+// forgets after gapKeep, and from the start of the outbox every
+// fullRescanEvery.
 const rescanEvery = time.Second
+
+// gapKeep is how long the router looks for a straggler in a gap.
+const gapKeep = 5 * time.Second
+
+// fullRescanEvery is how often the router reads the outbox from the
+// start: for a straggler whose write took longer than gapKeep to become
+// visible, and on Redis to drop idle apps from the index.
+const fullRescanEvery = 10 * time.Second
 
 // listEvery is how often the router lists the queues that hold entries.
 const listEvery = 5 * time.Second
@@ -235,33 +246,45 @@ func (w *Worker) Redelivered(appKey, url string, records int) {
 // route moves outbox entries into destination queues until Stop.
 func (w *Worker) route() {
 	defer w.wg.Done()
-	// after is where the next read starts; high is the highest Seq
-	// routed, where reading goes on once a rescan from 0 found no
-	// straggler. Without high, a rescan that found nothing left every
-	// later poll (100 a second) reading from 0 through the outbox's
-	// deleted entries until Pebble compacted them: a third of a core for
-	// minutes after a burst of sends.
-	var after, high int64
-	rescanned, listed := time.Now(), time.Now()
+	// after is where the next read starts. A rescan goes back to the
+	// lowest gap (or to 0, now and then) and reading goes on from the
+	// highest Seq read once it has found nothing. Reading from 0 on every
+	// rescan, let alone every poll, walked the outbox's deleted entries
+	// until Pebble compacted them.
+	var after int64
+	var gaps seqGaps
+	rescanned, full, listed := time.Now(), time.Now(), time.Now()
 	for {
 		if time.Since(listed) >= listEvery {
 			listed = time.Now()
 			w.wakeQueues()
 		}
-		n, last, err := w.routeOnce(w.ctx, after)
+		n, seqs, err := w.routeOnce(w.ctx, after)
 		if err != nil && w.ctx.Err() == nil {
 			w.log.Error("callback: route outbox", "err", err)
 		}
-		if n > 0 {
-			after, high = last, max(high, last)
-		} else if err == nil {
-			after = high
+		if err == nil {
+			gaps.saw(after, seqs, time.Now())
+		}
+		switch {
+		case n == routeChunk:
+			after = seqs[n-1]
+		case err == nil:
+			// Everything visible after after was read.
+			after = gaps.high
 		}
 		// Checked before reading on: a backlog that keeps every read full
 		// must not keep a straggler behind the cursor.
-		if time.Since(rescanned) >= rescanEvery && after != 0 {
-			after, rescanned = 0, time.Now()
-			continue
+		if time.Since(rescanned) >= rescanEvery {
+			rescanned = time.Now()
+			from := gaps.floor(rescanned, gapKeep)
+			if time.Since(full) >= fullRescanEvery {
+				from, full = 0, rescanned
+			}
+			if from < after {
+				after = from
+				continue
+			}
 		}
 		if n == routeChunk && err == nil {
 			continue
@@ -292,46 +315,62 @@ func (w *Worker) wakeQueues() {
 }
 
 // routeOnce routes one chunk of the outbox after Seq after and returns
-// its size and last Seq.
-func (w *Worker) routeOnce(ctx context.Context, after int64) (int, int64, error) {
-	entries, err := w.st.ReadOutbox(ctx, after, routeChunk)
-	if err != nil || len(entries) == 0 {
-		return 0, 0, err
+// its size and Seqs. It reads only the entries' heads; the settings
+// of each app are looked up once a chunk, and the metrics are counted per
+// chunk, not per entry.
+func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, error) {
+	heads, err := w.st.ReadOutbox(ctx, after, routeChunk)
+	if err != nil || len(heads) == 0 {
+		return 0, nil, err
 	}
-	routes := make([]store.OutboxRoute, len(entries))
+	routes := make([]store.OutboxRoute, len(heads))
+	type appType struct {
+		app string
+		typ int
+	}
+	type appReason struct{ app, reason string }
+	made, dropped := map[appType]int{}, map[appReason]int{}
 	queued := map[store.CallbackQueue]int{}
-	for i, e := range entries {
-		routes[i].Entry = e
-		w.metrics.records.WithLabelValues(e.AppKey, strconv.Itoa(e.Record.Type)).Inc()
-		app, err := w.apps.Get(ctx, e.AppKey)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return 0, 0, err
-		}
-		cb := app.Callback
-		switch {
-		case err != nil:
-			w.metrics.dropped.WithLabelValues(e.AppKey, "no app").Inc()
-		case !cb.Enabled:
-			w.metrics.dropped.WithLabelValues(e.AppKey, "switch off").Inc()
-		case !sends(cb, e.Record.Type):
-			w.metrics.dropped.WithLabelValues(e.AppKey, "type not selected").Inc()
-		default:
-			if routes[i].URL = target(cb, e.CallbackURL); routes[i].URL == "" {
-				w.metrics.dropped.WithLabelValues(e.AppKey, "no url").Inc()
-			} else {
-				queued[store.CallbackQueue{AppKey: e.AppKey, URL: routes[i].URL}]++
+	settings := map[string]*store.CallbackSettings{} // nil: no app
+	for i, h := range heads {
+		routes[i].Entry = h
+		made[appType{h.AppKey, h.Type}]++
+		cb, ok := settings[h.AppKey]
+		if !ok {
+			app, err := w.apps.Get(ctx, h.AppKey)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return 0, nil, err
 			}
+			if err == nil {
+				cb = &app.Callback
+			}
+			settings[h.AppKey] = cb
+		}
+		if reason := route(cb, h, &routes[i]); reason != "" {
+			dropped[appReason{h.AppKey, reason}]++
+		} else {
+			queued[store.CallbackQueue{AppKey: h.AppKey, URL: routes[i].URL}]++
 		}
 	}
 	if err := w.st.RouteOutbox(ctx, routes); err != nil {
-		return 0, 0, err
+		return 0, nil, err
+	}
+	for k, n := range made {
+		w.metrics.records.WithLabelValues(k.app, strconv.Itoa(k.typ)).Add(float64(n))
+	}
+	for k, n := range dropped {
+		w.metrics.dropped.WithLabelValues(k.app, k.reason).Add(float64(n))
 	}
 	for q, n := range queued {
 		w.metrics.queued.WithLabelValues(q.AppKey).Add(float64(n))
 		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
 		w.notify(q, false)
 	}
-	return len(entries), entries[len(entries)-1].Seq, nil
+	seqs := make([]int64, len(heads))
+	for i, h := range heads {
+		seqs[i] = h.Seq
+	}
+	return len(heads), seqs, nil
 }
 
 // notify wakes q's sender, starting one if there is none; with rescan,

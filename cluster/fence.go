@@ -125,7 +125,7 @@ func (f *fenced) ExpiredMessages(ctx context.Context, before int64, limit int) (
 	return f.Store.ExpiredMessages(ctx, before, limit)
 }
 
-func (f *fenced) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxEntry, error) {
+func (f *fenced) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxHead, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}

@@ -306,7 +306,7 @@ type OutboxEntry struct {
 // URL, or nowhere when URL is "" (the switch is off, the type is not
 // selected, or the app has no URL).
 type OutboxRoute struct {
-	Entry OutboxEntry
+	Entry OutboxHead
 	URL   string
 }
 
@@ -450,17 +450,20 @@ type Store interface {
 	// ExpireTime is before the Unix second before, earliest first.
 	ExpiredMessages(ctx context.Context, before int64, limit int) ([]Message, error)
 
-	// ReadOutbox returns up to limit of the oldest outbox entries with Seq
-	// above after, in Seq order. CreateMessage adds a message's first
-	// records to the outbox. Seqs are unique across the outbox and every
-	// delivery queue, but concurrent writes may become visible out of Seq
-	// order: a reader that moves after forward must read from 0 now and
-	// then to pick up a straggler.
-	ReadOutbox(ctx context.Context, after int64, limit int) ([]OutboxEntry, error)
+	// ReadOutbox returns the heads of up to limit of the oldest outbox
+	// entries with Seq above after, in Seq order; the records themselves
+	// are read from the delivery queues they are routed to. CreateMessage
+	// adds a message's first records to the outbox. Seqs are unique
+	// across the outbox and every delivery queue, but concurrent writes
+	// may become visible out of Seq order: a reader that moves after
+	// forward must read again from below a Seq it skipped to pick up a
+	// straggler (not every skipped Seq belongs to one).
+	ReadOutbox(ctx context.Context, after int64, limit int) ([]OutboxHead, error)
 
 	// RouteOutbox moves entries out of the outbox atomically: each one is
-	// deleted from the outbox and, when its URL is not "", appended to
-	// the delivery queue of (its app, URL), keeping its Seq.
+	// deleted from the outbox and, when its URL is not "", appended as
+	// stored to the delivery queue of (its app, URL), keeping its Seq. A
+	// route of an entry no longer in the outbox does nothing.
 	RouteOutbox(ctx context.Context, routes []OutboxRoute) error
 	// CallbackQueues lists the delivery queues that hold entries.
 	CallbackQueues(ctx context.Context) ([]CallbackQueue, error)

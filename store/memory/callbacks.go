@@ -11,8 +11,9 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// ReadOutbox returns the oldest outbox entries with Seq above after.
-func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxEntry, error) {
+// ReadOutbox returns the heads of the oldest outbox entries with Seq
+// above after.
+func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxHead, error) {
 	if limit < 1 {
 		return nil, nil
 	}
@@ -20,27 +21,33 @@ func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	return readEntries(s.outbox, after, limit)
+	var out []store.OutboxHead
+	for _, seq := range slices.Sorted(maps.Keys(s.outbox)) {
+		if seq <= after {
+			continue
+		}
+		if out = append(out, s.outbox[seq].Head()); len(out) == limit {
+			break
+		}
+	}
+	return out, nil
 }
 
-// RouteOutbox moves outbox entries into their delivery queues.
+// RouteOutbox moves outbox entries into their delivery queues; an entry
+// no longer in the outbox is left out.
 func (s *Store) RouteOutbox(ctx context.Context, routes []store.OutboxRoute) error {
-	entries := make([]store.OutboxEntry, len(routes))
-	for i, r := range routes {
-		e, err := clone(r.Entry)
-		if err != nil {
-			return fmt.Errorf("route outbox: %w", err)
-		}
-		entries[i] = e
-	}
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	for i, r := range routes {
+	for _, r := range routes {
+		e, ok := s.outbox[r.Entry.Seq]
+		if !ok {
+			continue
+		}
 		delete(s.outbox, r.Entry.Seq)
 		if r.URL != "" {
-			s.enqueue(store.CallbackQueue{AppKey: r.Entry.AppKey, URL: r.URL}, entries[i])
+			s.enqueue(store.CallbackQueue{AppKey: e.AppKey, URL: r.URL}, e)
 		}
 	}
 	return nil

@@ -70,13 +70,21 @@ func TestCopies(t *testing.T) {
 	if again, _ := s.GetMessage(ctx, "a", 1); again.Records[0].Type != store.RecordTargetValid || string(again.Params) != `{"k":1}` {
 		t.Errorf("message changed through a caller's copy: %+v", again)
 	}
-	out, err := s.ReadOutbox(ctx, 0, 10)
+	heads, err := s.ReadOutbox(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := store.CallbackQueue{AppKey: "a", URL: "http://cb.example/"}
+	if err := s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: heads[0], URL: q.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.ReadCallbacks(ctx, q, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out[0].Record.Params[1] = 'y'
-	if again, _ := s.ReadOutbox(ctx, 0, 10); string(again[0].Record.Params) != `{"k":1}` {
-		t.Errorf("outbox entry changed through a caller's copy: %+v", again[0])
+	if again, _ := s.ReadCallbacks(ctx, q, 0, 10); string(again[0].Record.Params) != `{"k":1}` {
+		t.Errorf("queued entry changed through a caller's copy: %+v", again[0])
 	}
 
 	v := []byte("v")

@@ -77,17 +77,22 @@ func (s *Store) restoreCallbackSeq() error {
 	return it.Error()
 }
 
-// readEntries decodes up to limit entries from keys made of prefix and a
-// Seq above after. Starting past after matters: the keys before it are
+// seqLower is where a read of the keys made of prefix and a Seq above
+// after starts. Starting past after matters: the keys before it are
 // mostly deleted, and iterating over their tombstones is what reading
 // from the prefix would cost.
+func seqLower(prefix []byte, after int64) []byte {
+	if after <= 0 {
+		return prefix
+	}
+	return binary.BigEndian.AppendUint64(bytes.Clone(prefix), uint64(after)+1)
+}
+
+// readEntries decodes up to limit entries from keys made of prefix and a
+// Seq above after.
 func (s *Store) readEntries(prefix []byte, after int64, limit int) ([]store.OutboxEntry, error) {
 	var out []store.OutboxEntry
-	lower := prefix
-	if after > 0 {
-		lower = binary.BigEndian.AppendUint64(bytes.Clone(prefix), uint64(after)+1)
-	}
-	err := s.scan(lower, prefixEnd(prefix), func(k, v []byte) (bool, error) {
+	err := s.scan(seqLower(prefix, after), prefixEnd(prefix), func(k, v []byte) (bool, error) {
 		var e store.OutboxEntry
 		if err := json.Unmarshal(v, &e); err != nil {
 			return false, fmt.Errorf("decode %q: %w", k, err)
@@ -98,8 +103,10 @@ func (s *Store) readEntries(prefix []byte, after int64, limit int) ([]store.Outb
 	return out, err
 }
 
-// ReadOutbox returns the oldest outbox entries.
-func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxEntry, error) {
+// ReadOutbox returns the heads of the oldest outbox entries, read from
+// the start of their JSON (store.DecodeOutboxHead): the records are not
+// decoded, as most are dropped and the rest move into a queue as stored.
+func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxHead, error) {
 	if limit < 1 {
 		return nil, nil
 	}
@@ -107,7 +114,15 @@ func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store
 		return nil, err
 	}
 	defer s.exit()
-	out, err := s.readEntries([]byte(pOutbox), after, limit)
+	out := make([]store.OutboxHead, 0, min(limit, 256))
+	err := s.scan(seqLower([]byte(pOutbox), after), prefixEnd([]byte(pOutbox)), func(k, v []byte) (bool, error) {
+		h, err := store.DecodeOutboxHead(v)
+		if err != nil {
+			return false, fmt.Errorf("%q: %w", k, err)
+		}
+		out = append(out, h)
+		return len(out) < limit, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
@@ -115,21 +130,49 @@ func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store
 }
 
 // RouteOutbox moves outbox entries into their delivery queues in one
-// batch.
+// batch. A routed entry's value is copied as stored, not decoded and
+// encoded again; an entry no longer in the outbox is left out.
 func (s *Store) RouteOutbox(ctx context.Context, routes []store.OutboxRoute) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	defer s.exit()
 	err := s.write(func(b *pebble.Batch) error {
-		for _, r := range routes {
-			if err := b.Delete(outboxKey(r.Entry.Seq), nil); err != nil {
-				return err
+		var it *pebble.Iterator
+		defer func() {
+			if it != nil {
+				it.Close()
 			}
+		}()
+		for _, r := range routes {
+			k := outboxKey(r.Entry.Seq)
 			if r.URL == "" {
+				if err := b.Delete(k, nil); err != nil {
+					return err
+				}
 				continue
 			}
-			if err := setJSON(b, cbQueueKey(store.CallbackQueue{AppKey: r.Entry.AppKey, URL: r.URL}, r.Entry.Seq), r.Entry); err != nil {
+			if it == nil {
+				var err error
+				if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pOutbox), UpperBound: prefixEnd([]byte(pOutbox))}); err != nil {
+					return err
+				}
+			}
+			if !it.SeekGE(k) || !bytes.Equal(it.Key(), k) {
+				if err := it.Error(); err != nil {
+					return err
+				}
+				continue // routed already, or never there
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return err
+			}
+			if err := b.Delete(k, nil); err != nil {
+				return err
+			}
+			// Set copies v into the batch.
+			if err := b.Set(cbQueueKey(store.CallbackQueue{AppKey: r.Entry.AppKey, URL: r.URL}, r.Entry.Seq), v, nil); err != nil {
 				return err
 			}
 		}

@@ -17,10 +17,10 @@ import (
 // its dead letters scored by id. Entries keep their Seq from the outbox to
 // a queue; Seqs come from one global counter that is never reset.
 
-// ReadOutbox returns the oldest outbox entries, merging the outboxes of
-// the apps in the cb index. Reading from the start (after 0) also drops
-// from the index the apps whose outbox and queues are empty.
-func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxEntry, error) {
+// ReadOutbox returns the heads of the oldest outbox entries, merging the
+// outboxes of the apps in the cb index. Reading from the start (after 0)
+// also drops from the index the apps whose outbox and queues are empty.
+func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store.OutboxHead, error) {
 	if limit < 1 {
 		return nil, nil
 	}
@@ -45,19 +45,22 @@ func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
-	var out []store.OutboxEntry
+	var out []store.OutboxHead
 	var idle []string
 	for i, app := range apps {
-		entries, err := decodeEntries(ranges[i].Val())
-		if err != nil {
-			return nil, fmt.Errorf("read outbox of %s: %w", app, err)
+		members := ranges[i].Val()
+		for _, m := range members {
+			h, err := store.DecodeOutboxHead([]byte(m))
+			if err != nil {
+				return nil, fmt.Errorf("read outbox of %s: %w", app, err)
+			}
+			out = append(out, h)
 		}
-		out = append(out, entries...)
-		if after == 0 && len(entries) == 0 && queues[i].Val() == 0 {
+		if after == 0 && len(members) == 0 && queues[i].Val() == 0 {
 			idle = append(idle, app)
 		}
 	}
-	slices.SortFunc(out, func(a, b store.OutboxEntry) int { return cmpInt(a.Seq, b.Seq) })
+	slices.SortFunc(out, func(a, b store.OutboxHead) int { return cmpInt(a.Seq, b.Seq) })
 	out = out[:min(len(out), limit)]
 	if err := s.prune(ctx, activeCB, idle); err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
@@ -108,9 +111,16 @@ func (s *Store) RouteOutbox(ctx context.Context, routes []store.OutboxRoute) err
 	for _, app := range order {
 		keys := []string{s.outboxKey(app), s.cbQueuesKey(app)}
 		index := map[string]int{} // URL → its key's index in KEYS (1-based)
-		var args []any
+		// A run of consecutive Seqs routed nowhere is removed as one
+		// range: all its Seqs are listed, so the range holds nothing else.
+		type run struct {
+			lo, hi int64
+			url    string
+			q      int // index of the queue key in KEYS (1-based), 0: none
+		}
+		var runs []run
 		for _, r := range byApp[app] {
-			q := 0
+			q, seq := 0, r.Entry.Seq
 			if r.URL != "" {
 				if q = index[r.URL]; q == 0 {
 					keys = append(keys, s.cbQueueKey(app, r.URL))
@@ -118,7 +128,15 @@ func (s *Store) RouteOutbox(ctx context.Context, routes []store.OutboxRoute) err
 					index[r.URL] = q
 				}
 			}
-			args = append(args, r.Entry.Seq, r.URL, q)
+			if n := len(runs); q == 0 && n > 0 && runs[n-1].q == 0 && runs[n-1].hi == seq-1 {
+				runs[n-1].hi = seq
+				continue
+			}
+			runs = append(runs, run{lo: seq, hi: seq, url: r.URL, q: q})
+		}
+		args := make([]any, 0, 4*len(runs))
+		for _, r := range runs {
+			args = append(args, r.lo, r.hi, r.url, r.q)
 		}
 		if err := s.run(ctx, routeScript, keys, args...).Err(); err != nil {
 			return fmt.Errorf("route outbox of %s: %w", app, err)

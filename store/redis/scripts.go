@@ -286,18 +286,22 @@ return res
 
 // routeScript moves one app's outbox entries to their delivery queues.
 // An entry no longer in the outbox (another worker routed it) is skipped,
-// so no entry is queued twice.
+// so no entry is queued twice; entries routed nowhere go in runs of
+// consecutive Seqs, each removed with one command.
 // KEYS: outbox, queue set, then the queue of each URL.
-// ARGV: for each entry its Seq, URL and index of its queue key (0: none).
+// ARGV: for each run its first and last Seq, URL and index of its queue
+// key (0: none; else the run is one entry).
 var routeScript = newScript(`
-for i = 1, #ARGV, 3 do
-  local found = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i])
-  if #found > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i])
-    local q = tonumber(ARGV[i+2])
-    if q > 0 then
+for i = 1, #ARGV, 4 do
+  local q = tonumber(ARGV[i+3])
+  if q == 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i+1])
+  else
+    local found = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i])
+    if #found > 0 then
+      redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i])
       redis.call('ZADD', KEYS[q], ARGV[i], found[1])
-      redis.call('SADD', KEYS[2], ARGV[i+1])
+      redis.call('SADD', KEYS[2], ARGV[i+2])
     end
   end
 end

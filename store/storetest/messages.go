@@ -191,7 +191,7 @@ func testOutbox(t *testing.T, s store.Store) {
 	must(t, err)
 	var desc []string
 	for i, e := range got {
-		desc = append(desc, fmt.Sprintf("%s:%d", e.ID, e.Record.Type))
+		desc = append(desc, fmt.Sprintf("%s:%d", e.ID, e.Type))
 		if i > 0 && e.Seq <= got[i-1].Seq {
 			t.Errorf("outbox not in Seq order: %+v", got)
 		}
@@ -199,25 +199,42 @@ func testOutbox(t *testing.T, s store.Store) {
 	if want := []string{"1-0:0", "1-1:2", "2-0:0", "1-2:4"}; !slices.Equal(desc, want) {
 		t.Fatalf("outbox %v, want %v", desc, want)
 	}
-	checkOutboxEntry(t, got[3])
+	if h := got[3]; h.AppKey != "app" || h.CallbackURL != "https://example.com/cb" || h.Time == 0 {
+		t.Fatalf("head of 1-2: %+v", h)
+	}
 	checkOutboxPages(t, s, got)
 	checkRouteNowhere(t, s, got)
+	checkRoutedAsStored(t, s, got[3])
 }
 
-// checkOutboxEntry checks e, the delivery record of message 1, carries
-// what its callback needs.
-func checkOutboxEntry(t *testing.T, e store.OutboxEntry) {
+// checkRoutedAsStored routes h, the delivery record of message 1, to a
+// queue and checks the entry there carries what its callback needs;
+// a second route of it, gone from the outbox, does nothing.
+func checkRoutedAsStored(t *testing.T, s store.Store, h store.OutboxHead) {
 	t.Helper()
-	if e.AppKey != "app" || e.CallbackURL != "https://example.com/cb" || e.Record.ChannelKey != "app" || e.Record.MsgID != "1" ||
+	ctx := context.Background()
+	q := store.CallbackQueue{AppKey: "app", URL: "https://example.com/cb"}
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: h, URL: q.URL}}))
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: h, URL: q.URL + "2"}}))
+	got, err := s.ReadCallbacks(ctx, q, 0, 10)
+	must(t, err)
+	if len(got) != 1 {
+		t.Fatalf("queue: %+v", got)
+	}
+	if e := got[0]; e.Seq != h.Seq || e.ID != "1-2" || e.AppKey != "app" || e.CallbackURL != "https://example.com/cb" || e.Time != h.Time ||
+		e.Record.Type != store.RecordDeliverySuccess || e.Record.ChannelKey != "app" || e.Record.MsgID != "1" ||
 		e.Record.UserID != "dev-1" || e.Record.SenderID != "dev-1" || string(e.Record.Params) != `{"k":1}` {
 		t.Fatalf("entry not filled in: %+v", e)
+	}
+	if qs, err := s.CallbackQueues(ctx); err != nil || len(qs) != 1 || qs[0] != q {
+		t.Fatalf("a second route of a routed entry: queues %v %v", qs, err)
 	}
 }
 
 // checkOutboxPages reads testOutbox's outbox, whose entries are got, a
 // page at a time (with a limit, and after a Seq), and checks the last
 // entry has a time.
-func checkOutboxPages(t *testing.T, s store.Store, got []store.OutboxEntry) {
+func checkOutboxPages(t *testing.T, s store.Store, got []store.OutboxHead) {
 	t.Helper()
 	ctx := context.Background()
 	if first, _ := s.ReadOutbox(ctx, 0, 2); len(first) != 2 || first[0].ID != "1-0" {
@@ -233,7 +250,7 @@ func checkOutboxPages(t *testing.T, s store.Store, got []store.OutboxEntry) {
 
 // checkRouteNowhere routes two of testOutbox's entries got to no URL:
 // they leave the outbox and go to no queue.
-func checkRouteNowhere(t *testing.T, s store.Store, got []store.OutboxEntry) {
+func checkRouteNowhere(t *testing.T, s store.Store, got []store.OutboxHead) {
 	t.Helper()
 	ctx := context.Background()
 	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: got[0]}, {Entry: got[2]}}))
@@ -244,6 +261,31 @@ func checkRouteNowhere(t *testing.T, s store.Store, got []store.OutboxEntry) {
 	}
 	if qs, err := s.CallbackQueues(ctx); err != nil || len(qs) != 0 {
 		t.Fatalf("routed nowhere, yet queues %v %v", qs, err)
+	}
+}
+
+// testRouteRuns routes a run of consecutive entries, one of them to a
+// queue and the rest nowhere, in one call: exactly those leave the outbox.
+func testRouteRuns(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1")
+	for i := int64(1); i <= 6; i++ {
+		must(t, s.CreateMessage(ctx, msg(i, "app", "dev-1", store.StateFailed), 0, nil))
+	}
+	got, err := s.ReadOutbox(ctx, 0, 10)
+	must(t, err)
+	if len(got) != 6 {
+		t.Fatalf("outbox %+v", got)
+	}
+	q := store.CallbackQueue{AppKey: "app", URL: "http://a.example/cb"}
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: got[1]}, {Entry: got[2]}, {Entry: got[3], URL: q.URL}, {Entry: got[4]}}))
+	rest, err := s.ReadOutbox(ctx, 0, 10)
+	must(t, err)
+	if len(rest) != 2 || rest[0] != got[0] || rest[1] != got[5] {
+		t.Fatalf("left after routing the middle four: %+v", rest)
+	}
+	if queued, _ := s.ReadCallbacks(ctx, q, 0, 10); len(queued) != 1 || queued[0].Head() != got[3] {
+		t.Fatalf("queued %+v, want %+v", queued, got[3])
 	}
 }
 
@@ -293,7 +335,18 @@ func routeThreeQueues(t *testing.T, s store.Store) ([]store.OutboxEntry, threeQu
 	if !slices.Equal(qs, []store.CallbackQueue{a, b, o}) {
 		t.Fatalf("queues %+v", qs)
 	}
-	return out, threeQueues{a, b, o}
+	var entries []store.OutboxEntry
+	for _, q := range qs {
+		got, err := s.ReadCallbacks(ctx, q, 0, 10)
+		must(t, err)
+		entries = append(entries, got...)
+	}
+	for i, e := range entries {
+		if len(entries) != 3 || e.Head() != out[i] {
+			t.Fatalf("queued %+v, routed %+v", entries, out)
+		}
+	}
+	return entries, threeQueues{a, b, o}
 }
 
 // checkReadDeleteCallbacks reads queue a, whose only entry is want, and

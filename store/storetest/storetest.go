@@ -56,6 +56,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ExpiredMessages", testExpiredMessages},
 		{"CreateMessageNoDevice", testCreateMessageNoDevice},
 		{"Outbox", testOutbox},
+		{"RouteRuns", testRouteRuns},
 		{"CallbackQueues", testCallbackQueues},
 		{"ReportProperties", testReportProperties},
 		{"ResetPresence", testResetPresence},
@@ -161,10 +162,12 @@ func writeBeforeReopen(t *testing.T, s store.Store) *reopenFixture {
 	// A dead letter, the newest Seq of all: its id must not be handed out
 	// again either.
 	must(t, s.CreateMessage(ctx, msg(21, "k1", "dev-2", store.StateFailed), 0, nil))
-	deadEntries, err := s.ReadOutbox(ctx, 0, 100)
+	deadHeads, err := s.ReadOutbox(ctx, 0, 100)
 	must(t, err)
 	deadQ := store.CallbackQueue{AppKey: "k1", URL: "http://dead.example/"}
-	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: deadEntries[0], URL: deadQ.URL}}))
+	must(t, s.RouteOutbox(ctx, []store.OutboxRoute{{Entry: deadHeads[0], URL: deadQ.URL}}))
+	deadEntries, err := s.ReadCallbacks(ctx, deadQ, 0, 100)
+	must(t, err)
 	dead := store.DeadLetter{ID: fmt.Sprint(deadEntries[0].Seq), AppKey: "k1", URL: deadQ.URL, Entries: deadEntries[:1], Attempts: 4, LastError: "HTTP 500"}
 	must(t, s.PutDeadLetter(ctx, dead))
 	// A deleted device that was online, with a shadow and a message: it
