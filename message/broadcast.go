@@ -19,11 +19,13 @@ import (
 // BroadcastStore is what broadcasts need of the store.
 type BroadcastStore interface {
 	BatchStore
+	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
 	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error)
 	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (store.DevicePage, error)
 	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
-	CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error
+	CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error
+	BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error)
 	GetBroadcast(ctx context.Context, appKey string, id int64) (store.Broadcast, error)
 	UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*store.Broadcast) error) (store.Broadcast, error)
 	ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error)
@@ -47,8 +49,10 @@ type FanoutConfig struct {
 	// broadcasts of this node, so a broadcast never crowds out single
 	// sends for the store's writes; 0 takes DefaultFanoutRate.
 	Rate int
-	// Chunk is how many devices one write reaches (the progress cursor
-	// moves with each); 0 takes DefaultFanoutChunk.
+	// Chunk is how many targets one chunk of a broadcast's targets
+	// holds, taken when it is accepted, and so how many devices one
+	// write of its fan-out reaches (the progress moves with each); 0
+	// takes DefaultFanoutChunk.
 	Chunk int
 	// Poll is how often the worker looks for broadcasts it was not told
 	// of (accepted on another node, or left by a crash); 0 takes 2 s.
@@ -121,44 +125,52 @@ func (br *Broadcaster) list(ctx context.Context, app string, t Target, cursor st
 	return br.store.ListTagged(ctx, app, t.Tag, cursor, limit)
 }
 
-// countTargets counts the app's enabled devices that match t now.
-func (br *Broadcaster) countTargets(ctx context.Context, app string, t Target) (int64, error) {
+// snapshot returns the names of the app's enabled devices that match t
+// now, in chunks of the configured size, and how many there are.
+func (br *Broadcaster) snapshot(ctx context.Context, app string, t Target) ([][]string, int64, error) {
+	var chunks [][]string
 	var n int64
 	cursor := ""
 	for {
 		page, err := br.list(ctx, app, t, cursor, 1000)
 		if err != nil {
-			return 0, fmt.Errorf("count broadcast targets: %w", err)
+			return nil, 0, fmt.Errorf("list broadcast targets: %w", err)
 		}
 		for _, d := range page.Devices {
-			if d.Flag == store.FlagEnabled {
-				n++
+			if d.Flag != store.FlagEnabled {
+				continue
 			}
+			if len(chunks) == 0 || len(chunks[len(chunks)-1]) == br.cfg.Chunk {
+				chunks = append(chunks, make([]string, 0, br.cfg.Chunk))
+			}
+			chunks[len(chunks)-1] = append(chunks[len(chunks)-1], d.Name)
+			n++
 		}
 		if page.Next == "" {
-			return n, nil
+			return chunks, n, nil
 		}
 		cursor = page.Next
 	}
 }
 
 // Create accepts a broadcast of req to the app's devices matching t: it
-// counts them, then stores the broadcast with the seq_no entry seqFor
-// builds (given the id and count; it may return nil) in one durable
-// write, and wakes the fan-out. Errors are the store's (store.ErrSeqUsed
-// when the seq_no was recorded meanwhile).
+// takes their names (the enabled ones, now), then stores the broadcast
+// with them and with the seq_no entry seqFor builds (given the id and
+// count; it may return nil) in one durable write, and wakes the fan-out,
+// which reaches those devices and no others. Errors are the store's
+// (store.ErrSeqUsed when the seq_no was recorded meanwhile).
 func (br *Broadcaster) Create(ctx context.Context, app store.App, t Target, req SendRequest, seqNo int64, seqFor func(id, targets int64) *store.SeqEntry) (store.Broadcast, error) {
-	targets, err := br.countTargets(ctx, app.Key, t)
+	chunks, targets, err := br.snapshot(ctx, app.Key, t)
 	if err != nil {
 		return store.Broadcast{}, err
 	}
 	b := store.Broadcast{
 		ID: br.svc.ids.Next(), AppKey: app.Key, Tag: t.Tag, All: t.All,
 		Body: req.Body, TTL: req.TTL, CallbackURL: req.CallbackURL,
-		TimeCreate: br.now().Unix(), Targets: targets, State: store.BroadcastFanningOut,
+		TimeCreate: br.now().Unix(), Targets: targets, Chunks: len(chunks), State: store.BroadcastFanningOut,
 	}
 	b.Params = mergeParams(req.Params, b.ID)
-	if err := br.store.CreateBroadcast(ctx, b, seqNo, seqFor(b.ID, targets)); err != nil {
+	if err := br.store.CreateBroadcast(ctx, b, chunks, seqNo, seqFor(b.ID, targets)); err != nil {
 		return store.Broadcast{}, err
 	}
 	br.Wake()
@@ -355,39 +367,59 @@ func (br *Broadcaster) work(ctx context.Context, b store.Broadcast) error {
 	return nil
 }
 
-// step makes the messages of the next chunk of b's devices and moves its
-// cursor past them in the same write, and returns b as it is then. A
-// crash before the write leaves the cursor where it was, so the chunk is
-// made again; after it, the cursor is past the chunk: no device gets two
-// messages. A step that finds b moved on (cancelled, or stepped by
-// another node) writes nothing and returns b reread.
+// step makes the messages of b's next chunk of targets and moves b past
+// the chunk in the same write, and returns b as it is then. A crash
+// before the write leaves b at the chunk, so the chunk is made again;
+// after it, b is past the chunk: no device gets two messages. A step
+// that finds b moved on (cancelled, or stepped by another node) writes
+// nothing and returns b reread.
+//
+// A target deleted since b was accepted gets nothing (and is not
+// queued); one disabled since gets its message failed at once, as its
+// pending messages were when it was disabled (record 5, code 3003).
 func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broadcast, error) {
-	page, err := br.list(ctx, b.AppKey, Target{Tag: b.Tag, All: b.All}, b.Cursor, br.cfg.Chunk)
-	if err != nil {
-		return b, err
+	var names []string
+	if b.Chunk < b.Chunks {
+		var err error
+		names, err = br.store.BroadcastTargets(ctx, b.AppKey, b.ID, b.Chunk)
+		if errors.Is(err, store.ErrNotFound) {
+			now, err := br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+			if err != nil || now.Chunk != b.Chunk || now.State != store.BroadcastFanningOut {
+				return now, err // moved on meanwhile
+			}
+			// Not moved on, yet the chunk is gone: stepping past it is
+			// all that can be done.
+			br.log.Error("broadcast: a chunk of targets is missing", "app", b.AppKey, "broadcast", b.ID, "chunk", b.Chunk)
+		} else if err != nil {
+			return b, err
+		}
 	}
-	if err := br.pace.WaitN(ctx, min(max(len(page.Devices), 1), br.pace.Burst())); err != nil {
+	if err := br.pace.WaitN(ctx, min(max(len(names), 1), br.pace.Burst())); err != nil {
 		return b, err
 	}
 	now := br.now()
 	req := SendRequest{Body: b.Body, TTL: b.TTL, CallbackURL: b.CallbackURL, Params: b.Params}
-	msgs := make([]store.BatchMessage, 0, len(page.Devices))
-	devs := make([]store.Device, 0, len(page.Devices))
-	for _, d := range page.Devices {
-		// Disabled devices were not targets; devices created after the
-		// broadcast (to the second) are not either.
-		if d.Flag != store.FlagEnabled || d.TimeCreate > b.TimeCreate {
-			continue
+	msgs := make([]store.BatchMessage, 0, len(names))
+	devs := make([]store.Device, 0, len(names))
+	for _, name := range names {
+		d, err := br.store.GetDevice(ctx, b.AppKey, name)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted since the broadcast was accepted
 		}
-		bm := br.svc.newMessage(b.AppKey, d, req, now)
+		if err != nil {
+			return b, fmt.Errorf("target %q: %w", name, err)
+		}
+		bm := br.svc.newMessage(b.AppKey, enabled(d), req, now)
+		if d.Flag != store.FlagEnabled {
+			m := &bm.Message
+			m.State = store.StateFailed
+			m.Records = append(m.Records[:2:2], NewRecord(*m, store.RecordDeliveryFailure, ErrCodeDeviceDisabled, "device disabled", now))
+		}
 		bm.Message.Broadcast, bm.Full.Broadcast = b.ID, b.ID
 		msgs = append(msgs, bm)
 		devs = append(devs, d)
 	}
-	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, From: b.Cursor, To: b.Cursor, Done: page.Next == ""}
-	if n := len(page.Devices); n > 0 {
-		step.To = page.Devices[n-1].Name
-	}
+	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: b.Chunk, Done: b.Chunk+1 >= b.Chunks}
 	outcomes, err := br.store.CreateMessages(ctx, b.AppKey, msgs, nil, step)
 	if errors.Is(err, store.ErrVersionConflict) {
 		return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
@@ -401,6 +433,12 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 		}
 	}
 	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+}
+
+// enabled returns d as an enabled device.
+func enabled(d store.Device) store.Device {
+	d.Flag = store.FlagEnabled
+	return d
 }
 
 // errNotPending leaves a message that is no longer pending as it is.

@@ -68,7 +68,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	var b *store.Broadcast
 	if step != nil {
 		cur, ok := s.broadcasts[bcKey{appKey, step.ID}]
-		if !ok || cur.State != store.BroadcastFanningOut || cur.Cursor != step.From {
+		if !ok || cur.State != store.BroadcastFanningOut || cur.Chunk != step.Chunk {
 			return nil, store.ErrVersionConflict
 		}
 		b = &cur
@@ -129,7 +129,8 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		s.putSeq(appKey, seq.SeqNo, &e)
 	}
 	if b != nil {
-		b.Cursor = step.To
+		delete(s.targets, chunkKey{bcKey{appKey, step.ID}, step.Chunk})
+		b.Chunk = step.Chunk + 1
 		if step.Done {
 			b.State = store.BroadcastDone
 		}
@@ -144,8 +145,15 @@ type bcKey struct {
 	id  int64
 }
 
-// CreateBroadcast stores b, recording seq; see store.Store.
-func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error {
+// chunkKey names one chunk of a broadcast's targets.
+type chunkKey struct {
+	bc bcKey
+	n  int
+}
+
+// CreateBroadcast stores b and its targets, recording seq; see
+// store.Store.
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error {
 	c, err := clone(b)
 	if err != nil {
 		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
@@ -162,8 +170,24 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo in
 		return store.ErrAlreadyExists
 	}
 	s.broadcasts[k] = c
+	for n, names := range targets {
+		s.targets[chunkKey{k, n}] = slices.Clone(names)
+	}
 	s.putSeq(b.AppKey, seqNo, seq)
 	return nil
+}
+
+// BroadcastTargets returns chunk n of the broadcast's targets.
+func (s *Store) BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	names, ok := s.targets[chunkKey{bcKey{appKey, id}, n}]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	return slices.Clone(names), nil
 }
 
 // GetBroadcast returns the app's broadcast or store.ErrNotFound.
@@ -197,9 +221,14 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 	if err := fn(&b); err != nil {
 		return store.Broadcast{}, err
 	}
-	b.ID, b.AppKey = id, appKey
+	b.ID, b.AppKey, b.Chunks, b.Chunk = id, appKey, cur.Chunks, cur.Chunk
 	if s.broadcasts[k], err = clone(b); err != nil {
 		return store.Broadcast{}, err
+	}
+	if b.State != store.BroadcastFanningOut {
+		for n := b.Chunk; n < b.Chunks; n++ {
+			delete(s.targets, chunkKey{k, n})
+		}
 	}
 	return b, nil
 }

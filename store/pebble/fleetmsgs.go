@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -21,11 +23,20 @@ const (
 	// h/<id><app> → empty: the active broadcasts, oldest first, so a
 	// restart finds them without reading every app.
 	pActiveBroadcast = "h/"
+	// i/<app>\0<id><chunk> → the names of one chunk of a broadcast's
+	// targets joined by \0 (names hold none); chunk is 4 bytes.
+	pTargets = "i/"
 )
 
-func broadcastKey(app string, id int64) []byte {
-	return binary.BigEndian.AppendUint64(key(pBroadcast, app, ""), uint64(id))
+func targetsKey(app string, id int64, n int) []byte {
+	return binary.BigEndian.AppendUint32(broadcastKeyIn(pTargets, app, id), uint32(n))
 }
+
+func broadcastKeyIn(prefix, app string, id int64) []byte {
+	return binary.BigEndian.AppendUint64(key(prefix, app, ""), uint64(id))
+}
+
+func broadcastKey(app string, id int64) []byte { return broadcastKeyIn(pBroadcast, app, id) }
 
 func activeBroadcastKey(app string, id int64) []byte {
 	return append(binary.BigEndian.AppendUint64([]byte(pActiveBroadcast), uint64(id)), app...)
@@ -120,7 +131,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		if err := s.getJSON(broadcastKey(appKey, step.ID), &b); err != nil {
 			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
 		}
-		if b.State != store.BroadcastFanningOut || b.Cursor != step.From {
+		if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
 			return nil, store.ErrVersionConflict
 		}
 	}
@@ -171,7 +182,10 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		if step == nil {
 			return nil
 		}
-		b.Cursor = step.To
+		if err := batch.Delete(targetsKey(appKey, step.ID, step.Chunk), nil); err != nil {
+			return err
+		}
+		b.Chunk = step.Chunk + 1
 		if step.Done {
 			b.State = store.BroadcastDone
 		}
@@ -303,8 +317,8 @@ func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
 	return batch.Delete(activeBroadcastKey(b.AppKey, b.ID), nil)
 }
 
-// CreateBroadcast stores b and records seq in one synced batch.
-func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error {
+// CreateBroadcast stores b, its targets and seq in one synced batch.
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
@@ -326,12 +340,58 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo in
 		if err := s.putBroadcast(batch, b); err != nil {
 			return err
 		}
+		for n, names := range targets {
+			if err := set(batch, targetsKey(b.AppKey, b.ID, n), joinNames(names)); err != nil {
+				return err
+			}
+		}
 		return putSeq(batch, b.AppKey, seqNo, seq)
 	})
 	if err != nil {
 		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
 	}
 	return nil
+}
+
+// joinNames joins device names with \0, which none holds.
+func joinNames(names []string) []byte {
+	n := len(names)
+	for _, name := range names {
+		n += len(name)
+	}
+	b := make([]byte, 0, n)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, name...)
+	}
+	return b
+}
+
+// splitNames is the inverse of joinNames.
+func splitNames(b []byte) []string {
+	if len(b) == 0 {
+		return []string{}
+	}
+	return strings.Split(string(b), "\x00")
+}
+
+// BroadcastTargets returns chunk n of the broadcast's targets.
+func (s *Store) BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	v, closer, err := s.db.Get(targetsKey(appKey, id, n))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("targets of broadcast %d: %w", id, err)
+	}
+	defer closer.Close()
+	return splitNames(v), nil
 }
 
 // GetBroadcast returns the app's broadcast or store.ErrNotFound.
@@ -356,11 +416,20 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 	if err := s.getJSON(broadcastKey(appKey, id), &b); err != nil {
 		return store.Broadcast{}, err
 	}
+	chunk, chunks := b.Chunk, b.Chunks
 	if err := fn(&b); err != nil {
 		return store.Broadcast{}, err
 	}
-	b.ID, b.AppKey = id, appKey
-	if err := s.write(func(batch *pebble.Batch) error { return s.putBroadcast(batch, b) }); err != nil {
+	b.ID, b.AppKey, b.Chunk, b.Chunks = id, appKey, chunk, chunks
+	err := s.write(func(batch *pebble.Batch) error {
+		if b.State != store.BroadcastFanningOut && b.Chunk < b.Chunks {
+			if err := batch.DeleteRange(targetsKey(appKey, id, b.Chunk), targetsKey(appKey, id, b.Chunks), nil); err != nil {
+				return err
+			}
+		}
+		return s.putBroadcast(batch, b)
+	})
+	if err != nil {
 		return store.Broadcast{}, fmt.Errorf("update broadcast %d: %w", id, err)
 	}
 	return b, nil
