@@ -19,7 +19,7 @@ import (
 // BroadcastStore is what broadcasts need of the store.
 type BroadcastStore interface {
 	BatchStore
-	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
+	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
 	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error)
 	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (store.DevicePage, error)
 	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
@@ -399,16 +399,14 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 	}
 	now := br.now()
 	req := SendRequest{Body: b.Body, TTL: b.TTL, CallbackURL: b.CallbackURL, Params: b.Params}
-	msgs := make([]store.BatchMessage, 0, len(names))
-	devs := make([]store.Device, 0, len(names))
-	for _, name := range names {
-		d, err := br.store.GetDevice(ctx, b.AppKey, name)
-		if errors.Is(err, store.ErrNotFound) {
-			continue // deleted since the broadcast was accepted
-		}
-		if err != nil {
-			return b, fmt.Errorf("target %q: %w", name, err)
-		}
+	// A target deleted since the broadcast was accepted is not among
+	// devs.
+	devs, err := br.store.GetDevices(ctx, b.AppKey, names)
+	if err != nil {
+		return b, fmt.Errorf("targets of broadcast %d: %w", b.ID, err)
+	}
+	msgs := make([]store.BatchMessage, 0, len(devs))
+	for _, d := range devs {
 		bm := br.svc.newMessage(b.AppKey, enabled(d), req, now)
 		if d.Flag != store.FlagEnabled {
 			m := &bm.Message
@@ -417,7 +415,6 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 		}
 		bm.Message.Broadcast, bm.Full.Broadcast = b.ID, b.ID
 		msgs = append(msgs, bm)
-		devs = append(devs, d)
 	}
 	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: b.Chunk, Done: b.Chunk+1 >= b.Chunks}
 	outcomes, err := br.store.CreateMessages(ctx, b.AppKey, msgs, nil, step)

@@ -15,6 +15,11 @@ type Fleet interface {
 	// app's devices.
 	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (DevicePage, error)
 
+	// GetDevices returns the app's devices of names that exist, in the
+	// order of names, in one read where the backend can (a fan-out
+	// chunk's devices).
+	GetDevices(ctx context.Context, appKey string, names []string) ([]Device, error)
+
 	// CreateMessages stores messages of one app in one atomic, durable
 	// write (all or none on a storage failure), recording seq (when not
 	// nil) and applying step (when not nil) in the same write. Each

@@ -55,6 +55,21 @@ func (s *Store) ListTagged(ctx context.Context, appKey, tag, cursor string, limi
 	return page, nil
 }
 
+// GetDevices returns the app's devices of names that exist, in order.
+func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make([]store.Device, 0, len(names))
+	for _, n := range names {
+		if d, ok := s.devices[devKey{appKey, n}]; ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 // CreateMessages stores the messages, their outbox entries, seq and step
 // under one hold of the lock; see store.Store.
 func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error) {

@@ -100,10 +100,11 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		s.bcMu.Lock()
 		defer s.bcMu.Unlock()
 	}
-	// Everything but the choice between a message and its queue-full
-	// form is encoded before any lock is taken, so the stripes are held
-	// only for the checks and the copy into the batch.
-	encoded, err := s.encodeBatch(appKey, msgs)
+	// The messages are encoded before any lock is taken, so the stripes
+	// are held only for the checks and the copy into the batch; only a
+	// queue-full form (a device holding MaxPending messages) is encoded
+	// under them.
+	encoded, now, err := s.encodeBatch(appKey, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
@@ -154,7 +155,14 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			if outcomes[i] == store.BatchGone {
 				continue
 			}
-			for _, e := range encoded[i][outcomes[i]] {
+			kvs := encoded[i].stored
+			if outcomes[i] == store.BatchFull {
+				var err error
+				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now); err != nil {
+					return err
+				}
+			}
+			for _, e := range kvs {
 				if err := set(batch, e.k, e.v); err != nil {
 					return err
 				}
@@ -223,8 +231,51 @@ func (s *Store) syncLazy() error {
 
 // batchOutcomes decides, under the devices' stripes, what becomes of each
 // message, and returns the pending counts of the devices that gain queue
-// entries.
+// entries. What the caches do not hold (whether a device exists, its
+// pending count) is read in one pass over each index.
 func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, map[string]int64, error) {
+	type state struct {
+		exists bool
+		count  int64
+	}
+	devs := map[string]*state{}
+	var devKeys, countKeys [][]byte
+	var devNames, countNames []string
+	for _, bm := range msgs {
+		name := bm.Message.DeviceName
+		if bm.Message.State != store.StatePending || devs[name] != nil {
+			continue
+		}
+		st := &state{}
+		devs[name] = st
+		if _, ok := s.devices.get(appKey, name); ok {
+			st.exists = true
+		} else {
+			devKeys, devNames = append(devKeys, key(pDevice, appKey, name)), append(devNames, name)
+		}
+		if c, ok := s.pending.get(appKey, name); ok {
+			st.count = c
+		} else {
+			countKeys, countNames = append(countKeys, key(pCount, appKey, name)), append(countNames, name)
+		}
+	}
+	err := s.seekEach(key(pDevice, appKey, ""), devKeys, func(i int, _ []byte) error {
+		devs[devNames[i]].exists = true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
+	}
+	err = s.seekEach(key(pCount, appKey, ""), countKeys, func(i int, v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("counter of %q has %d bytes, want 8", countNames[i], len(v))
+		}
+		devs[countNames[i]].count = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
+	}
 	outcomes := make([]int, len(msgs))
 	counts := map[string]int64{}
 	for i, bm := range msgs {
@@ -232,24 +283,14 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, 
 		if m.State != store.StatePending {
 			continue
 		}
+		st := devs[m.DeviceName]
+		if !st.exists {
+			outcomes[i] = store.BatchGone
+			continue
+		}
 		count, ok := counts[m.DeviceName]
 		if !ok {
-			if _, cached := s.devices.get(appKey, m.DeviceName); !cached {
-				found, err := s.exists(key(pDevice, appKey, m.DeviceName))
-				if err != nil {
-					return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
-				}
-				if !found {
-					outcomes[i] = store.BatchGone
-					continue
-				}
-			}
-			var err error
-			if c, ok := s.pending.get(appKey, m.DeviceName); ok {
-				count = c
-			} else if count, err = s.count(key(pCount, appKey, m.DeviceName)); err != nil {
-				return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
-			}
+			count = st.count
 		}
 		if count >= store.MaxPending {
 			outcomes[i] = store.BatchFull
@@ -263,47 +304,65 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, 
 // kv is one key and value of a write.
 type kv struct{ k, v []byte }
 
-// encodeBatch encodes each message of a batch in both its forms, indexed
-// by store.BatchStored and store.BatchFull: the message with its index
-// entries, its queue and expiry entries when pending and its records'
-// outbox entries (not the pending count). The forms share outbox Seqs, as
-// only one is stored.
-func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([][2][]kv, error) {
+// encodedMsg is one message of a batch encoded for its write.
+type encodedMsg struct {
+	// stored is the message in its stored form with its index entries,
+	// its queue and expiry entries when pending and its records' outbox
+	// entries (not the pending count).
+	stored []kv
+	// first is the first outbox Seq the message holds; its queue-full
+	// form, encoded only when it is the one stored (seldom), uses the
+	// same Seqs.
+	first int64
+}
+
+// encodeBatch encodes each message of a batch as stored (encodedMsg),
+// taking outbox Seqs for the larger of its two forms.
+func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encodedMsg, int64, error) {
 	now := s.now().UnixMilli()
-	out := make([][2][]kv, len(msgs))
+	out := make([]encodedMsg, len(msgs))
 	for i, bm := range msgs {
 		n := int64(max(len(bm.Message.Records), len(bm.Full.Records)))
-		first := s.outboxSeq.Add(n) - n + 1
-		for f, m := range []store.Message{bm.Message, bm.Full} {
-			m.AppKey = appKey
-			var kvs []kv
-			if m.State == store.StatePending {
-				kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
-			}
-			data, err := json.Marshal(m)
-			if err != nil {
-				return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
-			}
-			kvs = append(kvs, kv{msgKey(m.ID), data}, kv{appMsgKey(appKey, m.ID), nil})
-			for r := range m.Records {
-				e := store.OutboxEntry{
-					Seq:         first + int64(r),
-					ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(r),
-					AppKey:      appKey,
-					CallbackURL: m.CallbackURL,
-					Time:        now,
-					Record:      m.Filled(m.Records[r]),
-				}
-				data, err := json.Marshal(e)
-				if err != nil {
-					return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
-				}
-				kvs = append(kvs, kv{outboxKey(e.Seq), data})
-			}
-			out[i][f] = kvs
+		out[i].first = s.outboxSeq.Add(n) - n + 1
+		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now)
+		if err != nil {
+			return nil, 0, err
 		}
+		out[i].stored = kvs
 	}
-	return out, nil
+	return out, now, nil
+}
+
+// encodeForm encodes m as encodedMsg.stored describes, its outbox
+// entries numbered from first and timed now (Unix ms).
+func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) {
+	m.AppKey = appKey
+	kvs := make([]kv, 0, 4+len(m.Records))
+	if m.State == store.StatePending {
+		kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
+	}
+	kvs = append(kvs, kv{msgKey(m.ID), data}, kv{appMsgKey(appKey, m.ID), nil})
+	id := strconv.FormatInt(m.ID, 10) + "-"
+	for r := range m.Records {
+		e := store.OutboxEntry{
+			Seq:         first + int64(r),
+			ID:          id + strconv.Itoa(r),
+			AppKey:      appKey,
+			CallbackURL: m.CallbackURL,
+			Time:        now,
+			Record:      m.Filled(m.Records[r]),
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
+		}
+		kvs = append(kvs, kv{outboxKey(e.Seq), data})
+	}
+	return kvs, nil
 }
 
 // putBroadcast adds b and its place in the active index to batch.

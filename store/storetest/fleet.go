@@ -21,6 +21,7 @@ var fleetTests = []struct {
 }{
 	{"ListTagged", testListTagged},
 	{"TagIndexFollowsWrites", testTagIndexFollowsWrites},
+	{"GetDevices", testGetDevices},
 	{"CreateMessages", testCreateMessages},
 	{"CreateMessagesQueueFull", testCreateMessagesQueueFull},
 	{"Broadcasts", testBroadcasts},
@@ -143,6 +144,34 @@ func testTagIndexFollowsWrites(t *testing.T, s store.Store) {
 	tagged(t, s, "k1", map[string][]string{"dev-a": {"d"}})
 	check("b", "dev-b")
 	check("d", "dev-a")
+}
+
+func testGetDevices(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3")
+	mustDevices(t, s, "other", "dev-4")
+	_, err := s.GetDevice(ctx, "app", "dev-2") // cached where the backend caches
+	must(t, err)
+	_, err = s.UpdateDevice(ctx, "app", "dev-3", func(d *store.Device) error {
+		d.Flag = store.FlagDisabled
+		return nil
+	})
+	must(t, err)
+	got, err := s.GetDevices(ctx, "app", []string{"dev-3", "dev-9", "dev-1", "dev-4", "dev-2"})
+	must(t, err)
+	if n := names(got); !slices.Equal(n, []string{"dev-3", "dev-1", "dev-2"}) {
+		t.Fatalf("devices %v, want dev-3, dev-1, dev-2 (in the order asked, missing and other apps' left out)", n)
+	}
+	if got[0].Flag != store.FlagDisabled || got[0].AppKey != "app" || got[1].Flag != store.FlagEnabled {
+		t.Fatalf("devices %+v", got)
+	}
+	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
+	if got, err := s.GetDevices(ctx, "app", []string{"dev-2", "dev-1"}); err != nil || !slices.Equal(names(got), []string{"dev-1"}) {
+		t.Fatalf("after a delete: %v %v", names(got), err)
+	}
+	if got, err := s.GetDevices(ctx, "app", nil); err != nil || len(got) != 0 {
+		t.Fatalf("no names: %v %v", got, err)
+	}
 }
 
 // batchMsg is a BatchMessage of msg(id, ...) with its queue-full form and
