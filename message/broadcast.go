@@ -20,8 +20,7 @@ import (
 type BroadcastStore interface {
 	BatchStore
 	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
-	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error)
-	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (store.DevicePage, error)
+	EnabledNames(ctx context.Context, appKey, tag string) ([]string, error)
 	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
 	CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error
@@ -46,9 +45,14 @@ type BroadcastStats struct {
 // FanoutConfig paces the fan-out of broadcasts.
 type FanoutConfig struct {
 	// Rate is the most broadcast messages made per second, over all
-	// broadcasts of this node, so a broadcast never crowds out single
-	// sends for the store's writes; 0 takes DefaultFanoutRate.
+	// broadcasts of this node, while no single send is made; 0 takes
+	// DefaultFanoutRate.
 	Rate int
+	// YieldRate is the most made per second while single sends are
+	// being made on this node (one began in the last second), so that a
+	// fan-out does not take from them the CPU and disk their latency
+	// needs; 0 takes DefaultFanoutYieldRate.
+	YieldRate int
 	// Chunk is how many targets one chunk of a broadcast's targets
 	// holds, taken when it is accepted, and so how many devices one
 	// write of its fan-out reaches (the progress moves with each); 0
@@ -61,9 +65,14 @@ type FanoutConfig struct {
 
 // Defaults of FanoutConfig.
 const (
-	DefaultFanoutRate  = 100_000
-	DefaultFanoutChunk = 500
+	DefaultFanoutRate      = 100_000
+	DefaultFanoutYieldRate = 2_000
+	DefaultFanoutChunk     = 100
 )
+
+// yieldWindow is how long after a single send the fan-out still gives
+// way to single sends.
+const yieldWindow = time.Second
 
 // Broadcaster accepts broadcasts, fans them out in the background and
 // reports and cancels them (DESIGN.md section 8). One runs the fan-out per
@@ -74,6 +83,8 @@ type Broadcaster struct {
 	log   *slog.Logger
 	cfg   FanoutConfig
 	pace  *rate.Limiter
+	// yield paces the fan-out while single sends are made.
+	yield *rate.Limiter
 	now   func() time.Time
 
 	// stats caches each broadcast's counts: counting reads every message
@@ -94,6 +105,9 @@ func NewBroadcaster(svc *Service, st BroadcastStore, cfg FanoutConfig, log *slog
 	if cfg.Rate <= 0 {
 		cfg.Rate = DefaultFanoutRate
 	}
+	if cfg.YieldRate <= 0 {
+		cfg.YieldRate = DefaultFanoutYieldRate
+	}
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = DefaultFanoutChunk
 	}
@@ -102,8 +116,9 @@ func NewBroadcaster(svc *Service, st BroadcastStore, cfg FanoutConfig, log *slog
 	}
 	return &Broadcaster{
 		svc: svc, store: st, log: log, cfg: cfg, now: time.Now,
-		pace: rate.NewLimiter(rate.Limit(cfg.Rate), max(cfg.Rate/10, cfg.Chunk)),
-		wake: make(chan struct{}, 1), stats: map[int64]cachedStats{},
+		pace:  rate.NewLimiter(rate.Limit(cfg.Rate), max(cfg.Rate/10, cfg.Chunk)),
+		yield: rate.NewLimiter(rate.Limit(cfg.YieldRate), cfg.Chunk),
+		wake:  make(chan struct{}, 1), stats: map[int64]cachedStats{},
 	}
 }
 
@@ -117,40 +132,23 @@ type cachedStats struct {
 // maxCachedStats bounds the cache; past it, the oldest go.
 const maxCachedStats = 1024
 
-// list reads one page of b's target devices after cursor.
-func (br *Broadcaster) list(ctx context.Context, app string, t Target, cursor string, limit int) (store.DevicePage, error) {
-	if t.All {
-		return br.store.ListDevices(ctx, app, "", cursor, limit)
-	}
-	return br.store.ListTagged(ctx, app, t.Tag, cursor, limit)
-}
-
 // snapshot returns the names of the app's enabled devices that match t
 // now, in chunks of the configured size, and how many there are.
 func (br *Broadcaster) snapshot(ctx context.Context, app string, t Target) ([][]string, int64, error) {
-	var chunks [][]string
-	var n int64
-	cursor := ""
-	for {
-		page, err := br.list(ctx, app, t, cursor, 1000)
-		if err != nil {
-			return nil, 0, fmt.Errorf("list broadcast targets: %w", err)
-		}
-		for _, d := range page.Devices {
-			if d.Flag != store.FlagEnabled {
-				continue
-			}
-			if len(chunks) == 0 || len(chunks[len(chunks)-1]) == br.cfg.Chunk {
-				chunks = append(chunks, make([]string, 0, br.cfg.Chunk))
-			}
-			chunks[len(chunks)-1] = append(chunks[len(chunks)-1], d.Name)
-			n++
-		}
-		if page.Next == "" {
-			return chunks, n, nil
-		}
-		cursor = page.Next
+	tag := t.Tag
+	if t.All {
+		tag = ""
 	}
+	names, err := br.store.EnabledNames(ctx, app, tag)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list broadcast targets: %w", err)
+	}
+	chunks := make([][]string, 0, (len(names)+br.cfg.Chunk-1)/br.cfg.Chunk)
+	for rest := names; len(rest) > 0; {
+		n := min(len(rest), br.cfg.Chunk)
+		chunks, rest = append(chunks, rest[:n:n]), rest[n:]
+	}
+	return chunks, int64(len(names)), nil
 }
 
 // Create accepts a broadcast of req to the app's devices matching t: it
@@ -394,7 +392,7 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 			return b, err
 		}
 	}
-	if err := br.pace.WaitN(ctx, min(max(len(names), 1), br.pace.Burst())); err != nil {
+	if err := br.wait(ctx, len(names)); err != nil {
 		return b, err
 	}
 	now := br.now()
@@ -430,6 +428,44 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 		}
 	}
 	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+}
+
+// wait takes n messages' tokens: from the yield pace while single sends
+// are made (and from the full pace too, so that neither is exceeded),
+// from the full pace otherwise. A wait on the yield pace that sees the
+// sends stop ends early and goes on at the full pace.
+func (br *Broadcaster) wait(ctx context.Context, n int) error {
+	n = max(n, 1)
+	if br.sending() {
+		r := br.yield.ReserveN(br.now(), min(n, br.yield.Burst()))
+		delay := r.DelayFrom(br.now())
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				r.Cancel()
+				return ctx.Err()
+			case <-t.C:
+				break waiting
+			case <-tick.C:
+				if !br.sending() {
+					r.Cancel()
+					break waiting
+				}
+			}
+		}
+	}
+	return br.pace.WaitN(ctx, min(n, br.pace.Burst()))
+}
+
+// sending reports whether a single send began within yieldWindow.
+func (br *Broadcaster) sending() bool {
+	last := br.svc.lastSend.Load()
+	return last != 0 && br.now().UnixNano()-last < int64(yieldWindow)
 }
 
 // enabled returns d as an enabled device.

@@ -15,6 +15,11 @@ type Fleet interface {
 	// app's devices.
 	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (DevicePage, error)
 
+	// EnabledNames returns the names of the app's enabled devices that
+	// carry tag, or of all of them with tag "", in name order: the
+	// targets of a broadcast accepted now.
+	EnabledNames(ctx context.Context, appKey, tag string) ([]string, error)
+
 	// GetDevices returns the app's devices of names that exist, in the
 	// order of names, in one read where the backend can (a fan-out
 	// chunk's devices).

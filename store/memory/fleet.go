@@ -55,6 +55,26 @@ func (s *Store) ListTagged(ctx context.Context, appKey, tag, cursor string, limi
 	return page, nil
 }
 
+// EnabledNames returns the names of the app's enabled devices carrying
+// tag (all with ""), in name order.
+func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	names := s.names[appKey]
+	if tag != "" {
+		names = s.tagged[tagKey{appKey, tag}]
+	}
+	out := []string{}
+	for _, n := range names {
+		if s.devices[devKey{appKey, n}].Flag == store.FlagEnabled {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
 // GetDevices returns the app's devices of names that exist, in order.
 func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
 	if err := s.lock(ctx); err != nil {

@@ -87,3 +87,69 @@ func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) (
 	}
 	return out, nil
 }
+
+// EnabledNames scans the app's devices (or the tag's index entries and
+// the devices they name) and decodes of each device only its flag.
+func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	out := []string{}
+	var flag struct {
+		Flag int `json:"flag"`
+	}
+	enabled := func(v []byte) (bool, error) {
+		flag.Flag = store.FlagEnabled
+		if err := json.Unmarshal(v, &flag); err != nil {
+			return false, err
+		}
+		return flag.Flag == store.FlagEnabled, nil
+	}
+	devPrefix := key(pDevice, appKey, "")
+	if tag == "" {
+		err := s.scan(devPrefix, prefixEnd(devPrefix), func(k, v []byte) (bool, error) {
+			ok, err := enabled(v)
+			if err != nil {
+				return false, fmt.Errorf("decode %q: %w", k, err)
+			}
+			if ok {
+				out = append(out, string(k[len(devPrefix):]))
+			}
+			return true, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("enabled devices of %s: %w", appKey, err)
+		}
+		return out, nil
+	}
+	tagPrefix := key(pTag, appKey, tag, "")
+	var names []string
+	var keys [][]byte
+	err := s.scan(tagPrefix, prefixEnd(tagPrefix), func(k, _ []byte) (bool, error) {
+		name := string(k[len(tagPrefix):])
+		names, keys = append(names, name), append(keys, key(pDevice, appKey, name))
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enabled devices of %s tagged %s: %w", appKey, tag, err)
+	}
+	on := make([]bool, len(names))
+	err = s.seekEach(devPrefix, keys, func(i int, v []byte) error {
+		ok, err := enabled(v)
+		if err != nil {
+			return fmt.Errorf("decode device %q: %w", names[i], err)
+		}
+		on[i] = ok
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enabled devices of %s tagged %s: %w", appKey, tag, err)
+	}
+	for i, n := range names {
+		if on[i] {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}

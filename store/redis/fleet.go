@@ -76,3 +76,31 @@ func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) (
 	}
 	return out, nil
 }
+
+// EnabledNames reads the app's device index (or the tag's) and the
+// devices it names, a thousand at a time.
+func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string, error) {
+	out := []string{}
+	cursor := ""
+	for {
+		var page store.DevicePage
+		var err error
+		if tag == "" {
+			page, err = s.ListDevices(ctx, appKey, "", cursor, 1000)
+		} else {
+			page, err = s.ListTagged(ctx, appKey, tag, cursor, 1000)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range page.Devices {
+			if d.Flag == store.FlagEnabled {
+				out = append(out, d.Name)
+			}
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		cursor = page.Next
+	}
+}

@@ -22,6 +22,7 @@ var fleetTests = []struct {
 	{"ListTagged", testListTagged},
 	{"TagIndexFollowsWrites", testTagIndexFollowsWrites},
 	{"GetDevices", testGetDevices},
+	{"EnabledNames", testEnabledNames},
 	{"CreateMessages", testCreateMessages},
 	{"CreateMessagesQueueFull", testCreateMessagesQueueFull},
 	{"Broadcasts", testBroadcasts},
@@ -171,6 +172,37 @@ func testGetDevices(t *testing.T, s store.Store) {
 	}
 	if got, err := s.GetDevices(ctx, "app", nil); err != nil || len(got) != 0 {
 		t.Fatalf("no names: %v %v", got, err)
+	}
+}
+
+func testEnabledNames(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.CreateApp(ctx, store.App{Key: "k1"}))
+	must(t, s.CreateApp(ctx, store.App{Key: "k2"}))
+	tagged(t, s, "k1", map[string][]string{
+		"dev-a": {"lamp"}, "dev-b": {"lamp", "x"}, "dev-c": nil, "dev-d": {"lamp"}, "dev-e": {"x"}, "dev-f": {"lamp"},
+	})
+	tagged(t, s, "k2", map[string][]string{"dev-a": {"lamp"}, "dev-z": {"lamp"}})
+	_, err := s.UpdateDevice(ctx, "k1", "dev-d", func(d *store.Device) error {
+		d.Flag = store.FlagDisabled
+		return nil
+	})
+	must(t, err)
+	must(t, s.DeleteDevice(ctx, "k1", "dev-f"))
+	check := func(tag string, want ...string) {
+		t.Helper()
+		got, err := s.EnabledNames(ctx, "k1", tag)
+		must(t, err)
+		if !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
+			t.Fatalf("enabled names of tag %q: %v, want %v", tag, got, want)
+		}
+	}
+	check("", "dev-a", "dev-b", "dev-c", "dev-e")
+	check("lamp", "dev-a", "dev-b")
+	check("x", "dev-b", "dev-e")
+	check("none")
+	if got, err := s.EnabledNames(ctx, "k3", ""); err != nil || len(got) != 0 {
+		t.Fatalf("an app without devices: %v %v", got, err)
 	}
 }
 
