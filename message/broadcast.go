@@ -19,11 +19,12 @@ import (
 // BroadcastStore is what broadcasts need of the store.
 type BroadcastStore interface {
 	BatchStore
-	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error)
-	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (store.DevicePage, error)
+	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
+	EnabledNames(ctx context.Context, appKey, tag string) ([]string, error)
 	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
-	CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error
+	CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error
+	BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error)
 	GetBroadcast(ctx context.Context, appKey string, id int64) (store.Broadcast, error)
 	UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*store.Broadcast) error) (store.Broadcast, error)
 	ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error)
@@ -44,11 +45,18 @@ type BroadcastStats struct {
 // FanoutConfig paces the fan-out of broadcasts.
 type FanoutConfig struct {
 	// Rate is the most broadcast messages made per second, over all
-	// broadcasts of this node, so a broadcast never crowds out single
-	// sends for the store's writes; 0 takes DefaultFanoutRate.
+	// broadcasts of this node, while no single send is made; 0 takes
+	// DefaultFanoutRate.
 	Rate int
-	// Chunk is how many devices one write reaches (the progress cursor
-	// moves with each); 0 takes DefaultFanoutChunk.
+	// YieldRate is the most made per second while single sends are
+	// being made on this node (one began in the last second), so that a
+	// fan-out does not take from them the CPU and disk their latency
+	// needs; 0 takes DefaultFanoutYieldRate.
+	YieldRate int
+	// Chunk is how many targets one chunk of a broadcast's targets
+	// holds, taken when it is accepted, and so how many devices one
+	// write of its fan-out reaches (the progress moves with each); 0
+	// takes DefaultFanoutChunk.
 	Chunk int
 	// Poll is how often the worker looks for broadcasts it was not told
 	// of (accepted on another node, or left by a crash); 0 takes 2 s.
@@ -57,9 +65,14 @@ type FanoutConfig struct {
 
 // Defaults of FanoutConfig.
 const (
-	DefaultFanoutRate  = 100_000
-	DefaultFanoutChunk = 500
+	DefaultFanoutRate      = 100_000
+	DefaultFanoutYieldRate = 2_000
+	DefaultFanoutChunk     = 100
 )
+
+// yieldWindow is how long after a single send the fan-out still gives
+// way to single sends.
+const yieldWindow = time.Second
 
 // Broadcaster accepts broadcasts, fans them out in the background and
 // reports and cancels them (DESIGN.md section 8). One runs the fan-out per
@@ -70,6 +83,8 @@ type Broadcaster struct {
 	log   *slog.Logger
 	cfg   FanoutConfig
 	pace  *rate.Limiter
+	// yield paces the fan-out while single sends are made.
+	yield *rate.Limiter
 	now   func() time.Time
 
 	// stats caches each broadcast's counts: counting reads every message
@@ -90,6 +105,9 @@ func NewBroadcaster(svc *Service, st BroadcastStore, cfg FanoutConfig, log *slog
 	if cfg.Rate <= 0 {
 		cfg.Rate = DefaultFanoutRate
 	}
+	if cfg.YieldRate <= 0 {
+		cfg.YieldRate = DefaultFanoutYieldRate
+	}
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = DefaultFanoutChunk
 	}
@@ -98,8 +116,9 @@ func NewBroadcaster(svc *Service, st BroadcastStore, cfg FanoutConfig, log *slog
 	}
 	return &Broadcaster{
 		svc: svc, store: st, log: log, cfg: cfg, now: time.Now,
-		pace: rate.NewLimiter(rate.Limit(cfg.Rate), max(cfg.Rate/10, cfg.Chunk)),
-		wake: make(chan struct{}, 1), stats: map[int64]cachedStats{},
+		pace:  rate.NewLimiter(rate.Limit(cfg.Rate), max(cfg.Rate/10, cfg.Chunk)),
+		yield: rate.NewLimiter(rate.Limit(cfg.YieldRate), cfg.Chunk),
+		wake:  make(chan struct{}, 1), stats: map[int64]cachedStats{},
 	}
 }
 
@@ -113,52 +132,43 @@ type cachedStats struct {
 // maxCachedStats bounds the cache; past it, the oldest go.
 const maxCachedStats = 1024
 
-// list reads one page of b's target devices after cursor.
-func (br *Broadcaster) list(ctx context.Context, app string, t Target, cursor string, limit int) (store.DevicePage, error) {
+// snapshot returns the names of the app's enabled devices that match t
+// now, in chunks of the configured size, and how many there are.
+func (br *Broadcaster) snapshot(ctx context.Context, app string, t Target) ([][]string, int64, error) {
+	tag := t.Tag
 	if t.All {
-		return br.store.ListDevices(ctx, app, "", cursor, limit)
+		tag = ""
 	}
-	return br.store.ListTagged(ctx, app, t.Tag, cursor, limit)
-}
-
-// countTargets counts the app's enabled devices that match t now.
-func (br *Broadcaster) countTargets(ctx context.Context, app string, t Target) (int64, error) {
-	var n int64
-	cursor := ""
-	for {
-		page, err := br.list(ctx, app, t, cursor, 1000)
-		if err != nil {
-			return 0, fmt.Errorf("count broadcast targets: %w", err)
-		}
-		for _, d := range page.Devices {
-			if d.Flag == store.FlagEnabled {
-				n++
-			}
-		}
-		if page.Next == "" {
-			return n, nil
-		}
-		cursor = page.Next
+	names, err := br.store.EnabledNames(ctx, app, tag)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list broadcast targets: %w", err)
 	}
+	chunks := make([][]string, 0, (len(names)+br.cfg.Chunk-1)/br.cfg.Chunk)
+	for rest := names; len(rest) > 0; {
+		n := min(len(rest), br.cfg.Chunk)
+		chunks, rest = append(chunks, rest[:n:n]), rest[n:]
+	}
+	return chunks, int64(len(names)), nil
 }
 
 // Create accepts a broadcast of req to the app's devices matching t: it
-// counts them, then stores the broadcast with the seq_no entry seqFor
-// builds (given the id and count; it may return nil) in one durable
-// write, and wakes the fan-out. Errors are the store's (store.ErrSeqUsed
-// when the seq_no was recorded meanwhile).
+// takes their names (the enabled ones, now), then stores the broadcast
+// with them and with the seq_no entry seqFor builds (given the id and
+// count; it may return nil) in one durable write, and wakes the fan-out,
+// which reaches those devices and no others. Errors are the store's
+// (store.ErrSeqUsed when the seq_no was recorded meanwhile).
 func (br *Broadcaster) Create(ctx context.Context, app store.App, t Target, req SendRequest, seqNo int64, seqFor func(id, targets int64) *store.SeqEntry) (store.Broadcast, error) {
-	targets, err := br.countTargets(ctx, app.Key, t)
+	chunks, targets, err := br.snapshot(ctx, app.Key, t)
 	if err != nil {
 		return store.Broadcast{}, err
 	}
 	b := store.Broadcast{
 		ID: br.svc.ids.Next(), AppKey: app.Key, Tag: t.Tag, All: t.All,
 		Body: req.Body, TTL: req.TTL, CallbackURL: req.CallbackURL,
-		TimeCreate: br.now().Unix(), Targets: targets, State: store.BroadcastFanningOut,
+		TimeCreate: br.now().Unix(), Targets: targets, Chunks: len(chunks), State: store.BroadcastFanningOut,
 	}
 	b.Params = mergeParams(req.Params, b.ID)
-	if err := br.store.CreateBroadcast(ctx, b, seqNo, seqFor(b.ID, targets)); err != nil {
+	if err := br.store.CreateBroadcast(ctx, b, chunks, seqNo, seqFor(b.ID, targets)); err != nil {
 		return store.Broadcast{}, err
 	}
 	br.Wake()
@@ -355,39 +365,56 @@ func (br *Broadcaster) work(ctx context.Context, b store.Broadcast) error {
 	return nil
 }
 
-// step makes the messages of the next chunk of b's devices and moves its
-// cursor past them in the same write, and returns b as it is then. A
-// crash before the write leaves the cursor where it was, so the chunk is
-// made again; after it, the cursor is past the chunk: no device gets two
-// messages. A step that finds b moved on (cancelled, or stepped by
-// another node) writes nothing and returns b reread.
+// step makes the messages of b's next chunk of targets and moves b past
+// the chunk in the same write, and returns b as it is then. A crash
+// before the write leaves b at the chunk, so the chunk is made again;
+// after it, b is past the chunk: no device gets two messages. A step
+// that finds b moved on (cancelled, or stepped by another node) writes
+// nothing and returns b reread.
+//
+// A target deleted since b was accepted gets nothing (and is not
+// queued); one disabled since gets its message failed at once, as its
+// pending messages were when it was disabled (record 5, code 3003).
 func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broadcast, error) {
-	page, err := br.list(ctx, b.AppKey, Target{Tag: b.Tag, All: b.All}, b.Cursor, br.cfg.Chunk)
-	if err != nil {
-		return b, err
+	var names []string
+	if b.Chunk < b.Chunks {
+		var err error
+		names, err = br.store.BroadcastTargets(ctx, b.AppKey, b.ID, b.Chunk)
+		if errors.Is(err, store.ErrNotFound) {
+			now, err := br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+			if err != nil || now.Chunk != b.Chunk || now.State != store.BroadcastFanningOut {
+				return now, err // moved on meanwhile
+			}
+			// Not moved on, yet the chunk is gone: stepping past it is
+			// all that can be done.
+			br.log.Error("broadcast: a chunk of targets is missing", "app", b.AppKey, "broadcast", b.ID, "chunk", b.Chunk)
+		} else if err != nil {
+			return b, err
+		}
 	}
-	if err := br.pace.WaitN(ctx, min(max(len(page.Devices), 1), br.pace.Burst())); err != nil {
+	if err := br.wait(ctx, len(names)); err != nil {
 		return b, err
 	}
 	now := br.now()
 	req := SendRequest{Body: b.Body, TTL: b.TTL, CallbackURL: b.CallbackURL, Params: b.Params}
-	msgs := make([]store.BatchMessage, 0, len(page.Devices))
-	devs := make([]store.Device, 0, len(page.Devices))
-	for _, d := range page.Devices {
-		// Disabled devices were not targets; devices created after the
-		// broadcast (to the second) are not either.
-		if d.Flag != store.FlagEnabled || d.TimeCreate > b.TimeCreate {
-			continue
+	// A target deleted since the broadcast was accepted is not among
+	// devs.
+	devs, err := br.store.GetDevices(ctx, b.AppKey, names)
+	if err != nil {
+		return b, fmt.Errorf("targets of broadcast %d: %w", b.ID, err)
+	}
+	msgs := make([]store.BatchMessage, 0, len(devs))
+	for _, d := range devs {
+		bm := br.svc.newMessage(b.AppKey, enabled(d), req, now)
+		if d.Flag != store.FlagEnabled {
+			m := &bm.Message
+			m.State = store.StateFailed
+			m.Records = append(m.Records[:2:2], NewRecord(*m, store.RecordDeliveryFailure, ErrCodeDeviceDisabled, "device disabled", now))
 		}
-		bm := br.svc.newMessage(b.AppKey, d, req, now)
 		bm.Message.Broadcast, bm.Full.Broadcast = b.ID, b.ID
 		msgs = append(msgs, bm)
-		devs = append(devs, d)
 	}
-	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, From: b.Cursor, To: b.Cursor, Done: page.Next == ""}
-	if n := len(page.Devices); n > 0 {
-		step.To = page.Devices[n-1].Name
-	}
+	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: b.Chunk, Done: b.Chunk+1 >= b.Chunks}
 	outcomes, err := br.store.CreateMessages(ctx, b.AppKey, msgs, nil, step)
 	if errors.Is(err, store.ErrVersionConflict) {
 		return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
@@ -401,6 +428,50 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 		}
 	}
 	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+}
+
+// wait takes n messages' tokens: from the yield pace while single sends
+// are made (and from the full pace too, so that neither is exceeded),
+// from the full pace otherwise. A wait on the yield pace that sees the
+// sends stop ends early and goes on at the full pace.
+func (br *Broadcaster) wait(ctx context.Context, n int) error {
+	n = max(n, 1)
+	if br.sending() {
+		r := br.yield.ReserveN(br.now(), min(n, br.yield.Burst()))
+		delay := r.DelayFrom(br.now())
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				r.Cancel()
+				return ctx.Err()
+			case <-t.C:
+				break waiting
+			case <-tick.C:
+				if !br.sending() {
+					r.Cancel()
+					break waiting
+				}
+			}
+		}
+	}
+	return br.pace.WaitN(ctx, min(n, br.pace.Burst()))
+}
+
+// sending reports whether a single send began within yieldWindow.
+func (br *Broadcaster) sending() bool {
+	last := br.svc.lastSend.Load()
+	return last != 0 && br.now().UnixNano()-last < int64(yieldWindow)
+}
+
+// enabled returns d as an enabled device.
+func enabled(d store.Device) store.Device {
+	d.Flag = store.FlagEnabled
+	return d
 }
 
 // errNotPending leaves a message that is no longer pending as it is.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/devmsg/devmsg/errdefs"
@@ -63,6 +64,9 @@ type Service struct {
 	ids    *idgen.Generator
 	router Router
 	now    func() time.Time
+	// lastSend is when the last single send began (Unix ns), so that the
+	// fan-out of broadcasts can give way to single sends (Broadcaster).
+	lastSend atomic.Int64
 }
 
 // NewService returns a Service that stores in st, numbers messages with
@@ -131,6 +135,7 @@ func (s *Service) SendTo(ctx context.Context, app store.App, device string, req 
 // (store.ErrSeqUsed when the seq_no was recorded meanwhile).
 func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req SendRequest, seqNo int64, seqFor func(msgid int64) *store.SeqEntry) (store.Message, error) {
 	now := s.now()
+	s.lastSend.Store(now.UnixNano())
 	m := store.Message{
 		ID:          s.ids.Next(),
 		AppKey:      app.Key,

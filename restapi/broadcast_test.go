@@ -194,3 +194,65 @@ func TestBroadcastCancel(t *testing.T) {
 		t.Fatalf("%d messages, queued %d", reached, v.Queued)
 	}
 }
+
+// TestBroadcastTargetsTakenAtAcceptance checks DESIGN.md section 8's
+// targets: the enabled devices that match when the broadcast is
+// accepted, whatever changes before the fan-out reaches them.
+func TestBroadcastTargetsTakenAtAcceptance(t *testing.T) {
+	e := startEnv(&env{t: t, dir: t.TempDir(), fanout: &message.FanoutConfig{Chunk: 2, Poll: 50 * time.Millisecond}})
+	e.call("POST", "/device/v1/devices", `{"device":[
+		{"name":"kept","tags":["t"]},{"name":"untagged","tags":["t"]},{"name":"was-off","tags":["t"]},
+		{"name":"tagged-late"},{"name":"deleted","tags":["t"]},{"name":"disabled-late","tags":["t"]}]}`).wantOK(t)
+	c := adminCreds()
+	admin := "/admin/v1/apps/" + e.app.Key + "/devices/"
+	e.do("PATCH", admin+"was-off", `{"flag":1}`, &c).wantOK(t)
+	// The fan-out waits until the devices have changed.
+	e.broadcasts.Stop()
+	id, targets := e.broadcast(`{"seq_no":1,"target":{"tag":"t"},"msg_body":"snap","ttl":600}`)
+	if targets != 4 {
+		t.Fatalf("targets %d, want 4 (kept, untagged, deleted, disabled-late)", targets)
+	}
+	e.call("POST", "/device/v1/tags", `{"device_name":"untagged","tags":[]}`).wantOK(t)
+	e.call("POST", "/device/v1/tags", `{"device_name":"tagged-late","tags":["t"]}`).wantOK(t)
+	e.do("PATCH", admin+"was-off", `{"flag":0}`, &c).wantOK(t)
+	e.do("DELETE", admin+"deleted", nil, &c).wantOK(t)
+	e.do("PATCH", admin+"disabled-late", `{"flag":1}`, &c).wantOK(t)
+	if err := e.broadcasts.Start(); err != nil {
+		t.Fatal(err)
+	}
+	v := e.waitBroadcast(id, func(v broadcastView) bool { return v.State == "done" })
+	// The deleted target gets nothing and is not queued; the one
+	// disabled since gets its message failed, as a disabled device's
+	// pending messages are.
+	if v.Targets != 4 || v.Queued != 3 || v.Failed != 1 {
+		t.Fatalf("done broadcast %+v, want 4 targets, 3 queued, 1 failed", v)
+	}
+	for _, d := range []string{"kept", "untagged"} {
+		if ms := e.pending(d); len(ms) != 1 || ms[0].Body != "snap" {
+			t.Fatalf("%s pending %+v, want the broadcast's message", d, ms)
+		}
+	}
+	for _, d := range []string{"tagged-late", "was-off", "disabled-late"} {
+		if ms := e.pending(d); len(ms) != 0 {
+			t.Fatalf("%s has %d pending messages, want none", d, len(ms))
+		}
+	}
+	ms, err := e.st.ListMessages(context.Background(), e.app.Key, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, m := range ms {
+		got[m.DeviceName]++
+		if m.DeviceName != "disabled-late" {
+			continue
+		}
+		last := m.Records[len(m.Records)-1]
+		if m.State != store.StateFailed || last.Type != store.RecordDeliveryFailure || last.Error == nil || last.Error.Code != message.ErrCodeDeviceDisabled {
+			t.Fatalf("message of the device disabled after acceptance: %s, records %+v", m.State, m.Records)
+		}
+	}
+	if len(got) != 3 || got["kept"] != 1 || got["untagged"] != 1 || got["disabled-late"] != 1 {
+		t.Fatalf("messages per device %v, want one each for kept, untagged and disabled-late", got)
+	}
+}

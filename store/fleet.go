@@ -15,6 +15,16 @@ type Fleet interface {
 	// app's devices.
 	ListTagged(ctx context.Context, appKey, tag, cursor string, limit int) (DevicePage, error)
 
+	// EnabledNames returns the names of the app's enabled devices that
+	// carry tag, or of all of them with tag "", in name order: the
+	// targets of a broadcast accepted now.
+	EnabledNames(ctx context.Context, appKey, tag string) ([]string, error)
+
+	// GetDevices returns the app's devices of names that exist, in the
+	// order of names, in one read where the backend can (a fan-out
+	// chunk's devices).
+	GetDevices(ctx context.Context, appKey string, names []string) ([]Device, error)
+
 	// CreateMessages stores messages of one app in one atomic, durable
 	// write (all or none on a storage failure), recording seq (when not
 	// nil) and applying step (when not nil) in the same write. Each
@@ -28,18 +38,28 @@ type Fleet interface {
 	// that survived; Barrier makes them durable before what they hold
 	// leaves the process. It fails with
 	// ErrSeqUsed as CreateMessage does, and with ErrVersionConflict when
-	// step's broadcast is not fanning out from step.From (nothing
+	// step's broadcast is not fanning out at step.Chunk (nothing
 	// written either way).
 	CreateMessages(ctx context.Context, appKey string, msgs []BatchMessage, seq *BatchSeq, step *BroadcastStep) ([]int, error)
 
-	// CreateBroadcast stores a new broadcast, recording seq (when not
-	// nil) in the same write; ErrSeqUsed as CreateMessage.
-	CreateBroadcast(ctx context.Context, b Broadcast, seqNo int64, seq *SeqEntry) error
+	// CreateBroadcast stores a new broadcast with its targets, the names
+	// of the devices it reaches as taken when it is accepted, in chunks
+	// (targets[i] is chunk i; b.Chunks must be len(targets)), recording
+	// seq (when not nil), all in one durable write; ErrSeqUsed as
+	// CreateMessage, ErrAlreadyExists for a broadcast id in use.
+	CreateBroadcast(ctx context.Context, b Broadcast, targets [][]string, seqNo int64, seq *SeqEntry) error
+	// BroadcastTargets returns chunk n of the app's broadcast's targets;
+	// ErrNotFound once the chunk's step is written (each step deletes its
+	// chunk), after the broadcast stopped fanning out, or if there is
+	// none such.
+	BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error)
 	// GetBroadcast returns the app's broadcast or ErrNotFound.
 	GetBroadcast(ctx context.Context, appKey string, id int64) (Broadcast, error)
 	// UpdateBroadcast applies fn to the app's broadcast and stores the
 	// result atomically with respect to every other write of it (steps
-	// included), and returns it. fn must not change ID or AppKey.
+	// included), and returns it; a result no longer fanning out has its
+	// chunks of targets not yet stepped deleted in the same write. fn
+	// must not change ID, AppKey, Chunks or Chunk.
 	// ErrNotFound if absent; an error from fn comes back as is.
 	UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*Broadcast) error) (Broadcast, error)
 	// ActiveBroadcasts returns the broadcasts of every app that are
@@ -111,14 +131,16 @@ type Broadcast struct {
 	CallbackURL string          `json:"callback_url,omitempty"`
 	Params      json.RawMessage `json:"params,omitempty"`
 	TimeCreate  int64           `json:"time_create"` // Unix seconds
-	// Targets is how many enabled devices matched when it was accepted.
+	// Targets is how many enabled devices matched when it was accepted:
+	// the names stored with it (CreateBroadcast) in Chunks chunks.
 	Targets int64 `json:"targets"`
+	Chunks  int   `json:"chunks"`
 
 	State string `json:"state"`
-	// Cursor is the name of the last device the fan-out reached ("" at
-	// the start): every matching device up to it, in name order, has its
-	// message and none after it has.
-	Cursor string `json:"cursor"`
+	// Chunk is the next chunk of targets the fan-out reaches (0 at the
+	// start): every target of the chunks before it has its message (or
+	// was skipped) and none after it has.
+	Chunk int `json:"chunk"`
 	// Queued counts the messages made so far.
 	Queued int64 `json:"queued"`
 	// FirstID and LastID bound the msgids of its messages (0 before the
@@ -136,14 +158,14 @@ func (b Broadcast) Active() bool {
 	return b.State == BroadcastFanningOut || b.State == BroadcastCancelled && !b.Swept
 }
 
-// BroadcastStep is the progress a chunk of fan-out makes, written with
-// the chunk's messages: the cursor moves From → To, Queued grows by the
+// BroadcastStep is the progress one chunk of targets makes, written with
+// the chunk's messages: the broadcast's Chunk moves from Chunk to
+// Chunk+1 and the chunk's targets are deleted, Queued grows by the
 // messages stored and FirstID/LastID take in their ids; Done ends the
 // fan-out (state done).
 type BroadcastStep struct {
 	AppKey string
 	ID     int64
-	From   string
-	To     string
+	Chunk  int
 	Done   bool
 }

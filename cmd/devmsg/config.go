@@ -105,6 +105,9 @@ type BroadcastConfig struct {
 	// Rate is the most broadcast messages made per second; 0 takes
 	// message.DefaultFanoutRate.
 	Rate int `yaml:"rate"`
+	// YieldRate is the most made per second while single sends are
+	// made; 0 takes message.DefaultFanoutYieldRate.
+	YieldRate int `yaml:"yield_rate"`
 	// Chunk is how many devices one fan-out write reaches; 0 takes
 	// message.DefaultFanoutChunk.
 	Chunk int `yaml:"chunk"`
@@ -507,6 +510,9 @@ func (c Config) validateServer() error {
 	}
 	if c.Broadcast.Rate < 0 {
 		return bad("broadcast.rate", "%d is negative (0 takes the default)", c.Broadcast.Rate)
+	}
+	if c.Broadcast.YieldRate < 0 {
+		return bad("broadcast.yield_rate", "%d is negative (0 takes the default)", c.Broadcast.YieldRate)
 	}
 	if c.Broadcast.Chunk < 0 || c.Broadcast.Chunk > 1000 {
 		return bad("broadcast.chunk", "%d is not 0 to 1000", c.Broadcast.Chunk)

@@ -65,7 +65,7 @@ func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 		"callback.max_retries", "callback.request_timeout", "callback.allow_custom_ports",
 		"callback.allowed_networks",
 		"events.retention", "events.max_per_app", "events.batch_size", "events.linger",
-		"broadcast.rate", "broadcast.chunk",
+		"broadcast.rate", "broadcast.yield_rate", "broadcast.chunk",
 	}
 	cfg := defaultConfig()
 	var got []string

@@ -310,7 +310,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	messages := message.NewService(st, ids, m.gateway)
-	m.broadcasts = message.NewBroadcaster(messages, st, message.FanoutConfig{Rate: cfg.Broadcast.Rate, Chunk: cfg.Broadcast.Chunk}, log)
+	m.broadcasts = message.NewBroadcaster(messages, st, message.FanoutConfig{Rate: cfg.Broadcast.Rate, YieldRate: cfg.Broadcast.YieldRate, Chunk: cfg.Broadcast.Chunk}, log)
 	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
 		DefaultRateLimit:    cfg.RateLimit.Default,

@@ -55,6 +55,41 @@ func (s *Store) ListTagged(ctx context.Context, appKey, tag, cursor string, limi
 	return page, nil
 }
 
+// EnabledNames returns the names of the app's enabled devices carrying
+// tag (all with ""), in name order.
+func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	names := s.names[appKey]
+	if tag != "" {
+		names = s.tagged[tagKey{appKey, tag}]
+	}
+	out := []string{}
+	for _, n := range names {
+		if s.devices[devKey{appKey, n}].Flag == store.FlagEnabled {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// GetDevices returns the app's devices of names that exist, in order.
+func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make([]store.Device, 0, len(names))
+	for _, n := range names {
+		if d, ok := s.devices[devKey{appKey, n}]; ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 // CreateMessages stores the messages, their outbox entries, seq and step
 // under one hold of the lock; see store.Store.
 func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error) {
@@ -68,7 +103,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	var b *store.Broadcast
 	if step != nil {
 		cur, ok := s.broadcasts[bcKey{appKey, step.ID}]
-		if !ok || cur.State != store.BroadcastFanningOut || cur.Cursor != step.From {
+		if !ok || cur.State != store.BroadcastFanningOut || cur.Chunk != step.Chunk {
 			return nil, store.ErrVersionConflict
 		}
 		b = &cur
@@ -129,7 +164,8 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		s.putSeq(appKey, seq.SeqNo, &e)
 	}
 	if b != nil {
-		b.Cursor = step.To
+		delete(s.targets, chunkKey{bcKey{appKey, step.ID}, step.Chunk})
+		b.Chunk = step.Chunk + 1
 		if step.Done {
 			b.State = store.BroadcastDone
 		}
@@ -144,8 +180,15 @@ type bcKey struct {
 	id  int64
 }
 
-// CreateBroadcast stores b, recording seq; see store.Store.
-func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error {
+// chunkKey names one chunk of a broadcast's targets.
+type chunkKey struct {
+	bc bcKey
+	n  int
+}
+
+// CreateBroadcast stores b and its targets, recording seq; see
+// store.Store.
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error {
 	c, err := clone(b)
 	if err != nil {
 		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
@@ -162,8 +205,24 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo in
 		return store.ErrAlreadyExists
 	}
 	s.broadcasts[k] = c
+	for n, names := range targets {
+		s.targets[chunkKey{k, n}] = slices.Clone(names)
+	}
 	s.putSeq(b.AppKey, seqNo, seq)
 	return nil
+}
+
+// BroadcastTargets returns chunk n of the broadcast's targets.
+func (s *Store) BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	names, ok := s.targets[chunkKey{bcKey{appKey, id}, n}]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	return slices.Clone(names), nil
 }
 
 // GetBroadcast returns the app's broadcast or store.ErrNotFound.
@@ -197,9 +256,14 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 	if err := fn(&b); err != nil {
 		return store.Broadcast{}, err
 	}
-	b.ID, b.AppKey = id, appKey
+	b.ID, b.AppKey, b.Chunks, b.Chunk = id, appKey, cur.Chunks, cur.Chunk
 	if s.broadcasts[k], err = clone(b); err != nil {
 		return store.Broadcast{}, err
+	}
+	if b.State != store.BroadcastFanningOut {
+		for n := b.Chunk; n < b.Chunks; n++ {
+			delete(s.targets, chunkKey{k, n})
+		}
 	}
 	return b, nil
 }

@@ -67,6 +67,8 @@ type Store struct {
 	tagged map[tagKey][]string
 	// broadcasts holds every app's broadcasts.
 	broadcasts map[bcKey]store.Broadcast
+	// targets holds the chunks of targets of broadcasts fanning out.
+	targets map[chunkKey][]string
 }
 
 // New returns an empty store.
@@ -90,6 +92,7 @@ func New() *Store {
 		tagged:    map[tagKey][]string{},
 
 		broadcasts: map[bcKey]store.Broadcast{},
+		targets:    map[chunkKey][]string{},
 	}
 }
 

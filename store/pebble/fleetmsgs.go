@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -21,11 +23,20 @@ const (
 	// h/<id><app> → empty: the active broadcasts, oldest first, so a
 	// restart finds them without reading every app.
 	pActiveBroadcast = "h/"
+	// i/<app>\0<id><chunk> → the names of one chunk of a broadcast's
+	// targets joined by \0 (names hold none); chunk is 4 bytes.
+	pTargets = "i/"
 )
 
-func broadcastKey(app string, id int64) []byte {
-	return binary.BigEndian.AppendUint64(key(pBroadcast, app, ""), uint64(id))
+func targetsKey(app string, id int64, n int) []byte {
+	return binary.BigEndian.AppendUint32(broadcastKeyIn(pTargets, app, id), uint32(n))
 }
+
+func broadcastKeyIn(prefix, app string, id int64) []byte {
+	return binary.BigEndian.AppendUint64(key(prefix, app, ""), uint64(id))
+}
+
+func broadcastKey(app string, id int64) []byte { return broadcastKeyIn(pBroadcast, app, id) }
 
 func activeBroadcastKey(app string, id int64) []byte {
 	return append(binary.BigEndian.AppendUint64([]byte(pActiveBroadcast), uint64(id)), app...)
@@ -89,10 +100,11 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		s.bcMu.Lock()
 		defer s.bcMu.Unlock()
 	}
-	// Everything but the choice between a message and its queue-full
-	// form is encoded before any lock is taken, so the stripes are held
-	// only for the checks and the copy into the batch.
-	encoded, err := s.encodeBatch(appKey, msgs)
+	// The messages are encoded before any lock is taken, so the stripes
+	// are held only for the checks and the copy into the batch; only a
+	// queue-full form (a device holding MaxPending messages) is encoded
+	// under them.
+	encoded, now, err := s.encodeBatch(appKey, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
@@ -120,7 +132,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		if err := s.getJSON(broadcastKey(appKey, step.ID), &b); err != nil {
 			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
 		}
-		if b.State != store.BroadcastFanningOut || b.Cursor != step.From {
+		if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
 			return nil, store.ErrVersionConflict
 		}
 	}
@@ -143,7 +155,14 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			if outcomes[i] == store.BatchGone {
 				continue
 			}
-			for _, e := range encoded[i][outcomes[i]] {
+			kvs := encoded[i].stored
+			if outcomes[i] == store.BatchFull {
+				var err error
+				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now); err != nil {
+					return err
+				}
+			}
+			for _, e := range kvs {
 				if err := set(batch, e.k, e.v); err != nil {
 					return err
 				}
@@ -171,7 +190,10 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		if step == nil {
 			return nil
 		}
-		b.Cursor = step.To
+		if err := batch.Delete(targetsKey(appKey, step.ID, step.Chunk), nil); err != nil {
+			return err
+		}
+		b.Chunk = step.Chunk + 1
 		if step.Done {
 			b.State = store.BroadcastDone
 		}
@@ -209,8 +231,51 @@ func (s *Store) syncLazy() error {
 
 // batchOutcomes decides, under the devices' stripes, what becomes of each
 // message, and returns the pending counts of the devices that gain queue
-// entries.
+// entries. What the caches do not hold (whether a device exists, its
+// pending count) is read in one pass over each index.
 func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, map[string]int64, error) {
+	type state struct {
+		exists bool
+		count  int64
+	}
+	devs := map[string]*state{}
+	var devKeys, countKeys [][]byte
+	var devNames, countNames []string
+	for _, bm := range msgs {
+		name := bm.Message.DeviceName
+		if bm.Message.State != store.StatePending || devs[name] != nil {
+			continue
+		}
+		st := &state{}
+		devs[name] = st
+		if _, ok := s.devices.get(appKey, name); ok {
+			st.exists = true
+		} else {
+			devKeys, devNames = append(devKeys, key(pDevice, appKey, name)), append(devNames, name)
+		}
+		if c, ok := s.pending.get(appKey, name); ok {
+			st.count = c
+		} else {
+			countKeys, countNames = append(countKeys, key(pCount, appKey, name)), append(countNames, name)
+		}
+	}
+	err := s.seekEach(key(pDevice, appKey, ""), devKeys, func(i int, _ []byte) error {
+		devs[devNames[i]].exists = true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
+	}
+	err = s.seekEach(key(pCount, appKey, ""), countKeys, func(i int, v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("counter of %q has %d bytes, want 8", countNames[i], len(v))
+		}
+		devs[countNames[i]].count = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
+	}
 	outcomes := make([]int, len(msgs))
 	counts := map[string]int64{}
 	for i, bm := range msgs {
@@ -218,24 +283,14 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, 
 		if m.State != store.StatePending {
 			continue
 		}
+		st := devs[m.DeviceName]
+		if !st.exists {
+			outcomes[i] = store.BatchGone
+			continue
+		}
 		count, ok := counts[m.DeviceName]
 		if !ok {
-			if _, cached := s.devices.get(appKey, m.DeviceName); !cached {
-				found, err := s.exists(key(pDevice, appKey, m.DeviceName))
-				if err != nil {
-					return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
-				}
-				if !found {
-					outcomes[i] = store.BatchGone
-					continue
-				}
-			}
-			var err error
-			if c, ok := s.pending.get(appKey, m.DeviceName); ok {
-				count = c
-			} else if count, err = s.count(key(pCount, appKey, m.DeviceName)); err != nil {
-				return nil, nil, fmt.Errorf("create message %d: %w", m.ID, err)
-			}
+			count = st.count
 		}
 		if count >= store.MaxPending {
 			outcomes[i] = store.BatchFull
@@ -249,47 +304,65 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, 
 // kv is one key and value of a write.
 type kv struct{ k, v []byte }
 
-// encodeBatch encodes each message of a batch in both its forms, indexed
-// by store.BatchStored and store.BatchFull: the message with its index
-// entries, its queue and expiry entries when pending and its records'
-// outbox entries (not the pending count). The forms share outbox Seqs, as
-// only one is stored.
-func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([][2][]kv, error) {
+// encodedMsg is one message of a batch encoded for its write.
+type encodedMsg struct {
+	// stored is the message in its stored form with its index entries,
+	// its queue and expiry entries when pending and its records' outbox
+	// entries (not the pending count).
+	stored []kv
+	// first is the first outbox Seq the message holds; its queue-full
+	// form, encoded only when it is the one stored (seldom), uses the
+	// same Seqs.
+	first int64
+}
+
+// encodeBatch encodes each message of a batch as stored (encodedMsg),
+// taking outbox Seqs for the larger of its two forms.
+func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encodedMsg, int64, error) {
 	now := s.now().UnixMilli()
-	out := make([][2][]kv, len(msgs))
+	out := make([]encodedMsg, len(msgs))
 	for i, bm := range msgs {
 		n := int64(max(len(bm.Message.Records), len(bm.Full.Records)))
-		first := s.outboxSeq.Add(n) - n + 1
-		for f, m := range []store.Message{bm.Message, bm.Full} {
-			m.AppKey = appKey
-			var kvs []kv
-			if m.State == store.StatePending {
-				kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
-			}
-			data, err := json.Marshal(m)
-			if err != nil {
-				return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
-			}
-			kvs = append(kvs, kv{msgKey(m.ID), data}, kv{appMsgKey(appKey, m.ID), nil})
-			for r := range m.Records {
-				e := store.OutboxEntry{
-					Seq:         first + int64(r),
-					ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(r),
-					AppKey:      appKey,
-					CallbackURL: m.CallbackURL,
-					Time:        now,
-					Record:      m.Filled(m.Records[r]),
-				}
-				data, err := json.Marshal(e)
-				if err != nil {
-					return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
-				}
-				kvs = append(kvs, kv{outboxKey(e.Seq), data})
-			}
-			out[i][f] = kvs
+		out[i].first = s.outboxSeq.Add(n) - n + 1
+		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now)
+		if err != nil {
+			return nil, 0, err
 		}
+		out[i].stored = kvs
 	}
-	return out, nil
+	return out, now, nil
+}
+
+// encodeForm encodes m as encodedMsg.stored describes, its outbox
+// entries numbered from first and timed now (Unix ms).
+func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) {
+	m.AppKey = appKey
+	kvs := make([]kv, 0, 4+len(m.Records))
+	if m.State == store.StatePending {
+		kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
+	}
+	kvs = append(kvs, kv{msgKey(m.ID), data}, kv{appMsgKey(appKey, m.ID), nil})
+	id := strconv.FormatInt(m.ID, 10) + "-"
+	for r := range m.Records {
+		e := store.OutboxEntry{
+			Seq:         first + int64(r),
+			ID:          id + strconv.Itoa(r),
+			AppKey:      appKey,
+			CallbackURL: m.CallbackURL,
+			Time:        now,
+			Record:      m.Filled(m.Records[r]),
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
+		}
+		kvs = append(kvs, kv{outboxKey(e.Seq), data})
+	}
+	return kvs, nil
 }
 
 // putBroadcast adds b and its place in the active index to batch.
@@ -303,8 +376,8 @@ func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
 	return batch.Delete(activeBroadcastKey(b.AppKey, b.ID), nil)
 }
 
-// CreateBroadcast stores b and records seq in one synced batch.
-func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error {
+// CreateBroadcast stores b, its targets and seq in one synced batch.
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
@@ -326,12 +399,58 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo in
 		if err := s.putBroadcast(batch, b); err != nil {
 			return err
 		}
+		for n, names := range targets {
+			if err := set(batch, targetsKey(b.AppKey, b.ID, n), joinNames(names)); err != nil {
+				return err
+			}
+		}
 		return putSeq(batch, b.AppKey, seqNo, seq)
 	})
 	if err != nil {
 		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
 	}
 	return nil
+}
+
+// joinNames joins device names with \0, which none holds.
+func joinNames(names []string) []byte {
+	n := len(names)
+	for _, name := range names {
+		n += len(name)
+	}
+	b := make([]byte, 0, n)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, name...)
+	}
+	return b
+}
+
+// splitNames is the inverse of joinNames.
+func splitNames(b []byte) []string {
+	if len(b) == 0 {
+		return []string{}
+	}
+	return strings.Split(string(b), "\x00")
+}
+
+// BroadcastTargets returns chunk n of the broadcast's targets.
+func (s *Store) BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	v, closer, err := s.db.Get(targetsKey(appKey, id, n))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("targets of broadcast %d: %w", id, err)
+	}
+	defer closer.Close()
+	return splitNames(v), nil
 }
 
 // GetBroadcast returns the app's broadcast or store.ErrNotFound.
@@ -356,11 +475,20 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 	if err := s.getJSON(broadcastKey(appKey, id), &b); err != nil {
 		return store.Broadcast{}, err
 	}
+	chunk, chunks := b.Chunk, b.Chunks
 	if err := fn(&b); err != nil {
 		return store.Broadcast{}, err
 	}
-	b.ID, b.AppKey = id, appKey
-	if err := s.write(func(batch *pebble.Batch) error { return s.putBroadcast(batch, b) }); err != nil {
+	b.ID, b.AppKey, b.Chunk, b.Chunks = id, appKey, chunk, chunks
+	err := s.write(func(batch *pebble.Batch) error {
+		if b.State != store.BroadcastFanningOut && b.Chunk < b.Chunks {
+			if err := batch.DeleteRange(targetsKey(appKey, id, b.Chunk), targetsKey(appKey, id, b.Chunks), nil); err != nil {
+				return err
+			}
+		}
+		return s.putBroadcast(batch, b)
+	})
+	if err != nil {
 		return store.Broadcast{}, fmt.Errorf("update broadcast %d: %w", id, err)
 	}
 	return b, nil

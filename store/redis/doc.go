@@ -41,6 +41,8 @@
 //	                           tag (score 0), written with the device (fleet.go)
 //	{P a:<app>}:bc:<id>        a broadcast: hash of its JSON (def) and progress
 //	                           fields (fleetmsgs.go)
+//	{P a:<app>}:bt:<id>:<n>    chunk n of a broadcast's targets: the device names
+//	                           joined by \0, deleted by the step that reaches them
 //
 // Service-wide keys share the tag {P g}:
 //

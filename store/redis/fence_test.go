@@ -30,6 +30,10 @@ func TestFence(t *testing.T) {
 			State: store.StatePending, Records: []store.Record{{Type: store.RecordSubmitSuccess, SentTime: 1}}}
 	}
 	must(t, s.CreateMessage(ctx, pending(1), 1, nil))
+	bc := func(id int64) store.Broadcast {
+		return store.Broadcast{ID: id, AppKey: "app", All: true, Body: "b", TTL: 60, TimeCreate: 1, Targets: 1, Chunks: 1, State: store.BroadcastFanningOut}
+	}
+	must(t, s.CreateBroadcast(ctx, bc(10), [][]string{{"dev"}}, 0, nil))
 
 	// Another process claims the node_id.
 	must(t, s.rdb.Set(ctx, key, "theirs", 0).Err())
@@ -58,6 +62,23 @@ func TestFence(t *testing.T) {
 	fenced("ReportProperties with Emit", err)
 	_, err = s.TrimEvents(ctx, "app", 1<<62, 0)
 	fenced("TrimEvents", err)
+	fenced("CreateBroadcast", s.CreateBroadcast(ctx, bc(11), [][]string{{"dev"}}, 0, nil))
+	if _, err := s.GetBroadcast(ctx, "app", 11); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a fenced broadcast was stored: %v", err)
+	}
+	if _, err := s.BroadcastTargets(ctx, "app", 11, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a fenced broadcast's targets were stored: %v", err)
+	}
+	_, err = s.CreateMessages(ctx, "app", nil, nil, &store.BroadcastStep{AppKey: "app", ID: 10, Done: true})
+	fenced("a fan-out step", err)
+	_, err = s.UpdateBroadcast(ctx, "app", 10, func(b *store.Broadcast) error { b.State = store.BroadcastCancelled; return nil })
+	fenced("UpdateBroadcast", err)
+	if b, err := s.GetBroadcast(ctx, "app", 10); err != nil || b.Chunk != 0 || b.State != store.BroadcastFanningOut {
+		t.Errorf("a fenced step or cancel landed: %+v %v", b, err)
+	}
+	if names, err := s.BroadcastTargets(ctx, "app", 10, 0); err != nil || len(names) != 1 {
+		t.Errorf("a fenced step or cancel deleted the targets: %v %v", names, err)
+	}
 	if p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "app", Limit: 10}); err != nil || len(p.Events) != 0 {
 		t.Errorf("fenced writes appended events: %+v, %v", p.Events, err)
 	}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -46,4 +47,60 @@ func (s *Store) ListTagged(ctx context.Context, appKey, tag, cursor string, limi
 		return store.DevicePage{}, fmt.Errorf("list devices of %s tagged %s: %w", appKey, tag, err)
 	}
 	return s.devicePage(ctx, appKey, names, limit)
+}
+
+// GetDevices reads the devices of names with one MGET on the app's slot.
+func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = s.devKey(appKey, n)
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("get devices of %s: %w", appKey, err)
+	}
+	out := make([]store.Device, 0, len(names))
+	for i, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue // no such device
+		}
+		var d store.Device
+		if err := json.Unmarshal([]byte(str), &d); err != nil {
+			return nil, fmt.Errorf("decode %q: %w", keys[i], err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// EnabledNames reads the app's device index (or the tag's) and the
+// devices it names, a thousand at a time.
+func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string, error) {
+	out := []string{}
+	cursor := ""
+	for {
+		var page store.DevicePage
+		var err error
+		if tag == "" {
+			page, err = s.ListDevices(ctx, appKey, "", cursor, 1000)
+		} else {
+			page, err = s.ListTagged(ctx, appKey, tag, cursor, 1000)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range page.Devices {
+			if d.Flag == store.FlagEnabled {
+				out = append(out, d.Name)
+			}
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		cursor = page.Next
+	}
 }

@@ -17,9 +17,15 @@ import (
 
 // broadcastKey holds a broadcast as a hash on the app's slot: "def" the
 // JSON of the broadcast as created, and the fields that change as plain
-// strings (state, cursor, queued, first, last, swept), so that a script
+// strings (state, chunk, queued, first, last, swept), so that a script
 // can move the fan-out on without decoding JSON numbers.
 func (s *Store) broadcastKey(app string, id int64) string { return s.app(app) + "bc:" + itoa(id) }
+
+// targetsKey holds chunk n of a broadcast's targets, on the app's slot:
+// the names joined by \0, which none holds.
+func (s *Store) targetsKey(app string, id int64, n int) string {
+	return s.app(app) + "bt:" + itoa(id) + ":" + strconv.Itoa(n)
+}
 
 // activeBroadcastsKey is the global index of broadcasts that may be
 // active, members "<id> <app>". An entry is added before its broadcast is
@@ -32,27 +38,28 @@ func (s *Store) activeBroadcastsKey() string { return s.global + ":bcasts" }
 // queue, expiry and outbox entries, records the seq_no entry built from
 // each message's answer, and moves a broadcast's fan-out on, atomically.
 // Returns {code} on refusal (-1 seq_no used, -3 broadcast not fanning
-// out from the step's cursor), else {flagList bits, outcome of each
+// out at the step's chunk), else {flagList bits, outcome of each
 // message...}.
 //
 // KEYS: seq_no entry, expiry index, outbox, cb flag, exp flag, message
-// index, broadcast; inline also maxid, Seq counter, act:cb, act:exp; then
-// message, device and queue key of each message.
+// index, broadcast, the step's chunk of targets; inline also maxid, Seq
+// counter, act:cb, act:exp; then message, device and queue key of each
+// message.
 // ARGV: has seq, body prefix, body suffix, entry JSON head, entry expiry,
 // MaxPending, inline, app, highest msgid (unused: inline raises maxid
-// to the highest stored one), has step, step from, step to,
+// to the highest stored one), has step, step chunk, the chunk after it,
 // step done, message count; then per message: pending, queue member,
 // expire time, id, message JSON, full JSON, three answers, record count
 // of each, then Seq and JSON of the message's outbox entries and of the
 // full one's (both numbered from the same Seqs; only one is stored).
 var createMessagesScript = newScript(cmpLua + listLua + seqLua + `
 local inline = ARGV[7] == '1'
-local base = 8
-if inline then base = 12 end
+local base = 9
+if inline then base = 13 end
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
 if ARGV[10] == '1' then
   local st = redis.call('HGET', KEYS[7], 'state')
-  local cur = redis.call('HGET', KEYS[7], 'cursor')
+  local cur = redis.call('HGET', KEYS[7], 'chunk')
   if st ~= 'fanning_out' or cur ~= ARGV[11] then return {-3} end
 end
 local n = tonumber(ARGV[14])
@@ -88,13 +95,13 @@ if inline then
   for i = 1, n do
     if blocks[i].outcome ~= 2 and (top == nil or cmp(blocks[i].id, top) > 0) then top = blocks[i].id end
   end
-  local cur = redis.call('GET', KEYS[8]) or '0'
-  if top ~= nil and cmp(top, cur) > 0 then redis.call('SET', KEYS[8], top) end
+  local cur = redis.call('GET', KEYS[9]) or '0'
+  if top ~= nil and cmp(top, cur) > 0 then redis.call('SET', KEYS[9], top) end
   if total > 0 then
-    first = redis.call('INCRBY', KEYS[9], total) - total + 1
-    redis.call('SADD', KEYS[10], ARGV[8])
+    first = redis.call('INCRBY', KEYS[10], total) - total + 1
+    redis.call('SADD', KEYS[11], ARGV[8])
   end
-  if anyPending then redis.call('SADD', KEYS[11], ARGV[8]) end
+  if anyPending then redis.call('SADD', KEYS[12], ARGV[8]) end
 end
 local out, answers = {0}, {}
 local stored, lo, hi = 0, nil, nil
@@ -131,7 +138,8 @@ if ARGV[1] == '1' then
 end
 if ARGV[10] == '1' then
   redis.call('HINCRBY', KEYS[7], 'queued', stored)
-  redis.call('HSET', KEYS[7], 'cursor', ARGV[12])
+  redis.call('HSET', KEYS[7], 'chunk', ARGV[12])
+  redis.call('DEL', KEYS[8])
   if ARGV[13] == '1' then redis.call('HSET', KEYS[7], 'state', 'done') end
   if lo ~= nil then
     local f = redis.call('HGET', KEYS[7], 'first') or '0'
@@ -205,15 +213,16 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 // createMessagesArgs lays out createMessagesScript's keys and arguments.
 func (s *Store) createMessagesArgs(appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep, maxID, first int64) ([]string, []any, error) {
 	var seqNo, bcID int64
+	chunk := 0
 	if seq != nil {
 		seqNo = seq.SeqNo
 	}
 	if step != nil {
-		bcID = step.ID
+		bcID, chunk = step.ID, step.Chunk
 	}
 	keys := []string{
 		s.seqKey(appKey, seqNo), s.expKey(appKey), s.outboxKey(appKey), s.flagKey(appKey, activeCB),
-		s.flagKey(appKey, activeExp), s.msgsKey(appKey), s.broadcastKey(appKey, bcID),
+		s.flagKey(appKey, activeExp), s.msgsKey(appKey), s.broadcastKey(appKey, bcID), s.targetsKey(appKey, bcID, chunk),
 	}
 	if s.inline {
 		keys = append(keys, s.maxIDKey(), s.seqCounterKey(), s.activeKey(activeCB), s.activeKey(activeExp))
@@ -230,7 +239,7 @@ func (s *Store) createMessagesArgs(appKey string, msgs []store.BatchMessage, seq
 	}
 	args = append(args, store.MaxPending, boolArg(s.inline), appKey, itoa(maxID))
 	if step != nil {
-		args = append(args, "1", step.From, step.To, boolArg(step.Done))
+		args = append(args, "1", strconv.Itoa(step.Chunk), strconv.Itoa(step.Chunk+1), boolArg(step.Done))
 	} else {
 		args = append(args, "0", "", "", "0")
 	}
@@ -262,16 +271,19 @@ func (s *Store) createMessagesArgs(appKey string, msgs []store.BatchMessage, seq
 	return keys, args, nil
 }
 
-// createBroadcastScript stores a new broadcast's hash and records the
-// seq_no. KEYS: seq_no entry, broadcast. ARGV: has seq, entry JSON, entry
-// expiry, then field and value pairs of the hash. Returns -1 seq_no used,
-// -4 exists, else 0.
+// createBroadcastScript stores a new broadcast's hash and its chunks of
+// targets and records the seq_no. KEYS: seq_no entry, broadcast, then
+// each chunk of targets. ARGV: has seq, entry JSON, entry expiry, the
+// number of hash arguments, the hash's field and value pairs, then each
+// chunk's names. Returns -1 seq_no used, -4 exists, else 0.
 var createBroadcastScript = newScript(`
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return -4 end
+local nf = tonumber(ARGV[4])
 local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 5, 4 + nf do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[2], unpack(fields))
+for i = 3, #KEYS do redis.call('SET', KEYS[i], ARGV[4 + nf + i - 2]) end
 if ARGV[1] == '1' then redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3]) end
 return 0
 `)
@@ -282,7 +294,7 @@ func broadcastFields(b store.Broadcast) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{"def", def, "state", b.State, "cursor", b.Cursor, "queued", b.Queued,
+	return []any{"def", def, "state", b.State, "chunk", b.Chunk, "queued", b.Queued,
 		"first", itoa(b.FirstID), "last", itoa(b.LastID), "swept", boolArg(b.Swept)}, nil
 }
 
@@ -296,24 +308,26 @@ func decodeBroadcast(h map[string]string) (store.Broadcast, error) {
 	if err := json.Unmarshal([]byte(def), &b); err != nil {
 		return b, fmt.Errorf("decode broadcast: %w", err)
 	}
-	b.State, b.Cursor, b.Swept = h["state"], h["cursor"], h["swept"] == "1"
+	b.State, b.Swept = h["state"], h["swept"] == "1"
 	var err error
+	var chunk int64
 	for _, f := range []struct {
 		name string
 		to   *int64
-	}{{"queued", &b.Queued}, {"first", &b.FirstID}, {"last", &b.LastID}} {
+	}{{"queued", &b.Queued}, {"first", &b.FirstID}, {"last", &b.LastID}, {"chunk", &chunk}} {
 		if *f.to, err = strconv.ParseInt(cmp.Or(h[f.name], "0"), 10, 64); err != nil {
 			return b, fmt.Errorf("decode broadcast %s: %w", f.name, err)
 		}
 	}
+	b.Chunk = int(chunk)
 	return b, nil
 }
 
 func bcMember(app string, id int64) string { return itoa(id) + " " + app }
 
-// CreateBroadcast adds b to the global active index, then stores it and
-// records seq in one script on the app's slot.
-func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo int64, seq *store.SeqEntry) error {
+// CreateBroadcast adds b to the global active index, then stores it with
+// its targets and records seq in one script on the app's slot.
+func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error {
 	has, data, pxat, err := seqArgs(seq)
 	if err != nil {
 		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
@@ -325,8 +339,15 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo in
 	if err := s.rdb.ZAdd(ctx, s.activeBroadcastsKey(), goredis.Z{Score: float64(b.ID), Member: bcMember(b.AppKey, b.ID)}).Err(); err != nil {
 		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
 	}
-	res, err := s.run(ctx, createBroadcastScript, []string{s.seqKey(b.AppKey, seqNo), s.broadcastKey(b.AppKey, b.ID)},
-		append([]any{has, data, pxat}, fields...)...).Int64()
+	keys := make([]string, 0, 2+len(targets))
+	keys = append(keys, s.seqKey(b.AppKey, seqNo), s.broadcastKey(b.AppKey, b.ID))
+	args := make([]any, 0, 4+len(fields)+len(targets))
+	args = append(append(args, has, data, pxat, len(fields)), fields...)
+	for n, names := range targets {
+		keys = append(keys, s.targetsKey(b.AppKey, b.ID, n))
+		args = append(args, strings.Join(names, "\x00"))
+	}
+	res, err := s.run(ctx, createBroadcastScript, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
 	}
@@ -337,6 +358,21 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, seqNo in
 		return store.ErrAlreadyExists
 	}
 	return nil
+}
+
+// BroadcastTargets returns chunk n of the broadcast's targets.
+func (s *Store) BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error) {
+	v, err := s.rdb.Get(ctx, s.targetsKey(appKey, id, n)).Result()
+	if errors.Is(err, goredis.Nil) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("targets of broadcast %d: %w", id, err)
+	}
+	if v == "" {
+		return []string{}, nil
+	}
+	return strings.Split(v, "\x00"), nil
 }
 
 // GetBroadcast returns the app's broadcast or store.ErrNotFound.
@@ -362,16 +398,26 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 		if err != nil {
 			return err
 		}
+		chunk, chunks := b.Chunk, b.Chunks
 		if err := fn(&b); err != nil {
 			return err
 		}
-		b.ID, b.AppKey = id, appKey
+		b.ID, b.AppKey, b.Chunk, b.Chunks = id, appKey, chunk, chunks
 		fields, err := broadcastFields(b)
 		if err != nil {
 			return err
 		}
+		var stale []string // chunks no step will read
+		if b.State != store.BroadcastFanningOut {
+			for n := b.Chunk; n < b.Chunks; n++ {
+				stale = append(stale, s.targetsKey(appKey, id, n))
+			}
+		}
 		if _, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			p.HSet(ctx, k, fields...)
+			if len(stale) > 0 {
+				p.Del(ctx, stale...)
+			}
 			return nil
 		}); err != nil {
 			return err

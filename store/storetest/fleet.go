@@ -21,6 +21,8 @@ var fleetTests = []struct {
 }{
 	{"ListTagged", testListTagged},
 	{"TagIndexFollowsWrites", testTagIndexFollowsWrites},
+	{"GetDevices", testGetDevices},
+	{"EnabledNames", testEnabledNames},
 	{"CreateMessages", testCreateMessages},
 	{"CreateMessagesQueueFull", testCreateMessagesQueueFull},
 	{"Broadcasts", testBroadcasts},
@@ -143,6 +145,65 @@ func testTagIndexFollowsWrites(t *testing.T, s store.Store) {
 	tagged(t, s, "k1", map[string][]string{"dev-a": {"d"}})
 	check("b", "dev-b")
 	check("d", "dev-a")
+}
+
+func testGetDevices(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3")
+	mustDevices(t, s, "other", "dev-4")
+	_, err := s.GetDevice(ctx, "app", "dev-2") // cached where the backend caches
+	must(t, err)
+	_, err = s.UpdateDevice(ctx, "app", "dev-3", func(d *store.Device) error {
+		d.Flag = store.FlagDisabled
+		return nil
+	})
+	must(t, err)
+	got, err := s.GetDevices(ctx, "app", []string{"dev-3", "dev-9", "dev-1", "dev-4", "dev-2"})
+	must(t, err)
+	if n := names(got); !slices.Equal(n, []string{"dev-3", "dev-1", "dev-2"}) {
+		t.Fatalf("devices %v, want dev-3, dev-1, dev-2 (in the order asked, missing and other apps' left out)", n)
+	}
+	if got[0].Flag != store.FlagDisabled || got[0].AppKey != "app" || got[1].Flag != store.FlagEnabled {
+		t.Fatalf("devices %+v", got)
+	}
+	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
+	if got, err := s.GetDevices(ctx, "app", []string{"dev-2", "dev-1"}); err != nil || !slices.Equal(names(got), []string{"dev-1"}) {
+		t.Fatalf("after a delete: %v %v", names(got), err)
+	}
+	if got, err := s.GetDevices(ctx, "app", nil); err != nil || len(got) != 0 {
+		t.Fatalf("no names: %v %v", got, err)
+	}
+}
+
+func testEnabledNames(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.CreateApp(ctx, store.App{Key: "k1"}))
+	must(t, s.CreateApp(ctx, store.App{Key: "k2"}))
+	tagged(t, s, "k1", map[string][]string{
+		"dev-a": {"lamp"}, "dev-b": {"lamp", "x"}, "dev-c": nil, "dev-d": {"lamp"}, "dev-e": {"x"}, "dev-f": {"lamp"},
+	})
+	tagged(t, s, "k2", map[string][]string{"dev-a": {"lamp"}, "dev-z": {"lamp"}})
+	_, err := s.UpdateDevice(ctx, "k1", "dev-d", func(d *store.Device) error {
+		d.Flag = store.FlagDisabled
+		return nil
+	})
+	must(t, err)
+	must(t, s.DeleteDevice(ctx, "k1", "dev-f"))
+	check := func(tag string, want ...string) {
+		t.Helper()
+		got, err := s.EnabledNames(ctx, "k1", tag)
+		must(t, err)
+		if !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
+			t.Fatalf("enabled names of tag %q: %v, want %v", tag, got, want)
+		}
+	}
+	check("", "dev-a", "dev-b", "dev-c", "dev-e")
+	check("lamp", "dev-a", "dev-b")
+	check("x", "dev-b", "dev-e")
+	check("none")
+	if got, err := s.EnabledNames(ctx, "k3", ""); err != nil || len(got) != 0 {
+		t.Fatalf("an app without devices: %v %v", got, err)
+	}
 }
 
 // batchMsg is a BatchMessage of msg(id, ...) with its queue-full form and
@@ -277,14 +338,32 @@ func testCreateMessagesQueueFull(t *testing.T, s store.Store) {
 
 func newBroadcast(app string, id int64) store.Broadcast {
 	return store.Broadcast{ID: id, AppKey: app, Tag: "lamp", Body: "hi", TTL: 60, Params: json.RawMessage(`{"a":"b"}`),
-		TimeCreate: 1, Targets: 3, State: store.BroadcastFanningOut}
+		TimeCreate: 1, Targets: 3, Chunks: 2, State: store.BroadcastFanningOut}
+}
+
+// someTargets are newBroadcast's targets in its two chunks.
+var someTargets = [][]string{{"dev-1", "dev-2"}, {"dev-3"}}
+
+// wantTargets checks chunk n of the broadcast's targets: want, or gone
+// when want is nil.
+func wantTargets(t *testing.T, s store.Store, app string, id int64, n int, want []string) {
+	t.Helper()
+	got, err := s.BroadcastTargets(context.Background(), app, id, n)
+	if want == nil {
+		wantErr(t, fmt.Sprintf("chunk %d of broadcast %d", n, id), err, store.ErrNotFound)
+		return
+	}
+	must(t, err)
+	if !slices.Equal(got, want) {
+		t.Fatalf("chunk %d of broadcast %d: %q, want %q", n, id, got, want)
+	}
 }
 
 func testBroadcasts(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	seq := &store.SeqEntry{Fingerprint: "f", Status: 200, Body: []byte(`{"broadcast_id":9007199254740990}`), ExpiresAt: future()}
 	b := newBroadcast("app", 9007199254740990)
-	must(t, s.CreateBroadcast(ctx, b, 3, seq))
+	must(t, s.CreateBroadcast(ctx, b, someTargets, 3, seq))
 	got, err := s.GetBroadcast(ctx, "app", b.ID)
 	must(t, err)
 	if !reflect.DeepEqual(got, b) {
@@ -293,13 +372,35 @@ func testBroadcasts(t *testing.T, s store.Store) {
 	if e, err := s.GetSeq(ctx, "app", 3); err != nil || string(e.Body) != string(seq.Body) {
 		t.Fatalf("seq entry %+v %v", e, err)
 	}
-	wantErr(t, "reused seq_no", s.CreateBroadcast(ctx, newBroadcast("app", 5), 3, seq), store.ErrSeqUsed)
-	wantErr(t, "same id", s.CreateBroadcast(ctx, newBroadcast("app", b.ID), 4, nil), store.ErrAlreadyExists)
+	wantTargets(t, s, "app", b.ID, 0, someTargets[0])
+	wantTargets(t, s, "app", b.ID, 1, someTargets[1])
+	wantTargets(t, s, "app", b.ID, 2, nil)
+	wantTargets(t, s, "other", b.ID, 0, nil)
+	refused := newBroadcast("app", 5)
+	wantErr(t, "reused seq_no", s.CreateBroadcast(ctx, refused, [][]string{{"x"}, {"y"}}, 3, seq), store.ErrSeqUsed)
+	wantTargets(t, s, "app", 5, 0, nil)
+	wantErr(t, "same id", s.CreateBroadcast(ctx, newBroadcast("app", b.ID), [][]string{{"x"}, {"y"}}, 4, nil), store.ErrAlreadyExists)
+	wantTargets(t, s, "app", b.ID, 0, someTargets[0])
 	_, err = s.GetBroadcast(ctx, "app", 5)
 	wantErr(t, "refused broadcast", err, store.ErrNotFound)
 	_, err = s.GetBroadcast(ctx, "other", b.ID)
 	wantErr(t, "another app's broadcast", err, store.ErrNotFound)
-	must(t, s.CreateBroadcast(ctx, newBroadcast("other", 6), 0, nil))
+	must(t, s.CreateBroadcast(ctx, newBroadcast("other", 6), someTargets, 0, nil))
+	// Many names, and a chunk of none.
+	var many []string
+	for i := range 3000 {
+		many = append(many, fmt.Sprintf("device-%05d:x@y.z", i))
+	}
+	big := newBroadcast("app", 7)
+	big.Targets, big.Chunks = 3000, 2
+	must(t, s.CreateBroadcast(ctx, big, [][]string{many, {}}, 0, nil))
+	wantTargets(t, s, "app", 7, 0, many)
+	wantTargets(t, s, "app", 7, 1, []string{})
+	_, err = s.UpdateBroadcast(ctx, "app", 7, func(b *store.Broadcast) error {
+		b.State, b.Swept = store.BroadcastCancelled, true
+		return nil
+	})
+	must(t, err)
 
 	active := func(want ...int64) {
 		t.Helper()
@@ -314,14 +415,22 @@ func testBroadcasts(t *testing.T, s store.Store) {
 		}
 	}
 	active(6, b.ID)
+	// An update while fanning out keeps the targets.
+	_, err = s.UpdateBroadcast(ctx, "app", b.ID, func(*store.Broadcast) error { return nil })
+	must(t, err)
+	wantTargets(t, s, "app", b.ID, 1, someTargets[1])
+	// A cancel deletes them: no step reads them again.
 	got, err = s.UpdateBroadcast(ctx, "app", b.ID, func(b *store.Broadcast) error {
 		b.State = store.BroadcastCancelled
 		return nil
 	})
 	must(t, err)
-	if got.State != store.BroadcastCancelled || got.Tag != "lamp" {
+	if got.State != store.BroadcastCancelled || got.Tag != "lamp" || got.Chunks != 2 || got.Chunk != 0 {
 		t.Fatalf("updated %+v", got)
 	}
+	wantTargets(t, s, "app", b.ID, 0, nil)
+	wantTargets(t, s, "app", b.ID, 1, nil)
+	wantTargets(t, s, "other", 6, 0, someTargets[0])
 	active(6, b.ID) // cancelled, not swept yet
 	_, err = s.UpdateBroadcast(ctx, "app", b.ID, func(b *store.Broadcast) error {
 		b.Swept = true
@@ -337,8 +446,8 @@ func testBroadcastSteps(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3")
 	b := newBroadcast("app", 100)
-	must(t, s.CreateBroadcast(ctx, b, 0, nil))
-	step := &store.BroadcastStep{AppKey: "app", ID: 100, From: "", To: "dev-2"}
+	must(t, s.CreateBroadcast(ctx, b, someTargets, 0, nil))
+	step := &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0}
 	out, err := s.CreateMessages(ctx, "app", []store.BatchMessage{
 		batchMsg(102, "app", "dev-1", store.StatePending), batchMsg(101, "app", "dev-2", store.StateFailed),
 	}, nil, step)
@@ -348,9 +457,11 @@ func testBroadcastSteps(t *testing.T, s store.Store) {
 	}
 	got, err := s.GetBroadcast(ctx, "app", 100)
 	must(t, err)
-	if got.Cursor != "dev-2" || got.Queued != 2 || got.FirstID != 101 || got.LastID != 102 || got.State != store.BroadcastFanningOut {
+	if got.Chunk != 1 || got.Queued != 2 || got.FirstID != 101 || got.LastID != 102 || got.State != store.BroadcastFanningOut {
 		t.Fatalf("after a step: %+v", got)
 	}
+	wantTargets(t, s, "app", 100, 0, nil) // the step deleted its chunk
+	wantTargets(t, s, "app", 100, 1, someTargets[1])
 	// A step from a stale cursor (another node's, or a retry of a step
 	// that landed) writes nothing.
 	_, err = s.CreateMessages(ctx, "app", []store.BatchMessage{batchMsg(103, "app", "dev-1", store.StatePending)}, nil, step)
@@ -358,25 +469,26 @@ func testBroadcastSteps(t *testing.T, s store.Store) {
 	_, err = s.GetMessage(ctx, "app", 103)
 	wantErr(t, "message of a stale step", err, store.ErrNotFound)
 	must(t, checkPending(s, "app", "dev-1", 102))
-	_, err = s.CreateMessages(ctx, "app", nil, nil, &store.BroadcastStep{AppKey: "app", ID: 100, From: "dev-2", To: "dev-3", Done: true})
+	_, err = s.CreateMessages(ctx, "app", nil, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 1, Done: true})
 	must(t, err)
 	got, err = s.GetBroadcast(ctx, "app", 100)
 	must(t, err)
-	if got.Cursor != "dev-3" || got.Queued != 2 || got.State != store.BroadcastDone || got.Active() {
+	if got.Chunk != 2 || got.Queued != 2 || got.State != store.BroadcastDone || got.Active() {
 		t.Fatalf("after the last step: %+v", got)
 	}
+	wantTargets(t, s, "app", 100, 1, nil)
 	if bs, err := s.ActiveBroadcasts(ctx); err != nil || len(bs) != 0 {
 		t.Fatalf("active after done: %v %v", bs, err)
 	}
 	// A cancelled broadcast takes no step.
-	must(t, s.CreateBroadcast(ctx, newBroadcast("app", 200), 0, nil))
+	must(t, s.CreateBroadcast(ctx, newBroadcast("app", 200), someTargets, 0, nil))
 	_, err = s.UpdateBroadcast(ctx, "app", 200, func(b *store.Broadcast) error {
 		b.State = store.BroadcastCancelled
 		return nil
 	})
 	must(t, err)
 	_, err = s.CreateMessages(ctx, "app", []store.BatchMessage{batchMsg(201, "app", "dev-1", store.StatePending)},
-		nil, &store.BroadcastStep{AppKey: "app", ID: 200, To: "dev-1"})
+		nil, &store.BroadcastStep{AppKey: "app", ID: 200})
 	wantErr(t, "step of a cancelled broadcast", err, store.ErrVersionConflict)
 }
 
@@ -388,34 +500,39 @@ func testStepCrash(t *testing.T, c Crashable) {
 	s := c.Store
 	must(t, s.CreateApp(ctx, store.App{Key: "app"}))
 	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3", "dev-4")
-	must(t, s.CreateBroadcast(ctx, newBroadcast("app", 100), 0, nil))
+	b := newBroadcast("app", 100)
+	b.Targets = 4
+	must(t, s.CreateBroadcast(ctx, b, [][]string{{"dev-1", "dev-2"}, {"dev-3", "dev-4"}}, 0, nil))
 	_, err := s.CreateMessages(ctx, "app", []store.BatchMessage{
 		batchMsg(1, "app", "dev-1", store.StatePending), batchMsg(2, "app", "dev-2", store.StatePending),
-	}, nil, &store.BroadcastStep{AppKey: "app", ID: 100, To: "dev-2"})
+	}, nil, &store.BroadcastStep{AppKey: "app", ID: 100})
 	must(t, err)
 	must(t, s.Barrier(ctx))
 	_, err = s.CreateMessages(ctx, "app", []store.BatchMessage{
 		batchMsg(3, "app", "dev-3", store.StatePending), batchMsg(4, "app", "dev-4", store.StatePending),
-	}, nil, &store.BroadcastStep{AppKey: "app", ID: 100, From: "dev-2", To: "dev-4", Done: true})
+	}, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 1, Done: true})
 	must(t, err)
 	r := c.Crash(t)
-	b, err := r.GetBroadcast(ctx, "app", 100)
+	b, err = r.GetBroadcast(ctx, "app", 100)
 	must(t, err)
 	must(t, checkPending(r, "app", "dev-1", 1))
 	must(t, checkPending(r, "app", "dev-2", 2))
-	switch b.Cursor {
-	case "dev-2":
+	wantTargets(t, r, "app", 100, 0, nil)
+	switch b.Chunk {
+	case 1:
 		if b.Queued != 2 || b.State != store.BroadcastFanningOut {
 			t.Fatalf("after the first step: %+v", b)
 		}
 		must(t, checkPending(r, "app", "dev-3"))
 		must(t, checkPending(r, "app", "dev-4"))
-	case "dev-4":
+		wantTargets(t, r, "app", 100, 1, []string{"dev-3", "dev-4"})
+	case 2:
 		if b.Queued != 4 || b.State != store.BroadcastDone {
 			t.Fatalf("after the second step: %+v", b)
 		}
 		must(t, checkPending(r, "app", "dev-3", 3))
 		must(t, checkPending(r, "app", "dev-4", 4))
+		wantTargets(t, r, "app", 100, 1, nil)
 	default:
 		t.Fatalf("the step made durable by a barrier was lost: %+v", b)
 	}
