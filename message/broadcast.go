@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -373,7 +374,8 @@ func (br *Broadcaster) work(ctx context.Context, b store.Broadcast) error {
 // nothing and returns b reread.
 //
 // A target deleted since b was accepted gets nothing (and is not
-// queued); one disabled since gets its message failed at once, as its
+// queued), nor does a device created again under its name after b's
+// second; one disabled since gets its message failed at once, as its
 // pending messages were when it was disabled (record 5, code 3003).
 func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broadcast, error) {
 	var names []string
@@ -398,11 +400,12 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 	now := br.now()
 	req := SendRequest{Body: b.Body, TTL: b.TTL, CallbackURL: b.CallbackURL, Params: b.Params}
 	// A target deleted since the broadcast was accepted is not among
-	// devs.
+	// devs; a device created under its name since is another device.
 	devs, err := br.store.GetDevices(ctx, b.AppKey, names)
 	if err != nil {
 		return b, fmt.Errorf("targets of broadcast %d: %w", b.ID, err)
 	}
+	devs = slices.DeleteFunc(devs, func(d store.Device) bool { return d.TimeCreate > b.TimeCreate })
 	msgs := make([]store.BatchMessage, 0, len(devs))
 	for _, d := range devs {
 		bm := br.svc.newMessage(b.AppKey, enabled(d), req, now)
