@@ -56,6 +56,8 @@ type Dispatcher struct {
 	// Counts since start, for metrics.
 	published, delivered, expired atomic.Int64
 
+	acks ackStage
+
 	stop, done chan struct{}
 }
 
@@ -71,32 +73,33 @@ type route struct {
 	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
 
-	// durable holds msgids that Notify announced: their writes are
-	// durable, so publishing them needs no Barrier. It has a lock of its
-	// own so that a send's Notify never waits for a flush under way.
-	// Dropping an entry is always safe (it costs a Barrier), so it is
-	// cleared when it reaches Window entries rather than tracked exactly.
+	// durable holds the messages that Notify announced: their writes are
+	// durable, so publishing them needs no Barrier, and flush need not
+	// read them back. It has a lock of its own so that a send's Notify
+	// never waits for a flush under way. Dropping an entry is always safe
+	// (it costs a read and a Barrier), so it is cleared when it reaches
+	// Window entries rather than tracked exactly.
 	durableMu sync.Mutex
-	durable   map[int64]struct{}
+	durable   map[int64]store.Message
 }
 
-// isDurable reports whether id was announced durable, and forgets it:
+// takeDurable returns message id if Notify announced it, and forgets it:
 // it is called once per message, just before the message is published.
-func (r *route) isDurable(id int64) bool {
+func (r *route) takeDurable(id int64) (store.Message, bool) {
 	r.durableMu.Lock()
 	defer r.durableMu.Unlock()
-	_, ok := r.durable[id]
+	m, ok := r.durable[id]
 	delete(r.durable, id)
-	return ok
+	return m, ok
 }
 
-func (r *route) addDurable(id int64) {
+func (r *route) addDurable(m store.Message) {
 	r.durableMu.Lock()
 	defer r.durableMu.Unlock()
 	if r.durable == nil || len(r.durable) >= Window {
-		r.durable = map[int64]struct{}{}
+		r.durable = map[int64]store.Message{}
 	}
-	r.durable[id] = struct{}{}
+	r.durable[m.ID] = m
 }
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
@@ -148,7 +151,7 @@ func (d *Dispatcher) Notify(m store.Message) {
 	r := d.routes[routeKey(m.AppKey, m.DeviceName)]
 	d.mu.Unlock()
 	if r != nil {
-		r.addDurable(m.ID)
+		r.addDurable(m)
 		d.kick(r)
 	}
 }
@@ -219,11 +222,18 @@ type payload struct {
 // from the queue read to the last write: Acked forgets a message only
 // after its delivery is stored, so a read that still saw it pending is
 // never followed by sending it again.
+//
+// It reads only the queue's msgids, and then only the messages it is
+// about to send and does not hold already (Notify hands it the message a
+// send stored): a device with a full window is woken by every send and
+// every PUBACK, and reading back its whole window each time made the
+// reads the largest cost of fan-out.
 func (d *Dispatcher) flush(r *route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	ctx := context.Background()
 	n := len(r.sent)
-	msgs, err := d.store.PendingMessages(context.Background(), r.app, r.dev, n+Window)
+	ids, err := d.store.PendingIDs(ctx, r.app, r.dev, n+Window)
 	if err != nil {
 		d.log.Error("load pending messages", "app", r.app, "device", r.dev, "err", err)
 		return
@@ -231,25 +241,39 @@ func (d *Dispatcher) flush(r *route) {
 	// Forget sent messages that left the queue without a PUBACK on this
 	// connection (expired, retracted), so they stop holding the window:
 	// those the read covered (the queue is in msgid order) but did not find.
-	complete := len(msgs) < n+Window
+	complete := len(ids) < n+Window
 	for id := range r.sent {
-		if (complete || id < msgs[len(msgs)-1].ID) && !slices.ContainsFunc(msgs, func(m store.Message) bool { return m.ID == id }) {
+		if _, found := slices.BinarySearch(ids, id); !found && (complete || id < ids[len(ids)-1]) {
 			delete(r.sent, id)
 		}
 	}
-	now := d.now().Unix()
-	r.backlog = len(msgs) == n+Window
-	synced := false
-	for _, m := range msgs {
-		if _, ok := r.sent[m.ID]; ok {
+	r.backlog = len(ids) == n+Window
+	var todo []int64 // in send order
+	for _, id := range ids {
+		if _, ok := r.sent[id]; ok {
 			continue
 		}
-		if len(r.sent) >= Window {
+		if len(r.sent)+len(todo) >= Window {
 			r.backlog = true
-			return
+			break
 		}
-		if now > m.ExpireTime {
-			continue // the sweeper records it as expired
+		todo = append(todo, id)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	msgs, err := d.load(ctx, r, todo, n == 0)
+	if err != nil {
+		d.log.Error("load pending messages", "app", r.app, "device", r.dev, "err", err)
+		time.AfterFunc(retryAfterStoreError, func() { d.Wake(r.app, r.dev) })
+		return
+	}
+	now := d.now().Unix()
+	synced := false
+	for _, l := range msgs {
+		m := l.m
+		if m.State != store.StatePending || now > m.ExpireTime {
+			continue // left the queue since the read, or the sweeper records it as expired
 		}
 		body, err := json.Marshal(payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
 		if err != nil {
@@ -259,11 +283,13 @@ func (d *Dispatcher) flush(r *route) {
 		// The read may have seen a message whose write is not durable
 		// yet: a device must never get one that a crash could take back
 		// (and its sender, retrying, store again under a new msgid). One
-		// barrier covers the whole read. A message that Notify announced
-		// is durable already: its CreateMessage had returned, so no
-		// barrier is needed for it.
-		if durable := r.isDurable(m.ID); !synced && !durable {
-			if err := d.store.Barrier(context.Background()); err != nil {
+		// barrier covers the whole read: the queue entry and the message
+		// are in one write, so a barrier after the queue read covers
+		// every message it names. A message that Notify announced is
+		// durable already: its CreateMessage had returned, so no barrier
+		// is needed for it.
+		if !synced && !l.durable {
+			if err := d.store.Barrier(ctx); err != nil {
 				d.log.Error("wait for pending messages to be durable", "app", r.app, "device", r.dev, "err", err)
 				time.AfterFunc(retryAfterStoreError, func() { d.Wake(r.app, r.dev) })
 				return
@@ -284,12 +310,73 @@ func (d *Dispatcher) flush(r *route) {
 	}
 }
 
+// loaded is a message flush is about to send; durable when Notify
+// announced it.
+type loaded struct {
+	m       store.Message
+	durable bool
+}
+
+// load returns the messages ids (in their order) that are still in the
+// store, taking those Notify announced from r and reading the others.
+// fresh says nothing is in flight, so the queue's head is exactly ids:
+// several unknown messages are then read with one PendingMessages (one
+// round trip on Redis) rather than one GetMessage each.
+func (d *Dispatcher) load(ctx context.Context, r *route, ids []int64, fresh bool) ([]loaded, error) {
+	out := make([]loaded, len(ids))
+	var unknown int
+	for i, id := range ids {
+		if m, ok := r.takeDurable(id); ok {
+			out[i] = loaded{m, true}
+		} else {
+			unknown++
+		}
+	}
+	var read map[int64]store.Message
+	if fresh && unknown > 1 {
+		msgs, err := d.store.PendingMessages(ctx, r.app, r.dev, len(ids))
+		if err != nil {
+			return nil, err
+		}
+		read = make(map[int64]store.Message, len(msgs))
+		for _, m := range msgs {
+			read[m.ID] = m
+		}
+	}
+	kept := out[:0]
+	for i, id := range ids {
+		l := out[i]
+		if !l.durable {
+			if read != nil {
+				m, ok := read[id]
+				if !ok {
+					continue // it left the queue since the read of ids
+				}
+				l.m = m
+			} else {
+				m, err := d.store.GetMessage(ctx, r.app, id)
+				if errors.Is(err, store.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				l.m = m
+			}
+		}
+		kept = append(kept, l)
+	}
+	return kept, nil
+}
+
 // errSkip leaves a message as it is from inside an UpdateMessage.
 var errSkip = errors.New("no change")
 
 // Acked records the device's PUBACK of packet id pid on connection c:
 // the message it carried is delivered, unless it left the pending state
-// meanwhile (expired, retracted), which stands.
+// meanwhile (expired, retracted), which stands. The write is left to the
+// ack stage (see acks.go), so the connection's read loop never waits for
+// the store; the message keeps its place in the window until it is done.
 func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	d.mu.Lock()
 	r := d.routes[routeKey(app, dev)]
@@ -304,32 +391,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	if !ok {
 		return // a PUBACK of a property publish
 	}
-	defer func() {
-		r.mu.Lock()
-		delete(r.sent, id)
-		backlog := r.backlog
-		r.mu.Unlock()
-		if backlog {
-			d.kick(r)
-		}
-	}()
-	_, err := d.store.UpdateMessage(context.Background(), app, id, func(m *store.Message) error {
-		if m.State != store.StatePending {
-			return errSkip
-		}
-		m.State = store.StateDelivered
-		m.Records = append(m.Records, NewRecord(*m, store.RecordDeliverySuccess, 0, "", d.now()))
-		return nil
-	})
-	switch {
-	case err == nil:
-		d.delivered.Add(1)
-	case !errors.Is(err, errSkip):
-		d.log.Error("record delivery", "app", app, "device", dev, "msgid", id, "err", err)
-		// Still pending in the store: send it again on this connection
-		// once the store is back, rather than at the next message.
-		time.AfterFunc(retryAfterStoreError, func() { d.Wake(app, dev) })
-	}
+	d.acks.add(d, ack{r, id})
 }
 
 // Stats are counts since the dispatcher started.
