@@ -16,7 +16,13 @@ import (
 // readCountStore counts the messages the dispatcher reads from the store.
 type readCountStore struct {
 	store.Store
-	read atomic.Int64
+	read  atomic.Int64 // messages
+	scans atomic.Int64 // queue reads
+}
+
+func (s *readCountStore) PendingIDs(ctx context.Context, app, dev string, limit int) ([]int64, error) {
+	s.scans.Add(1)
+	return s.Store.PendingIDs(ctx, app, dev, limit)
 }
 
 func (s *readCountStore) PendingMessages(ctx context.Context, app, dev string, limit int) ([]store.Message, error) {
@@ -32,24 +38,39 @@ func (s *readCountStore) GetMessage(ctx context.Context, app string, id int64) (
 
 // TestDispatcherReadsOnlyMessagesItSends checks that a device with
 // messages in flight is not read its whole window again at every send: a
-// flush reads the queue's msgids, and a message that its send announced
-// with Notify is not read back at all.
+// message that its send announced with Notify is sent with no read of
+// the queue or of the message; a Wake reads the queue's msgids and only
+// the message it does not hold.
 func TestDispatcherReadsOnlyMessagesItSends(t *testing.T) {
 	f := newFixture(t)
 	counted := &readCountStore{Store: f.st}
 	f.d.store = counted
 	c := &conn{}
 	f.d.Attach(c, "app", "dev-1")
+	// Each send waits for the flushes before it to end: a flush under way
+	// may read the next message before its send announces it.
+	idle := func() bool {
+		f.d.mu.Lock()
+		r := f.d.routes[routeKey("app", "dev-1")]
+		f.d.mu.Unlock()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.running
+	}
+	eventually(t, "the first flush done", idle)
+	if n := counted.scans.Load(); n != 1 {
+		t.Fatalf("%d queue reads for a new connection, want 1", n)
+	}
 	var sent []int64
 	for i := range 10 {
 		sent = append(sent, f.send(t, 60))
-		eventually(t, "the message sent", func() bool { return len(c.received()) == i+1 })
+		eventually(t, "the message sent", func() bool { return len(c.received()) == i+1 && idle() })
 	}
 	if got := c.received(); !slices.Equal(got, sent) {
 		t.Fatalf("received %v, want %v", got, sent)
 	}
-	if n := counted.read.Load(); n != 0 {
-		t.Fatalf("%d messages read back for 10 notified sends with up to 9 in flight, want 0", n)
+	if n, scans := counted.read.Load(), counted.scans.Load(); n != 0 || scans != 1 {
+		t.Fatalf("%d messages and %d more queue reads for 10 notified sends with up to 9 in flight, want none", n, scans-1)
 	}
 	// A message queued without a Notify is read, alone.
 	quiet := store.Message{ID: f.svc.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
@@ -128,6 +149,7 @@ func TestDispatcherStoresAcksTogether(t *testing.T) {
 	}
 	close(gated.open)
 	eventually(t, "the message beyond the window sent", func() bool { return len(c.received()) == Window+1 })
+	eventually(t, "every delivery stored", func() bool { st, _ := f.state(t, sent[Window-1]); return st == store.StateDelivered })
 	for _, id := range sent[:Window] {
 		if st, types := f.state(t, id); st != store.StateDelivered || !slices.Equal(types, []int{0, 2, 4}) {
 			t.Fatalf("message %d: %s %v", id, st, types)
@@ -137,5 +159,46 @@ func TestDispatcherStoresAcksTogether(t *testing.T) {
 	defer gated.mu.Unlock()
 	if !slices.Equal(gated.sizes, []int{1, Window - 1}) {
 		t.Fatalf("writes of %v PUBACKs, want 1 then the %d that came meanwhile", gated.sizes, Window-1)
+	}
+}
+
+// TestDispatcherKeepsOrderBehindBacklog checks that a notified message
+// waits behind older pending messages that the window left unsent, and
+// that the window's slots go to them in send order.
+func TestDispatcherKeepsOrderBehindBacklog(t *testing.T) {
+	f := newFixture(t)
+	var sent []int64
+	for range Window + 2 {
+		sent = append(sent, f.send(t, 60))
+	}
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "a full window", func() bool { return len(c.received()) == Window })
+	sent = append(sent, f.send(t, 60)) // notified while the window is full
+	// A slot frees (as when the ack stage forgets a message it stored)
+	// before the flush the PUBACK starts: the next send's flush must not
+	// give it to the new message ahead of the older ones.
+	f.d.mu.Lock()
+	r := f.d.routes[routeKey("app", "dev-1")]
+	f.d.mu.Unlock()
+	r.mu.Lock()
+	delete(r.sent, sent[0])
+	r.mu.Unlock()
+	late := f.send(t, 60)
+	eventually(t, "the freed slot used", func() bool { return len(c.received()) == Window+1 })
+	if got := c.received()[Window]; got == late {
+		t.Fatalf("the newest message %d took the free slot ahead of %d older ones", late, len(sent)-Window)
+	}
+	f.d.Acked(c, "app", "dev-1", Window+1) // the resend of sent[0]
+	sent = append(sent, late)
+	for _, id := range sent[1:] {
+		eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
+		c.mu.Lock()
+		pid := c.pids[id]
+		c.mu.Unlock()
+		f.d.Acked(c, "app", "dev-1", pid)
+	}
+	if got, want := c.received(), slices.Insert(slices.Clone(sent), Window, sent[0]); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v: in send order, the freed message again", got, want)
 	}
 }

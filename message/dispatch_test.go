@@ -355,7 +355,7 @@ func TestDispatcherSkipsBarrierForNotifiedMessages(t *testing.T) {
 		return len(log.events) > 0
 	})
 
-	// One sent message: read and published, with no Barrier.
+	// One sent message: published with no Barrier.
 	first := f.send(t, 60)
 	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 })
 	log.mu.Lock()
@@ -366,27 +366,30 @@ func TestDispatcherSkipsBarrierForNotifiedMessages(t *testing.T) {
 	log.mu.Unlock()
 	f.d.Acked(c, "app", "dev-1", c.pids[first])
 
-	// A message written with no Notify, then a notified one before it in
-	// the queue (the first takes a msgid ahead of the generator's), both
-	// found by the one read the Notify starts: the notified message is
-	// published at once, the other only after a Barrier.
+	// A message written with no Notify (a Wake announces it below), then
+	// a notified one before it in the queue (the first takes a msgid ahead
+	// of the generator's): the notified message is published at once,
+	// without a read or a Barrier; the Wake's read finds the other, which
+	// is published only after a Barrier that follows the read.
 	quiet := store.Message{ID: f.svc.ids.Next() + 1<<30, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
 		TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending}
 	if err := f.st.CreateMessage(context.Background(), quiet, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	notified := f.send(t, 60)
+	eventually(t, "the notified message sent", func() bool { return len(c.received()) == 2 })
+	f.d.Wake("app", "dev-1")
 	eventually(t, "both messages sent", func() bool { return len(c.received()) == 3 })
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	var got []string
 	for _, e := range log.events {
-		if e == "read" && len(got) > 0 {
+		if e == "read" && slices.Contains(got, "read") {
 			break // a second read after the publishes
 		}
 		got = append(got, e)
 	}
-	want := []string{"read", "publish " + strconv.FormatInt(notified, 10), "barrier", "publish " + strconv.FormatInt(quiet.ID, 10)}
+	want := []string{"publish " + strconv.FormatInt(notified, 10), "read", "barrier", "publish " + strconv.FormatInt(quiet.ID, 10)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}

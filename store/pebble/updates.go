@@ -15,7 +15,8 @@ import (
 
 // PendingIDs returns the ids of up to limit of the device's pending
 // messages in msgid order, which is send order, from the queue keys
-// alone: no message is read.
+// alone (no message is read), or from memory when the queue has not
+// changed since it was last read (see pendingCache).
 func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit int) ([]int64, error) {
 	if limit < 1 {
 		return nil, nil
@@ -24,6 +25,10 @@ func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit
 		return nil, err
 	}
 	defer s.exit()
+	ids, ok, gen := s.pending.cachedIDs(appKey, deviceName, limit)
+	if ok {
+		return ids, nil
+	}
 	var out []int64
 	prefix := key(pQueue, appKey, deviceName, "")
 	err := s.scan(prefix, prefixEnd(prefix), func(k, _ []byte) (bool, error) {
@@ -33,6 +38,7 @@ func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit
 	if err != nil {
 		return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
 	}
+	s.pending.storeIDs(appKey, deviceName, gen, out, limit)
 	return out, nil
 }
 

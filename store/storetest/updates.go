@@ -46,11 +46,42 @@ func testPendingIDs(t *testing.T, s store.Store) {
 			t.Fatalf("PendingIDs(%s, %s, %d) = %v, want %v", tc.app, tc.dev, tc.limit, got, tc.want)
 		}
 	}
+	// Every write that changes the queue shows in the next read, also
+	// after a read that found the same queue (a backend may keep it).
+	step := func(what string, want []int64) {
+		t.Helper()
+		if got, err := s.PendingIDs(ctx, "app", "dev-1", 10); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("after %s: %v %v, want %v", what, got, err, want)
+		}
+		if got, _ := s.PendingIDs(ctx, "app", "dev-1", 1); !slices.Equal(got, want[:min(1, len(want))]) {
+			t.Fatalf("after %s, limit 1: %v", what, got)
+		}
+	}
 	_, err := s.UpdateMessage(ctx, "app", 104, deliver)
 	must(t, err)
-	if got, _ := s.PendingIDs(ctx, "app", "dev-1", 10); !slices.Equal(got, []int64{101, 105}) {
-		t.Fatalf("after a delivery: %v", got)
+	step("a delivery", []int64{101, 105})
+	errs, err := s.UpdateMessages(ctx, []store.MessageUpdate{{AppKey: "app", ID: 101, Fn: deliver}})
+	must(t, err)
+	must(t, errors.Join(errs...))
+	step("a delivery of UpdateMessages", []int64{105})
+	must(t, s.CreateMessage(ctx, msg(106, "app", "dev-1", store.StatePending), 0, nil))
+	step("a send", []int64{105, 106})
+	_, err = s.CreateMessages(ctx, "app", []store.BatchMessage{{Message: msg(107, "app", "dev-1", store.StatePending)}}, nil, nil)
+	must(t, err)
+	step("a batch send", []int64{105, 106, 107})
+	for _, id := range []int64{105, 106, 107} {
+		_, err := s.UpdateMessage(ctx, "app", id, deliver)
+		must(t, err)
 	}
+	step("the queue emptied", nil)
+	must(t, s.CreateMessage(ctx, msg(108, "app", "dev-1", store.StatePending), 0, nil))
+	step("a send to an empty queue", []int64{108})
+	_, err = s.UpdateMessage(ctx, "app", 108, func(m *store.Message) error { m.State = store.StateFailed; return nil })
+	must(t, err)
+	must(t, s.DeleteDevice(ctx, "app", "dev-1"))
+	mustDevices(t, s, "app", "dev-1")
+	must(t, s.CreateMessage(ctx, msg(109, "app", "dev-1", store.StatePending), 0, nil))
+	step("the device deleted and made again", []int64{109})
 }
 
 func testUpdateMessages(t *testing.T, s store.Store) {
