@@ -202,3 +202,35 @@ func TestDispatcherKeepsOrderBehindBacklog(t *testing.T) {
 		t.Fatalf("received %v, want %v: in send order, the freed message again", got, want)
 	}
 }
+
+// TestDispatcherIgnoresLateNotify checks that a Notify arriving after a
+// queue read already sent its message, and the device acknowledged it,
+// sends nothing again: the sender may be slow to announce what it stored.
+func TestDispatcherIgnoresLateNotify(t *testing.T) {
+	f := newFixture(t)
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	m := store.Message{ID: f.svc.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+		TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending}
+	must(t, f.st.CreateMessage(context.Background(), m, 0, nil))
+	f.d.Wake("app", "dev-1")
+	eventually(t, "the message sent", func() bool { return len(c.received()) == 1 })
+	f.d.Acked(c, "app", "dev-1", 1)
+	f.d.mu.Lock()
+	r := f.d.routes[routeKey("app", "dev-1")]
+	f.d.mu.Unlock()
+	eventually(t, "the PUBACK stored", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.sent) == 0 && !r.running
+	})
+	f.d.Notify(m) // late
+	eventually(t, "the flush done", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.running
+	})
+	if got := c.received(); !slices.Equal(got, []int64{m.ID}) {
+		t.Fatalf("received %v, want %d once", got, m.ID)
+	}
+}

@@ -71,6 +71,10 @@ type route struct {
 	inflight map[uint16]int64   // packet id → msgid
 	sent     map[int64]struct{} // msgids sent on this connection
 	running  bool               // a flush is under way
+	// seen is the highest msgid a queue read found or flushNotified
+	// sent: an announced message at or below it may have been handled
+	// by a read already, so flushNotified leaves it to a read.
+	seen int64
 	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
 
@@ -270,6 +274,7 @@ func (d *Dispatcher) flush(r *route) {
 			delete(r.sent, id)
 		}
 	}
+	r.forgetHandled(ids, complete)
 	r.backlog = len(ids) == n+Window
 	var todo []int64 // in send order
 	for _, id := range ids {
@@ -340,9 +345,17 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 	r.durableMu.Lock()
 	var msgs []store.Message
 	for id, m := range r.durable {
-		if _, ok := r.sent[id]; !ok {
-			msgs = append(msgs, m)
+		if _, ok := r.sent[id]; ok {
+			delete(r.durable, id) // a read sent it before its Notify came
+			continue
 		}
+		if id <= r.seen {
+			// Announced after a read that may have sent it (and had it
+			// acknowledged), or stored out of msgid order: a read tells.
+			r.durableMu.Unlock()
+			return false
+		}
+		msgs = append(msgs, m)
 	}
 	if len(r.sent)+len(msgs) > Window {
 		r.durableMu.Unlock()
@@ -361,8 +374,39 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		if !d.publish(r, m) {
 			return true
 		}
+		r.seen = max(r.seen, m.ID)
 	}
 	return true
+}
+
+// forgetHandled drops the announced messages that the queue read ids
+// (complete: the whole queue) settles: those sent already, and those no
+// longer queued, at or below the last id read (or below seen, when the
+// read was the whole queue). The others stay for load. A dropped message
+// that was not queued may have been stored and announced just after the
+// read, so the next flush reads the queue again.
+func (r *route) forgetHandled(ids []int64, complete bool) {
+	bound := int64(0)
+	if len(ids) > 0 {
+		bound = ids[len(ids)-1]
+		r.seen = max(r.seen, bound)
+	}
+	if complete {
+		bound = r.seen
+	}
+	r.durableMu.Lock()
+	defer r.durableMu.Unlock()
+	for id := range r.durable {
+		if id > bound {
+			continue
+		}
+		if _, sent := r.sent[id]; sent {
+			delete(r.durable, id)
+		} else if _, queued := slices.BinarySearch(ids, id); !queued {
+			delete(r.durable, id)
+			r.scan.Store(true)
+		}
+	}
 }
 
 // publish sends m on r's connection and records it in flight; false when
