@@ -71,12 +71,12 @@ type route struct {
 	inflight map[uint16]int64   // packet id → msgid
 	sent     map[int64]struct{} // msgids sent on this connection
 	running  bool               // a flush is under way
+	again    bool               // flush once more when it ends
+	backlog  bool               // the last flush left messages unsent
 	// seen is the highest msgid a queue read found or flushNotified
 	// sent: an announced message at or below it may have been handled
 	// by a read already, so flushNotified leaves it to a read.
 	seen int64
-	again    bool               // flush once more when it ends
-	backlog  bool               // the last flush left messages unsent
 
 	// durable holds the messages that Notify announced: their writes are
 	// durable, so publishing them needs no Barrier, and flush need not
