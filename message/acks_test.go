@@ -234,3 +234,41 @@ func TestDispatcherIgnoresLateNotify(t *testing.T) {
 		t.Fatalf("received %v, want %d once", got, m.ID)
 	}
 }
+
+// TestDispatcherSendsLateLowerIDWithoutRead checks that messages stored
+// concurrently and announced out of msgid order are each sent as their
+// Notify comes, with no queue read.
+func TestDispatcherSendsLateLowerIDWithoutRead(t *testing.T) {
+	f := newFixture(t)
+	counted := &readCountStore{Store: f.st}
+	f.d.store = counted
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	f.d.mu.Lock()
+	r := f.d.routes[routeKey("app", "dev-1")]
+	f.d.mu.Unlock()
+	idle := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.running
+	}
+	eventually(t, "the first flush done", idle)
+	base := f.svc.ids.Next()
+	var msgs []store.Message
+	for _, id := range []int64{base, base + 1} {
+		m := store.Message{ID: id, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+			TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending}
+		must(t, f.st.CreateMessage(context.Background(), m, 0, nil))
+		msgs = append(msgs, m)
+	}
+	f.d.Notify(msgs[1])
+	eventually(t, "the higher msgid sent", func() bool { return len(c.received()) == 1 && idle() })
+	f.d.Notify(msgs[0])
+	eventually(t, "the lower msgid sent", func() bool { return len(c.received()) == 2 && idle() })
+	if got := c.received(); !slices.Equal(got, []int64{base + 1, base}) {
+		t.Fatalf("received %v", got)
+	}
+	if n := counted.scans.Load(); n != 1 {
+		t.Fatalf("%d queue reads, want only the new connection's", n)
+	}
+}

@@ -74,9 +74,15 @@ type route struct {
 	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
 	// seen is the highest msgid a queue read found or flushNotified
-	// sent: an announced message at or below it may have been handled
-	// by a read already, so flushNotified leaves it to a read.
+	// sent.
 	seen int64
+	// readSent holds msgids that a queue read sent with no Notify
+	// having announced them, so that a Notify that comes late sends
+	// nothing again; it holds at most readSentMax, and when it is
+	// cleared lost is set to seen: an announced message at or below lost
+	// may have been handled by a read, so it is left to a read.
+	readSent map[int64]struct{}
+	lost     int64
 
 	// durable holds the messages that Notify announced: their writes are
 	// durable, so publishing them needs no Barrier, and flush need not
@@ -322,7 +328,24 @@ func (d *Dispatcher) flush(r *route) {
 		if !d.publish(r, m) {
 			return
 		}
+		if !l.durable {
+			r.addReadSent(m.ID)
+		}
 	}
+}
+
+// readSentMax bounds route.readSent.
+const readSentMax = 4 * Window
+
+// addReadSent records that a read sent message id unannounced.
+func (r *route) addReadSent(id int64) {
+	if r.readSent == nil || len(r.readSent) >= readSentMax {
+		if len(r.readSent) > 0 {
+			r.lost = r.seen
+		}
+		r.readSent = map[int64]struct{}{}
+	}
+	r.readSent[id] = struct{}{}
 }
 
 // flushNotified sends the messages Notify announced, in msgid order,
@@ -330,7 +353,9 @@ func (d *Dispatcher) flush(r *route) {
 // the queue changed otherwise (r.scan is false), the window had room for
 // everything pending then (no backlog), and it has room for all of them
 // now. It reports false, having sent nothing, when a queue read is
-// needed. The messages are durable (see Notify), so no Barrier. In
+// needed. Messages stored concurrently may be announced out of msgid
+// order; each is sent as its announcement comes, as a read would send
+// them in the order their writes became visible. The messages are durable (see Notify), so no Barrier. In
 // fan-out nearly every flush is one of these, and the queue reads they
 // save were a quarter of the server's CPU: a device's queue range holds
 // the tombstones of its delivered messages until compaction.
@@ -345,13 +370,17 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 	r.durableMu.Lock()
 	var msgs []store.Message
 	for id, m := range r.durable {
+		// A read may have sent it before its Notify came.
 		if _, ok := r.sent[id]; ok {
-			delete(r.durable, id) // a read sent it before its Notify came
+			delete(r.durable, id)
 			continue
 		}
-		if id <= r.seen {
-			// Announced after a read that may have sent it (and had it
-			// acknowledged), or stored out of msgid order: a read tells.
+		if _, ok := r.readSent[id]; ok {
+			delete(r.durable, id)
+			delete(r.readSent, id)
+			continue
+		}
+		if id <= r.lost {
 			r.durableMu.Unlock()
 			return false
 		}
