@@ -49,12 +49,12 @@ type updating struct {
 }
 
 // UpdateMessages applies the updates in one batch, holding the stripes of
-// every device they touch only while the batch is applied, and syncs it
-// after releasing them, as CreateMessages does: a device's PUBACKs are
-// stored many at a time, at one commit and one fsync for all of them,
-// while sends to the same devices go on. A write that read one of these
-// messages under its stripe is after the batch in the WAL, so no crash
-// keeps that write without the batch. See store.Store.
+// every device they touch only while the batch is applied, and waits for
+// its fsync after releasing them: PUBACKs are stored many at a time, at
+// one commit and one fsync for all of them, while sends to the same
+// devices go on. A write that read one of these messages under its stripe
+// is after the batch in the WAL, so no crash keeps that write without the
+// batch. See store.Store.
 func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdate) ([]error, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	if len(order) == 0 {
 		return errs, nil
 	}
-	err := s.writeLazy(func(b *pebble.Batch) error {
+	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
 		for _, m := range leaving {
 			if err := b.Delete(queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
 				return err
@@ -203,11 +203,39 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}
 	locked = false
 	unlock()
-	if err := s.syncLazy(); err != nil {
+	if err := synced(); err != nil {
 		err = fmt.Errorf("update %d messages: %w", len(order), err)
 		for _, i := range done {
 			errs[i] = err
 		}
 	}
 	return errs, nil
+}
+
+// writeSyncAfter commits fill's batch synced but returns once the batch is
+// applied (visible to readers), with the function that waits for its
+// fsync: a caller holding stripes releases them in between. The commit is
+// counted in committing until that wait ends, so a Barrier that could see
+// it syncs first, as for write. One WAL record, where writeLazy and a
+// separate sync take two.
+func (s *Store) writeSyncAfter(fill func(b *pebble.Batch) error) (synced func() error, err error) {
+	b := s.db.NewBatch()
+	if err := fill(b); err != nil {
+		b.Close()
+		return nil, err
+	}
+	s.committing.Add(1)
+	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		s.committing.Add(-1)
+		b.Close()
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return func() error {
+		defer b.Close()
+		defer s.committing.Add(-1)
+		if err := b.SyncWait(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	}, nil
 }
