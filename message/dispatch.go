@@ -355,10 +355,11 @@ func (r *route) addReadSent(id int64) {
 // now. It reports false, having sent nothing, when a queue read is
 // needed. Messages stored concurrently may be announced out of msgid
 // order; each is sent as its announcement comes, as a read would send
-// them in the order their writes became visible. The messages are durable (see Notify), so no Barrier. In
-// fan-out nearly every flush is one of these, and the queue reads they
-// save were a quarter of the server's CPU: a device's queue range holds
-// the tombstones of its delivered messages until compaction.
+// them in the order their writes became visible. The messages are
+// durable (see Notify), so no Barrier. In fan-out nearly every flush is
+// one of these, and the queue reads they save were a quarter of the
+// server's CPU: a device's queue range holds the tombstones of its
+// delivered messages until compaction.
 //
 // A message retracted or expired between its Notify and this flush is
 // sent as it would be by a flush that read the queue just before the
