@@ -272,3 +272,18 @@ func TestDispatcherSendsLateLowerIDWithoutRead(t *testing.T) {
 		t.Fatalf("%d queue reads, want only the new connection's", n)
 	}
 }
+
+// TestDispatcherNewRouteReadsFirst checks that a message announced to a
+// connection that has just subscribed, before the subscription's own
+// flush, does not overtake the messages pending from before.
+func TestDispatcherNewRouteReadsFirst(t *testing.T) {
+	f := newFixture(t)
+	older := f.send(t, 60)
+	c := &conn{}
+	f.d.route(c, "app", "dev-1") // Attach, up to its wake
+	newer := f.send(t, 60)
+	eventually(t, "both sent", func() bool { return len(c.received()) == 2 })
+	if got := c.received(); !slices.Equal(got, []int64{older, newer}) {
+		t.Fatalf("received %v, want %v", got, []int64{older, newer})
+	}
+}

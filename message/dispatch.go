@@ -135,15 +135,24 @@ func routeKey(app, dev string) string { return app + "\x00" + dev }
 // repeated SUBSCRIBE on the same connection sends what is pending and
 // not yet sent on it; a new connection gets everything pending again.
 func (d *Dispatcher) Attach(c Conn, app, dev string) {
+	d.kick(d.route(c, app, dev))
+}
+
+// route returns the connection's route, made if it has none. A new
+// route reads the queue at its first flush, whatever wakes it: a Notify
+// that comes before Attach's own wake must not send its message ahead
+// of the older ones pending.
+func (d *Dispatcher) route(c Conn, app, dev string) *route {
 	k := routeKey(app, dev)
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	r := d.routes[k]
 	if r == nil || r.conn != c {
 		r = &route{app: app, dev: dev, conn: c, inflight: map[uint16]int64{}, sent: map[int64]struct{}{}}
+		r.scan.Store(true)
 		d.routes[k] = r
 	}
-	d.mu.Unlock()
-	d.kick(r)
+	return r
 }
 
 // Detach stops delivery to a connection that ended. A newer connection
