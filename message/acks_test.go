@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,5 +286,41 @@ func TestDispatcherNewRouteReadsFirst(t *testing.T) {
 	eventually(t, "both sent", func() bool { return len(c.received()) == 2 })
 	if got := c.received(); !slices.Equal(got, []int64{older, newer}) {
 		t.Fatalf("received %v, want %v", got, []int64{older, newer})
+	}
+}
+
+// TestDispatcherBarrierForBroadcastMessages checks that an announced
+// message of a broadcast is published only after a Barrier: a fan-out
+// step returns before its fsync, and a crash could take the message back.
+func TestDispatcherBarrierForBroadcastMessages(t *testing.T) {
+	for _, attached := range []bool{true, false} {
+		f := newFixture(t)
+		log := &orderLog{}
+		f.d.store = barrierStore{f.st, log}
+		c := &idConn{log: log}
+		if attached { // announced to a route with nothing to read: sent without a read
+			f.d.Attach(c, "app", "dev-1")
+			eventually(t, "the first read", func() bool {
+				log.mu.Lock()
+				defer log.mu.Unlock()
+				return len(log.events) > 0
+			})
+		} else { // announced to a new route: its first flush reads the queue
+			f.d.route(c, "app", "dev-1")
+		}
+		m := store.Message{ID: f.svc.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+			TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending, Broadcast: 7}
+		must(t, f.st.CreateMessage(context.Background(), m, 0, nil))
+		log.mu.Lock()
+		log.events = nil
+		log.mu.Unlock()
+		f.d.Notify(m)
+		eventually(t, "the message sent", func() bool { return len(c.received()) >= 1 })
+		log.mu.Lock()
+		i := slices.Index(log.events, "publish "+strconv.FormatInt(m.ID, 10))
+		if i < 0 || !slices.Contains(log.events[:i], "barrier") {
+			t.Errorf("attached %v: events %v, want a barrier before the publish", attached, log.events)
+		}
+		log.mu.Unlock()
 	}
 }

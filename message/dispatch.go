@@ -175,7 +175,9 @@ func (d *Dispatcher) Online(app, dev string) bool {
 
 // Notify tells the dispatcher that m was queued, by a write that is
 // durable: the store's CreateMessage returned (a 200 means that). Sending
-// m then needs no Barrier. A message that may not be durable yet must be
+// m then needs no Barrier. A message of a broadcast may be announced as
+// soon as its step returns, before it is durable: it is sent after a
+// Barrier. Any other message that may not be durable yet must be
 // announced by Wake instead.
 func (d *Dispatcher) Notify(m store.Message) {
 	d.mu.Lock()
@@ -326,7 +328,7 @@ func (d *Dispatcher) flush(r *route) {
 		// every message it names. A message that Notify announced is
 		// durable already: its CreateMessage had returned, so no barrier
 		// is needed for it.
-		if !synced && !l.durable {
+		if !synced && !l.durable() {
 			if err := d.store.Barrier(ctx); err != nil {
 				d.log.Error("wait for pending messages to be durable", "app", r.app, "device", r.dev, "err", err)
 				time.AfterFunc(retryAfterStoreError, func() { d.Wake(r.app, r.dev) })
@@ -337,7 +339,7 @@ func (d *Dispatcher) flush(r *route) {
 		if !d.publish(r, m) {
 			return
 		}
-		if !l.durable {
+		if !l.announced {
 			r.addReadSent(m.ID)
 		}
 	}
@@ -406,9 +408,19 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 	r.durableMu.Unlock()
 	slices.SortFunc(msgs, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })
 	now := d.now().Unix()
+	synced := false
 	for _, m := range msgs {
 		if now > m.ExpireTime {
 			continue // the sweeper records it as expired
+		}
+		if !synced && m.Broadcast != 0 { // see loaded.durable
+			if err := d.store.Barrier(context.Background()); err != nil {
+				d.log.Error("wait for pending messages to be durable", "app", r.app, "device", r.dev, "err", err)
+				// They are still queued: a read finds them.
+				time.AfterFunc(retryAfterStoreError, func() { d.Wake(r.app, r.dev) })
+				return true
+			}
+			synced = true
 		}
 		if !d.publish(r, m) {
 			return true
@@ -469,12 +481,18 @@ func (d *Dispatcher) publish(r *route, m store.Message) bool {
 	return true
 }
 
-// loaded is a message flush is about to send; durable when Notify
-// announced it.
+// loaded is a message flush is about to send; announced when Notify
+// handed it over.
 type loaded struct {
-	m       store.Message
-	durable bool
+	m         store.Message
+	announced bool
 }
+
+// durable reports whether the message is known durable without a
+// Barrier: announced, and not of a broadcast, whose fan-out steps are
+// stored without waiting for their fsync (store.Fleet.CreateMessages) and
+// announced at once.
+func (l loaded) durable() bool { return l.announced && l.m.Broadcast == 0 }
 
 // load returns the messages ids (in their order) that are still in the
 // store, taking those Notify announced from r and reading the others.
@@ -505,7 +523,7 @@ func (d *Dispatcher) load(ctx context.Context, r *route, ids []int64, fresh bool
 	kept := out[:0]
 	for i, id := range ids {
 		l := out[i]
-		if !l.durable {
+		if !l.announced {
 			if read != nil {
 				m, ok := read[id]
 				if !ok {
