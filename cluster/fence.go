@@ -118,6 +118,24 @@ func (f *fenced) UpdateMessage(ctx context.Context, appKey string, id int64, fn 
 	return m, f.done(err)
 }
 
+func (f *fenced) PendingIDs(ctx context.Context, appKey, deviceName string, limit int) ([]int64, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f.Store.PendingIDs(ctx, appKey, deviceName, limit)
+}
+
+func (f *fenced) UpdateMessages(ctx context.Context, updates []store.MessageUpdate) ([]error, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	errs, err := f.Store.UpdateMessages(ctx, updates)
+	for _, e := range errs {
+		f.done(e)
+	}
+	return errs, f.done(err)
+}
+
 func (f *fenced) ExpiredMessages(ctx context.Context, before int64, limit int) ([]store.Message, error) {
 	if err := f.check(); err != nil {
 		return nil, err

@@ -286,6 +286,14 @@ func ApplyUpdate(m *Message, id int64, appKey string, fn func(*Message) error) (
 	return n, before == StatePending && m.State != StatePending, nil
 }
 
+// MessageUpdate is one update of Store.UpdateMessages: Fn is applied to
+// the app's message ID as UpdateMessage applies its fn.
+type MessageUpdate struct {
+	AppKey string
+	ID     int64
+	Fn     func(*Message) error
+}
+
 // OutboxEntry is a status record waiting for callback delivery. Every
 // record a message gains is written to the outbox in the same write as
 // the message, so none is lost between the two.
@@ -431,6 +439,10 @@ type Store interface {
 	// PendingMessages returns up to limit of the device's pending
 	// messages in send order.
 	PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]Message, error)
+	// PendingIDs returns the ids of up to limit of the device's pending
+	// messages in send order: PendingMessages without reading the
+	// messages, for a caller that holds most of them already.
+	PendingIDs(ctx context.Context, appKey, deviceName string, limit int) ([]int64, error)
 	// ListMessages returns up to limit of the app's messages with ids
 	// below before (0: from the newest), newest first: every state, for
 	// people browsing what was sent. It reads an index per app, so its
@@ -446,6 +458,16 @@ type Store interface {
 	// exist or belongs to another app; an error from fn is returned as is
 	// and nothing is written.
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*Message) error) (Message, error)
+	// UpdateMessages applies each update as UpdateMessage would and
+	// returns one error per update, in order: nil when it is stored, an
+	// error from its Fn as is, ErrNotFound as for UpdateMessage. Each
+	// update is atomic with respect to the other writes of its message's
+	// device; the updates together need not be (a backend may store them
+	// in one write, or one by one). Updates of the same message apply in
+	// order, each to the result of the one before. Every update is
+	// durable when the call returns. The second result is an error that
+	// kept every update from being tried (a closed store).
+	UpdateMessages(ctx context.Context, updates []MessageUpdate) ([]error, error)
 	// ExpiredMessages returns up to limit pending messages whose
 	// ExpireTime is before the Unix second before, earliest first.
 	ExpiredMessages(ctx context.Context, before int64, limit int) ([]Message, error)

@@ -210,3 +210,22 @@ func (s *Store) addOutbox(entries []store.OutboxEntry) {
 		s.outbox[e.Seq] = e
 	}
 }
+
+// PendingIDs returns the ids of up to limit of the device's pending
+// messages in send order.
+func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit int) ([]int64, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	ids := s.queues[devKey{appKey, deviceName}]
+	return slices.Clone(ids[:min(limit, len(ids))]), nil
+}
+
+// UpdateMessages applies the updates one by one; see store.Store.
+func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdate) ([]error, error) {
+	return store.UpdateOneByOne(ctx, s.UpdateMessage, updates)
+}

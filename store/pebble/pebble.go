@@ -72,7 +72,7 @@ type Store struct {
 	devices deviceCache
 	// pending caches each device's pending-queue count; it is read and
 	// written only under the device's lock, like the counter key itself.
-	pending countCache
+	pending pendingCache
 	// events is the event log's state (see events.go).
 	events eventLogs
 

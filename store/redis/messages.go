@@ -384,3 +384,28 @@ func (s *Store) ExpiredMessages(ctx context.Context, before int64, limit int) ([
 	}
 	return out, nil
 }
+
+// PendingIDs returns the ids of up to limit of the device's pending
+// messages in send order, from its queue.
+func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit int) ([]int64, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	members, err := s.rdb.ZRange(ctx, s.queueKey(appKey, deviceName), 0, int64(limit)-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
+	}
+	ids := make([]int64, len(members))
+	for i, mem := range members {
+		if ids[i], err = parseIDMember(mem); err != nil {
+			return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
+		}
+	}
+	return ids, nil
+}
+
+// UpdateMessages applies the updates one by one (each is one optimistic
+// transaction of its own); see store.Store.
+func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdate) ([]error, error) {
+	return store.UpdateOneByOne(ctx, s.UpdateMessage, updates)
+}

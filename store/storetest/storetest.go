@@ -62,7 +62,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ResetPresence", testResetPresence},
 		{"ResetPresenceOfNode", testResetPresenceOfNode},
 	}
-	for _, tc := range append(append(tests, eventTests...), fleetTests...) {
+	for _, tc := range append(append(append(tests, eventTests...), fleetTests...), updateTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))
 		})
