@@ -407,6 +407,16 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 		if err != nil {
 			return err
 		}
+		// A broadcast that becomes active again (a done one cancelled:
+		// its sweep is to come) goes back into the global index first,
+		// as CreateBroadcast puts it there: a crash between the two
+		// leaves an entry that ActiveBroadcasts drops, never an active
+		// broadcast the fan-out workers cannot find.
+		if b.Active() {
+			if err := s.rdb.ZAdd(ctx, s.activeBroadcastsKey(), goredis.Z{Score: float64(id), Member: bcMember(appKey, id)}).Err(); err != nil {
+				return err
+			}
+		}
 		var stale []string // chunks no step will read
 		if b.State != store.BroadcastFanningOut {
 			for n := b.Chunk; n < b.Chunks; n++ {
