@@ -206,6 +206,12 @@ func canonicalValue(raw json.RawMessage) []byte {
 	case 't', 'f', 'n':
 		return raw
 	}
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		var buf [20]byte
+		if bytes.Equal(strconv.AppendInt(buf[:0], n, 10), raw) {
+			return raw // already how normalizeNumber spells it
+		}
+	}
 	return []byte(normalizeNumber(string(raw)))
 }
 

@@ -143,3 +143,11 @@ func TestPairOfReusesHMACCleanly(t *testing.T) {
 		}
 	}
 }
+
+func TestCanonicalNumberUnchangedByFastPath(t *testing.T) {
+	for _, lit := range []string{"0", "-0", "7", "-7", "007", "1.0", "1e3", "9223372036854775807", "-9223372036854775808", "9223372036854775808", "1.5", "-0.0"} {
+		if got, want := canonicalValue(json.RawMessage(lit)), normalizeNumber(lit); string(got) != want {
+			t.Errorf("canonicalValue(%s) = %s, want %s", lit, got, want)
+		}
+	}
+}
