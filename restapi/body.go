@@ -37,8 +37,12 @@ func readBody(c *gin.Context) (object, error) {
 // parseObject decodes raw as exactly one JSON object.
 func parseObject(raw []byte, what string) (object, error) {
 	// One value and only white space after it: what the decoder below
-	// accepts, without its buffer. Every error takes the decoder's way, so
+	// accepts, without its buffer (and for a flat object, without
+	// reflection). Every error takes the decoder's way, so
 	// the messages stay those of the decoder.
+	if obj, ok := scanFlatObject(raw); ok {
+		return obj, nil
+	}
 	var obj object
 	if err := json.Unmarshal(raw, &obj); err == nil && obj != nil {
 		return obj, nil

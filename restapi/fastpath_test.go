@@ -151,3 +151,54 @@ func TestCanonicalNumberUnchangedByFastPath(t *testing.T) {
 		}
 	}
 }
+
+var objectBodies = []string{
+	`{"seq_no":1,"device_name":"dev-1","msg_body":"hello","ttl":60}`, ` { "a" : 1 , "b" : "x" } `, `{}`, " {}\n",
+	`{"a":1,"a":2}`, `{"a":null,"b":true,"c":false}`, `{"n":-0.5e+10,"m":0,"k":1E3}`, `{"a":01}`, `{"a":1.}`,
+	`{"a":-}`, `{"a":1e}`, `{"a":tru}`, `{"a":nullx}`, `{"a":"x\"y"}`, `{"a\u0041":1}`, `{"a":"é"}`, "{\"a\":\"\xff\"}",
+	"{\"a\":\"x\ty\"}", `{"a":{"b":1}}`, `{"a":[1]}`, `{"a":1,}`, `{,}`, `{"a" 1}`, `{"a":1}x`, `{"a":1}{}`, `{"a":1`,
+	`{"a`, `{`, `[]`, `null`, ``, `"x"`, `{"":1}`, `{"a":"<&>"}`, "{\"a\":\"\x7f\"}", `{"a":-01}`, `{"a":2e-3}`,
+}
+
+func TestScanFlatObjectMatchesUnmarshal(t *testing.T) {
+	flat := 0
+	for _, b := range objectBodies {
+		if checkFlatScan(t, []byte(b)) {
+			flat++
+		}
+	}
+	if flat < 10 {
+		t.Errorf("only %d bodies took the scanner", flat)
+	}
+}
+
+func FuzzScanFlatObject(f *testing.F) {
+	for _, b := range objectBodies {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkFlatScan(t, b) })
+}
+
+// checkFlatScan fails t when scanFlatObject answers raw differently from
+// json.Unmarshal; it reports whether the scanner answered.
+func checkFlatScan(t *testing.T, raw []byte) bool {
+	t.Helper()
+	got, ok := scanFlatObject(raw)
+	if !ok {
+		return false
+	}
+	var want object
+	if err := json.Unmarshal(raw, &want); err != nil || want == nil {
+		t.Errorf("scanFlatObject(%q) accepted what json.Unmarshal refuses (%v)", raw, err)
+		return true
+	}
+	if len(got) != len(want) {
+		t.Errorf("scanFlatObject(%q) has %d fields, json.Unmarshal %d", raw, len(got), len(want))
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || string(g) != string(v) {
+			t.Errorf("scanFlatObject(%q)[%q] = %q, json.Unmarshal %q", raw, k, g, v)
+		}
+	}
+	return true
+}
