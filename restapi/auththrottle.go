@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"hash"
 	"math"
 	"net"
 	"net/http"
@@ -56,7 +57,8 @@ type authThrottle struct {
 	sourceFailures, identityFailures int
 	window                           time.Duration
 	now                              func() time.Time
-	key                              []byte // hash key of the pair tables
+	key                              []byte    // hash key of the pair tables
+	macs                             sync.Pool // of hmac.New(sha256.New, key): one a request costs two digests and pads
 
 	mu         sync.Mutex
 	sources    map[string]*failCount
@@ -78,11 +80,13 @@ func newAuthThrottle(sourceFailures, identityFailures int, window time.Duration,
 	if _, err := rand.Read(key); err != nil {
 		panic("crypto/rand: " + err.Error()) // never fails on supported platforms
 	}
-	return &authThrottle{
+	t := &authThrottle{
 		sourceFailures: sourceFailures, identityFailures: identityFailures, window: window, now: now, key: key,
 		sources: map[string]*failCount{}, identities: map[[16]byte]*failCount{},
 		pairs: map[[32]byte]*failCount{}, trusted: map[[32]byte]time.Time{},
 	}
+	t.macs.New = func() any { return hmac.New(sha256.New, key) }
+	return t
 }
 
 // sourceOf is the throttled source of r: its peer address, IPv6 cut to
@@ -112,11 +116,15 @@ func identityOf(user string) [16]byte {
 // pairOf keys a source and identity; keyed, so that nobody can make two
 // pairs collide.
 func (t *authThrottle) pairOf(source, user string) [32]byte {
-	m := hmac.New(sha256.New, t.key)
+	m := t.macs.Get().(hash.Hash)
+	m.Reset()
 	m.Write([]byte(source))
 	m.Write([]byte{0})
 	m.Write([]byte(user))
-	return [32]byte(m.Sum(nil))
+	var pair [32]byte
+	m.Sum(pair[:0])
+	t.macs.Put(m)
+	return pair
 }
 
 // lockedFor is how long f still locks at now, 0 when it does not.

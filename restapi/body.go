@@ -36,8 +36,19 @@ func readBody(c *gin.Context) (object, error) {
 
 // parseObject decodes raw as exactly one JSON object.
 func parseObject(raw []byte, what string) (object, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	// One value and only white space after it: what the decoder below
+	// accepts, without its buffer (and for a flat object, without
+	// reflection). Every error takes the decoder's way, so
+	// the messages stay those of the decoder.
+	if obj, ok := scanFlatObject(raw); ok {
+		return obj, nil
+	}
 	var obj object
+	if err := json.Unmarshal(raw, &obj); err == nil && obj != nil {
+		return obj, nil
+	}
+	obj = nil
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&obj); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
@@ -119,6 +130,9 @@ func (o object) stringField(field string, required bool) (string, bool, error) {
 		}
 		return "", false, nil
 	}
+	if s, ok := plainString(o[field]); ok {
+		return s, true, nil
+	}
 	var s string
 	if err := json.Unmarshal(o[field], &s); err != nil {
 		return "", false, errInvalid("%s must be a string", field)
@@ -145,6 +159,24 @@ func (o object) boolField(field string, required bool) (bool, bool, error) {
 	return b, true, nil
 }
 
+// plainString returns the text of a JSON string literal that holds only
+// printable ASCII with nothing to escape: no backslash, no quote, and none
+// of the <, > and & that json.Marshal escapes. Such a literal decodes to its
+// bytes between the quotes and encodes back to itself, so callers skip
+// encoding/json for it; ok is false for every other value.
+func plainString(raw json.RawMessage) (s string, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	text := raw[1 : len(raw)-1]
+	for _, b := range text {
+		if b < 0x20 || b > 0x7e || b == '"' || b == '\\' || b == '<' || b == '>' || b == '&' {
+			return "", false
+		}
+	}
+	return string(text), true
+}
+
 // canonicalValue re-encodes one JSON value so two values that mean the
 // same compare equal: objects get sorted keys, strings one escaping, and
 // insignificant whitespace goes. Numbers and literals keep their bytes.
@@ -154,6 +186,9 @@ func canonicalValue(raw json.RawMessage) []byte {
 	}
 	switch raw[0] {
 	case '"':
+		if _, ok := plainString(raw); ok {
+			return raw // json.Marshal would write the same bytes
+		}
 		var str string
 		if err := json.Unmarshal(raw, &str); err != nil {
 			return raw
@@ -174,6 +209,12 @@ func canonicalValue(raw json.RawMessage) []byte {
 		return b
 	case 't', 'f', 'n':
 		return raw
+	}
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		var buf [20]byte
+		if bytes.Equal(strconv.AppendInt(buf[:0], n, 10), raw) {
+			return raw // already how normalizeNumber spells it
+		}
 	}
 	return []byte(normalizeNumber(string(raw)))
 }

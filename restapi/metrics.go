@@ -2,6 +2,7 @@ package restapi
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -11,6 +12,37 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+
+	// series caches each label set's counter and histogram, so a request
+	// costs no WithLabelValues (a hash of its labels and a lookup under a
+	// lock). Nothing ever deletes a series from the vectors, so an entry
+	// never goes stale; the label sets are bounded by routes, methods
+	// and status codes.
+	series sync.Map // seriesKey → *series
+}
+
+type seriesKey struct {
+	method, route string
+	code          int
+}
+
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// seriesOf returns the metrics of one label set.
+func (m *metrics) seriesOf(method, route string, code int) *series {
+	k := seriesKey{method, route, code}
+	if s, ok := m.series.Load(k); ok {
+		return s.(*series)
+	}
+	c := strconv.Itoa(code)
+	s, _ := m.series.LoadOrStore(k, &series{
+		requests: m.requests.WithLabelValues(method, route, c),
+		latency:  m.latency.WithLabelValues(method, route, c),
+	})
+	return s.(*series)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,7 +72,7 @@ func (m *metrics) middleware(c *gin.Context) {
 	if route == "" {
 		route = "unmatched" // keeps label cardinality bounded
 	}
-	code := strconv.Itoa(c.Writer.Status())
-	m.requests.WithLabelValues(c.Request.Method, route, code).Inc()
-	m.latency.WithLabelValues(c.Request.Method, route, code).Observe(time.Since(start).Seconds())
+	s := m.seriesOf(c.Request.Method, route, c.Writer.Status())
+	s.requests.Inc()
+	s.latency.Observe(time.Since(start).Seconds())
 }
