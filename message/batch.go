@@ -172,10 +172,8 @@ func (s *Service) Commit(ctx context.Context, p *BatchPlan, seqNo int64, entry *
 	if err != nil {
 		return nil, err
 	}
-	for j, o := range outcomes {
-		if o == store.BatchStored && p.msgs[j].Message.State == store.StatePending {
-			s.router.Notify(p.msgs[j].Message, p.devs[j])
-		}
+	if err := s.announce(ctx, p.app.Key, p.msgs, p.devs, outcomes, s.readEach(ctx, p.app.Key)); err != nil {
+		return nil, err
 	}
 	return seq.Body(msgs, outcomes), nil
 }
@@ -223,4 +221,25 @@ func (p *BatchPlan) fold(seqNo int64, entry *store.SeqEntry) (*store.BatchSeq, [
 	}
 	q.Suffix = append(q.Suffix, "]}"...)
 	return q, msgs
+}
+
+// announce hands the dispatcher the stored pending messages of a batch
+// write, after failing those whose device was disabled meanwhile (see
+// settleDisabled). The messages are stored whatever it returns: an error
+// (the store failing the second read) leaves the unsettled ones pending
+// and announced, as they were before the check existed.
+func (s *Service) announce(ctx context.Context, app string, msgs []store.BatchMessage, devs []store.Device, outcomes []int, read func([]string) ([]store.Device, error)) error {
+	stored := make([]store.Message, len(msgs))
+	for j, o := range outcomes {
+		if o == store.BatchStored {
+			stored[j] = msgs[j].Message
+		}
+	}
+	settled, err := s.settleDisabled(ctx, app, stored, read)
+	for j, m := range stored {
+		if m.State == store.StatePending && !settled[j] {
+			s.router.Notify(m, devs[j])
+		}
+	}
+	return err
 }

@@ -443,10 +443,10 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 	if err != nil {
 		return b, err
 	}
-	for j, o := range outcomes {
-		if o == store.BatchStored && msgs[j].Message.State == store.StatePending {
-			br.svc.router.Notify(msgs[j].Message, devs[j])
-		}
+	read := func(names []string) ([]store.Device, error) { return br.store.GetDevices(ctx, b.AppKey, names) }
+	if err := br.svc.announce(ctx, b.AppKey, msgs, devs, outcomes, read); err != nil {
+		// The step is stored; its messages wait for their devices.
+		br.log.Error("broadcast: check the targets' flags after a step", "app", b.AppKey, "broadcast", b.ID, "err", err)
 	}
 	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
 }

@@ -658,18 +658,7 @@ func (d *Dispatcher) FailPending(ctx context.Context, app, dev string, code int,
 }
 
 func (d *Dispatcher) fail(ctx context.Context, m store.Message, state string, code int, reason string) error {
-	_, err := d.store.UpdateMessage(ctx, m.AppKey, m.ID, func(m *store.Message) error {
-		if m.State != store.StatePending {
-			return errSkip
-		}
-		m.State = state
-		m.Records = append(m.Records, NewRecord(*m, store.RecordDeliveryFailure, code, reason, d.now()))
-		return nil
-	})
-	if errors.Is(err, errSkip) {
-		return nil
-	}
-	return err
+	return failMessage(ctx, d.store, m, state, code, reason, d.now())
 }
 
 // Click records that the device's user clicked message id (record 6). A

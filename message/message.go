@@ -171,7 +171,11 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 		m.Records[1] = NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, "device queue full: "+strconv.Itoa(store.MaxPending)+" messages pending", now)
 		err = s.store.CreateMessage(ctx, m, seqNo, seq)
 	}
-	if err == nil && m.State == store.StatePending {
+	if err != nil || m.State != store.StatePending {
+		return m, err
+	}
+	settled, err := s.settleDisabled(ctx, app.Key, []store.Message{m}, s.readEach(ctx, app.Key))
+	if !settled[0] {
 		s.router.Notify(m, dev)
 	}
 	return m, err
