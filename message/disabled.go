@@ -17,9 +17,12 @@ import (
 // TTL. The outside tester found 26 of 10,000 devices disabled during a
 // broadcast left so.
 //
-// settleDisabled closes that: after the write it reads the flags again
+// Deleting a device is the same: the device goes, then its pending
+// messages fail (3007).
+//
+// settleDisabled closes both: after the write it reads the devices again
 // and fails, as the sweep would, each pending message whose device is
-// disabled now. A flag written before this read is seen here; one
+// disabled (3003) or gone (3007) now. A flag written before this read is seen here; one
 // written after it is followed by a sweep that sees the message. It
 // returns which of msgs it failed (or found no longer pending), so that
 // they are not announced to the dispatcher.
@@ -38,18 +41,24 @@ func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.M
 	if err != nil {
 		return settled, fmt.Errorf("read the flags again: %w", err)
 	}
-	disabled := map[string]bool{}
+	enabled := map[string]bool{}
 	for _, d := range devs {
-		if d.Flag == store.FlagDisabled {
-			disabled[d.Name] = true
-		}
+		enabled[d.Name] = d.Flag != store.FlagDisabled
 	}
 	for i, m := range msgs {
-		if m.State != store.StatePending || !disabled[m.DeviceName] {
+		if m.State != store.StatePending {
 			continue
 		}
+		now, found := enabled[m.DeviceName]
+		if now {
+			continue
+		}
+		code, reason := ErrCodeDeviceDisabled, "device disabled"
+		if !found {
+			code, reason = ErrCodeDeviceDeleted, "device deleted"
+		}
 		settled[i] = true
-		if err := failMessage(ctx, s.store, m, store.StateFailed, ErrCodeDeviceDisabled, "device disabled", s.now()); err != nil {
+		if err := failMessage(ctx, s.store, m, store.StateFailed, code, reason, s.now()); err != nil {
 			return settled, err
 		}
 	}
