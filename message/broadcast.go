@@ -351,13 +351,15 @@ func (br *Broadcaster) run(ctx context.Context, done chan struct{}) {
 	t := time.NewTicker(br.cfg.Poll)
 	defer t.Stop()
 	for {
-		bs, err := br.store.ActiveBroadcasts(ctx)
-		if err != nil && ctx.Err() == nil {
-			br.log.Error("broadcast: list active broadcasts", "err", err)
-		}
-		for _, b := range bs {
-			if err := br.work(ctx, b); err != nil && ctx.Err() == nil {
-				br.log.Error("broadcast: fan-out", "app", b.AppKey, "broadcast", b.ID, "err", err)
+		bs := br.active(ctx)
+		for len(bs) > 0 && ctx.Err() == nil {
+			bs = br.round(ctx, bs)
+			// A broadcast accepted here meanwhile joins at once; one
+			// accepted on another node, at the next poll.
+			select {
+			case <-br.wake:
+				bs = br.active(ctx)
+			default:
 			}
 		}
 		select {
@@ -369,19 +371,44 @@ func (br *Broadcaster) run(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// work carries b on: its fan-out to the end, or its sweep once cancelled.
-func (br *Broadcaster) work(ctx context.Context, b store.Broadcast) error {
-	for b.State == store.BroadcastFanningOut {
-		next, err := br.step(ctx, b)
-		if err != nil {
-			return err
+// active lists the broadcasts with fan-out or sweep work left.
+func (br *Broadcaster) active(ctx context.Context) []store.Broadcast {
+	bs, err := br.store.ActiveBroadcasts(ctx)
+	if err != nil && ctx.Err() == nil {
+		br.log.Error("broadcast: list active broadcasts", "err", err)
+	}
+	return bs
+}
+
+// round carries each of bs one step on, a chunk of its fan-out or, once
+// cancelled, its sweep, and returns those with work left. Broadcasts
+// share the fan-out chunk by chunk, so one app's large broadcasts do not
+// hold back another app's small one (the outside tester's 2-device
+// broadcast waited 33 s behind five of 20,000). One that fails waits for
+// the next poll.
+func (br *Broadcaster) round(ctx context.Context, bs []store.Broadcast) []store.Broadcast {
+	next := bs[:0]
+	for _, b := range bs {
+		var err error
+		switch {
+		case b.State == store.BroadcastFanningOut:
+			b, err = br.step(ctx, b)
+		case b.State == store.BroadcastCancelled && !b.Swept:
+			if err = br.sweep(ctx, b); err == nil {
+				b.Swept = true
+			}
 		}
-		b = next
+		if err != nil {
+			if ctx.Err() == nil {
+				br.log.Error("broadcast: fan-out", "app", b.AppKey, "broadcast", b.ID, "err", err)
+			}
+			continue
+		}
+		if b.Active() {
+			next = append(next, b)
+		}
 	}
-	if b.State == store.BroadcastCancelled && !b.Swept {
-		return br.sweep(ctx, b)
-	}
-	return nil
+	return next
 }
 
 // step makes the messages of b's next chunk of targets and moves b past
