@@ -148,7 +148,7 @@ func (d *Dispatcher) route(c Conn, app, dev string) *route {
 	defer d.mu.Unlock()
 	r := d.routes[k]
 	if r == nil || r.conn != c {
-		r = &route{app: app, dev: dev, conn: c, inflight: map[uint16]int64{}, sent: map[int64]struct{}{}}
+		r = &route{app: app, dev: dev, conn: c}
 		r.scan.Store(true)
 		d.routes[k] = r
 	}
@@ -474,6 +474,9 @@ func (d *Dispatcher) publish(r *route, m store.Message) bool {
 	if err != nil {
 		d.log.Debug("publish message", "app", r.app, "device", r.dev, "msgid", m.ID, "err", err)
 		return false
+	}
+	if r.inflight == nil { // made at the first message: an idle device costs no maps
+		r.inflight, r.sent = map[uint16]int64{}, map[int64]struct{}{}
 	}
 	r.inflight[pid] = m.ID
 	r.sent[m.ID] = struct{}{}

@@ -87,11 +87,21 @@ func (c *pendingCache) cachedIDs(app, name string, limit int) ([]int64, bool, ui
 }
 
 // storeIDs caches ids, read with limit, unless the queue changed since
-// cachedIDs handed out gen.
+// cachedIDs handed out gen. An empty queue is not kept: every device
+// that connects has its queue read, and most idle devices' queues are
+// empty, so keeping those would cost each connected device an entry
+// (issue 16's memory budget) for reads that come once per connection.
 func (c *pendingCache) storeIDs(app, name string, gen uint64, ids []int64, limit int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.ids[cacheKey(app, name)]; e != nil && e.gen == gen {
-		e.ids, e.known, e.complete = slices.Clone(ids), true, len(ids) < limit
+	k := cacheKey(app, name)
+	e := c.ids[k]
+	if e == nil || e.gen != gen {
+		return
 	}
+	if len(ids) == 0 {
+		delete(c.ids, k)
+		return
+	}
+	e.ids, e.known, e.complete = slices.Clone(ids), true, len(ids) < limit
 }
