@@ -47,7 +47,14 @@ func parseObject(raw []byte, what string) (object, error) {
 	if err := json.Unmarshal(raw, &obj); err == nil && obj != nil {
 		return obj, nil
 	}
-	obj = nil
+	return decodeObject(raw, what)
+}
+
+// decodeObject reads raw as one JSON object with encoding/json's decoder,
+// whose errors name what is wrong: parseObject's path for what its fast
+// reads do not take.
+func decodeObject(raw []byte, what string) (object, error) {
+	var obj object
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&obj); err != nil {
 		var typeErr *json.UnmarshalTypeError

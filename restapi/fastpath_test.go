@@ -5,8 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
-	"io"
 	"testing"
 	"time"
 )
@@ -86,7 +84,7 @@ func TestParseObjectMatchesDecoder(t *testing.T) {
 	}
 	for _, b := range bodies {
 		got, gotErr := parseObject([]byte(b), "request body")
-		want, wantErr := decoderParseObject([]byte(b), "request body")
+		want, wantErr := decodeObject([]byte(b), "request body")
 		if errString(gotErr) != errString(wantErr) {
 			t.Errorf("parseObject(%q) error %q, decoder %q", b, errString(gotErr), errString(wantErr))
 			continue
@@ -97,26 +95,6 @@ func TestParseObjectMatchesDecoder(t *testing.T) {
 			t.Errorf("parseObject(%q) = %s, decoder %s", b, gj, wj)
 		}
 	}
-}
-
-// decoderParseObject is parseObject as it was before its fast path.
-func decoderParseObject(raw []byte, what string) (object, error) {
-	var obj object
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&obj); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return nil, errInvalid("%s must be a JSON object, not %s", what, typeErr.Value)
-		}
-		return nil, errInvalid("%s is not a valid JSON object: %v", what, err)
-	}
-	if obj == nil {
-		return nil, errInvalid("%s must be a JSON object", what)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errInvalid("%s has data after the JSON object", what)
-	}
-	return obj, nil
 }
 
 func errString(err error) string {

@@ -152,18 +152,9 @@ func (s *Store) LastMessageID(ctx context.Context) (int64, error) {
 // PendingMessages returns up to limit of the device's pending messages in
 // msgid order, which is send order.
 func (s *Store) PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]store.Message, error) {
-	if limit < 1 {
-		return nil, nil
-	}
-	members, err := s.rdb.ZRange(ctx, s.queueKey(appKey, deviceName), 0, int64(limit)-1).Result()
-	if err != nil {
-		return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
-	}
-	ids := make([]int64, len(members))
-	for i, mem := range members {
-		if ids[i], err = parseIDMember(mem); err != nil {
-			return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
-		}
+	ids, err := s.PendingIDs(ctx, appKey, deviceName, limit)
+	if err != nil || len(ids) == 0 {
+		return nil, err
 	}
 	out, err := s.getMessages(ctx, appKey, ids)
 	if err != nil {
