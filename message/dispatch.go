@@ -629,11 +629,19 @@ func (d *Dispatcher) ExpireDue(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// An expired message sent but not acknowledged frees its place in
+		// the window: once the batch is recorded, each device's next
+		// messages go, not at some later wake-up.
+		devs := map[[2]string]bool{}
 		for _, m := range msgs {
 			if err := d.fail(ctx, m, store.StateExpired, ErrCodeTTLExpired, "ttl expired"); err != nil {
 				return err
 			}
 			d.expired.Add(1)
+			devs[[2]string{m.AppKey, m.DeviceName}] = true
+		}
+		for k := range devs {
+			d.Wake(k[0], k[1])
 		}
 		if len(msgs) < sweepBatch {
 			return nil
