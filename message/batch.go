@@ -235,7 +235,7 @@ func (s *Service) announce(ctx context.Context, app string, msgs []store.BatchMe
 			stored[j] = msgs[j].Message
 		}
 	}
-	settled, err := s.settleDisabled(ctx, app, stored, read)
+	settled, err := s.settleDisabled(ctx, app, stored, devs, read)
 	for j, m := range stored {
 		if m.State == store.StatePending && !settled[j] {
 			s.router.Notify(m, devs[j])

@@ -204,3 +204,48 @@ func TestBroadcastDisabledMidChunkNotLeftPending(t *testing.T) {
 		}
 	}
 }
+
+// recreatingStore deletes dev-1 and creates it again, a second later,
+// just before a send's message is stored: the send read the old device.
+type recreatingStore struct {
+	Store
+	st *pebble.Store
+}
+
+func (s *recreatingStore) CreateMessage(ctx context.Context, m store.Message, seqNo int64, seq *store.SeqEntry) error {
+	if err := s.st.DeleteDevice(ctx, m.AppKey, m.DeviceName); err != nil {
+		return err
+	}
+	if _, err := s.st.CreateDevices(ctx, m.AppKey, []store.Device{{Name: m.DeviceName, Secret: "new", TimeCreate: time.Now().Unix() + 1}}); err != nil {
+		return err
+	}
+	return s.Store.CreateMessage(ctx, m, seqNo, seq)
+}
+
+// TestSendToRecreatedDeviceFails (suspected by the issue 16 outside
+// tester): a send that read a device which was then deleted and created
+// again under its name must not leave its message pending for the new
+// device, whose queue starts empty (docs/api.md); it fails with 3007, as
+// the delete's sweep would have failed it.
+func TestSendToRecreatedDeviceFails(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.svc.now = time.Now
+	f.svc.store = &recreatingStore{Store: f.st, st: f.st}
+	dev, err := f.st.GetDevice(ctx, "app", "dev-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.svc.Send(ctx, f.app, dev, SendRequest{Body: "b", TTL: 60}, 0, func(int64) *store.SeqEntry { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.st.GetMessage(ctx, "app", m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := got.Records[len(got.Records)-1]
+	if got.State != store.StateFailed || last.Error == nil || last.Error.Code != ErrCodeDeviceDeleted {
+		t.Fatalf("message to the recreated device: %s %+v, want failed with 3007", got.State, got.Records)
+	}
+}

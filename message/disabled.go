@@ -21,12 +21,14 @@ import (
 // messages fail (3007).
 //
 // settleDisabled closes both: after the write it reads the devices again
-// and fails, as the sweep would, each pending message whose device is
-// disabled (3003) or gone (3007) now. A flag written before this read is seen here; one
+// and fails, as the sweep would, each pending message whose device
+// (sentTo[i] for msgs[i]) is disabled (3003) or gone (3007) now; a device
+// created again under the name since (a later time_create) counts as
+// gone. A flag written before this read is seen here; one
 // written after it is followed by a sweep that sees the message. It
 // returns which of msgs it failed (or found no longer pending), so that
 // they are not announced to the dispatcher.
-func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.Message, read func(names []string) ([]store.Device, error)) ([]bool, error) {
+func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.Message, sentTo []store.Device, read func(names []string) ([]store.Device, error)) ([]bool, error) {
 	names := make([]string, 0, len(msgs))
 	for _, m := range msgs {
 		if m.State == store.StatePending {
@@ -41,21 +43,26 @@ func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.M
 	if err != nil {
 		return settled, fmt.Errorf("read the flags again: %w", err)
 	}
-	enabled := map[string]bool{}
+	now := map[string]store.Device{}
 	for _, d := range devs {
-		enabled[d.Name] = d.Flag != store.FlagDisabled
+		now[d.Name] = d
 	}
 	for i, m := range msgs {
 		if m.State != store.StatePending {
 			continue
 		}
-		now, found := enabled[m.DeviceName]
-		if now {
-			continue
-		}
-		code, reason := ErrCodeDeviceDisabled, "device disabled"
-		if !found {
+		d, found := now[m.DeviceName]
+		var code int
+		var reason string
+		switch {
+		case !found || d.TimeCreate != sentTo[i].TimeCreate:
+			// Gone, or created again under the name: the new device
+			// starts with an empty queue.
 			code, reason = ErrCodeDeviceDeleted, "device deleted"
+		case d.Flag == store.FlagDisabled:
+			code, reason = ErrCodeDeviceDisabled, "device disabled"
+		default:
+			continue
 		}
 		settled[i] = true
 		if err := failMessage(ctx, s.store, m, store.StateFailed, code, reason, s.now()); err != nil {

@@ -174,7 +174,7 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 	if err != nil || m.State != store.StatePending {
 		return m, err
 	}
-	settled, err := s.settleDisabled(ctx, app.Key, []store.Message{m}, s.readEach(ctx, app.Key))
+	settled, err := s.settleDisabled(ctx, app.Key, []store.Message{m}, []store.Device{dev}, s.readEach(ctx, app.Key))
 	if !settled[0] {
 		s.router.Notify(m, dev)
 	}
