@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -118,16 +119,53 @@ func parseInt(raw json.RawMessage) (int64, error) {
 	if err := json.Unmarshal(raw, &num); err != nil {
 		return 0, err
 	}
-	f, err := num.Float64()
-	switch {
-	case errors.Is(err, strconv.ErrRange):
-		return 0, errIntRange // 1e999
-	case err != nil || f != math.Trunc(f):
+	if num == "" { // null
+		return 0, errors.New("not a number")
+	}
+	return decimalInt(string(num))
+}
+
+// decimalInt reads a JSON number in fraction or exponent form (5.0,
+// 5e0, 1.2e3) as the integer it is, exactly: through a float64,
+// 9007199254740993.0 would become its neighbour and 5.00000000000000000001
+// an integer. The digits are shifted by the exponent as text, so a huge
+// exponent costs nothing.
+func decimalInt(num string) (int64, error) {
+	neg := strings.HasPrefix(num, "-")
+	num = strings.TrimPrefix(num, "-")
+	mant, exp := num, 0
+	if i := strings.IndexAny(num, "eE"); i >= 0 {
+		mant = num[:i]
+		e, err := strconv.Atoi(strings.TrimPrefix(num[i+1:], "+"))
+		if err != nil { // beyond an int: only zero digits can be an integer
+			e = math.MaxInt32
+			if strings.HasPrefix(num[i+1:], "-") {
+				e = math.MinInt32
+			}
+		}
+		exp = max(min(e, math.MaxInt32), math.MinInt32)
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(whole+frac, "0")
+	point := len(whole) + exp - (len(whole+frac) - len(digits)) // digits before the point
+	if digits == "" {
+		return 0, nil
+	}
+	if point < len(digits) && strings.Trim(digits[max(point, 0):], "0") != "" {
 		return 0, errors.New("not an integer")
-	case f < math.MinInt64 || f >= math.MaxInt64:
+	}
+	if point > 19 {
 		return 0, errIntRange
 	}
-	return int64(f), nil
+	text := digits[:min(point, len(digits))] + strings.Repeat("0", max(point-len(digits), 0))
+	if neg {
+		text = "-" + text
+	}
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return 0, errIntRange
+	}
+	return n, nil
 }
 
 func (o object) stringField(field string, required bool) (string, bool, error) {
