@@ -220,7 +220,11 @@ func TestDeleted(t *testing.T) {
 	if tok := d.c.Subscribe("d/"+appKey+"/"+dev.Name+"/msg", 1, func(_ paho.Client, m paho.Message) { d.got <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
-	fresh := send(store.Device{AppKey: appKey, Name: dev.Name})
+	recreated, err := w.st.GetDevice(ctx, appKey, dev.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := send(recreated)
 	select {
 	case m := <-d.got:
 		if want := `"msgid":"` + strconv.FormatInt(fresh.ID, 10) + `"`; !strings.Contains(string(m.Payload()), want) {

@@ -128,7 +128,9 @@ func (s *Service) SendTo(ctx context.Context, app store.App, device string, req 
 	return store.Message{}, fmt.Errorf("send to device %q: %w", device, err)
 }
 
-// Send stores a message for dev. The message is pending for an enabled
+// Send stores a message for dev, the device as read from the store (its
+// time_create tells it from a device created again under its name while
+// the message is stored). The message is pending for an enabled
 // device with room in its queue; otherwise it is stored as failed with
 // the record that says why. seqFor builds the seq_no entry to record with
 // the message, given its msgid; it may return nil. Errors are the store's
