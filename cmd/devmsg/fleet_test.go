@@ -148,6 +148,33 @@ func TestFleetMessaging(t *testing.T) {
 	}
 }
 
+// messagesPerDevice counts every message of the app by device, through
+// the admin API's message list.
+func messagesPerDevice(t *testing.T, p *proc, appKey string) map[string]int {
+	t.Helper()
+	per := map[string]int{}
+	cursor := ""
+	for {
+		st, body := p.call(t, "admin", "durability-admin", "GET", "/admin/v1/apps/"+appKey+"/messages?limit=1000&cursor="+cursor, "")
+		var page struct {
+			Messages []struct {
+				DeviceName string `json:"device_name"`
+			} `json:"messages"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if st != 200 || json.Unmarshal(body, &page) != nil {
+			t.Fatalf("list messages: %d %s", st, body)
+		}
+		for _, m := range page.Messages {
+			per[m.DeviceName]++
+		}
+		if page.NextCursor == "" {
+			return per
+		}
+		cursor = page.NextCursor
+	}
+}
+
 // fanoutDevices is how many devices the kill -9 fan-out tests register:
 // DEVMSG_FANOUT_DEVICES (a multiple of 1,000; `make crash-fanout` runs
 // issue 15's 50,000), else def.
@@ -218,27 +245,7 @@ func TestKill9DuringFanout(t *testing.T) {
 		t.Fatalf("done with %+v", b)
 	}
 	// Every message of the app, by device.
-	per := map[string]int{}
-	cursor := ""
-	for {
-		st, body := q.call(t, "admin", "durability-admin", "GET", "/admin/v1/apps/"+app.Key+"/messages?limit=1000&cursor="+cursor, "")
-		var page struct {
-			Messages []struct {
-				DeviceName string `json:"device_name"`
-			} `json:"messages"`
-			NextCursor string `json:"next_cursor"`
-		}
-		if st != 200 || json.Unmarshal(body, &page) != nil {
-			t.Fatalf("list messages: %d %s", st, body)
-		}
-		for _, m := range page.Messages {
-			per[m.DeviceName]++
-		}
-		if page.NextCursor == "" {
-			break
-		}
-		cursor = page.NextCursor
-	}
+	per := messagesPerDevice(t, q, app.Key)
 	for i := range devices {
 		if n := per[fmt.Sprintf("fan-%05d", i)]; n != 1 {
 			t.Errorf("fan-%05d has %d messages", i, n)
@@ -308,27 +315,7 @@ func TestClusterFanoutNodeKilled(t *testing.T) {
 	if !leading(n2) {
 		t.Error("node 2 finished without the lease")
 	}
-	per := map[string]int{}
-	cursor := ""
-	for {
-		st, body := n2.call(t, "admin", "durability-admin", "GET", "/admin/v1/apps/"+app.Key+"/messages?limit=1000&cursor="+cursor, "")
-		var page struct {
-			Messages []struct {
-				DeviceName string `json:"device_name"`
-			} `json:"messages"`
-			NextCursor string `json:"next_cursor"`
-		}
-		if st != 200 || json.Unmarshal(body, &page) != nil {
-			t.Fatalf("list messages: %d %s", st, body)
-		}
-		for _, m := range page.Messages {
-			per[m.DeviceName]++
-		}
-		if page.NextCursor == "" {
-			break
-		}
-		cursor = page.NextCursor
-	}
+	per := messagesPerDevice(t, n2, app.Key)
 	for i := range devices {
 		if n := per[fmt.Sprintf("cf-%05d", i)]; n != 1 {
 			t.Errorf("cf-%05d has %d messages", i, n)
