@@ -20,28 +20,17 @@ import (
 // fits and must be split. A seq_no already recorded is replayed before
 // anything else, taking no token.
 func (a *API) sendBatch(c *gin.Context) error {
-	obj, err := readBody(c)
-	if err != nil {
+	var names []string
+	f, done, err := a.openFanSend(c, "POST /msg/v1/msgs", func(obj object) (err error) {
+		names, err = parseDeviceNames(obj)
 		return err
-	}
-	seqNo, _, err := obj.int64Field("seq_no", true)
-	if err != nil {
-		return err
-	}
-	names, err := parseDeviceNames(obj)
-	if err != nil {
-		return err
-	}
-	req, err := parseSend(obj)
-	if err != nil {
+	})
+	if done || err != nil {
 		return err
 	}
 	app := currentApp(c)
-	fp := fingerprint("POST /msg/v1/msgs", obj)
 	ctx := c.Request.Context()
-	if done, err := a.replay(c, app.Key, seqNo, fp); done || err != nil {
-		return err
-	}
+	seqNo, req, fp := f.seqNo, f.req, f.fp
 	plan, err := a.messages.Plan(ctx, app, message.BatchSend{Devices: names, SendRequest: req})
 	if err != nil {
 		return err

@@ -13,28 +13,16 @@ import (
 
 // createBroadcast serves POST /msg/v1/broadcast (DESIGN.md section 8).
 func (a *API) createBroadcast(c *gin.Context) error {
-	obj, err := readBody(c)
-	if err != nil {
+	var t message.Target
+	f, done, err := a.openFanSend(c, "POST /msg/v1/broadcast", func(obj object) (err error) {
+		t, err = parseTarget(obj)
 		return err
-	}
-	seqNo, _, err := obj.int64Field("seq_no", true)
-	if err != nil {
-		return err
-	}
-	t, err := parseTarget(obj)
-	if err != nil {
-		return err
-	}
-	req, err := parseSend(obj)
-	if err != nil {
+	})
+	if done || err != nil {
 		return err
 	}
 	app := currentApp(c)
-	fp := fingerprint("POST /msg/v1/broadcast", obj)
-	// Counting the targets reads every one: a retry is answered first.
-	if done, err := a.replay(c, app.Key, seqNo, fp); done || err != nil {
-		return err
-	}
+	seqNo, req, fp := f.seqNo, f.req, f.fp
 	b, err := a.broadcasts.Create(c.Request.Context(), app, t, req, seqNo, func(id, targets int64) *store.SeqEntry {
 		return a.seqEntry(fp, broadcastAnswer(id, targets))
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -118,4 +119,36 @@ func mustJSON(v any) []byte {
 		panic("encode " + fmt.Sprintf("%T", v) + ": " + err.Error())
 	}
 	return b
+}
+
+// fanSend is a validated request of the fleet sends (batch and
+// broadcast): the body, its seq_no, the message and the fingerprint the
+// seq_no is recorded with.
+type fanSend struct {
+	seqNo int64
+	req   message.SendRequest
+	fp    string
+}
+
+// openFanSend reads and validates the body of a fleet send on route:
+// seq_no, then the route's own fields with parse, then the message. A
+// seq_no already recorded is answered from its record (done), before
+// any work or token is spent on it.
+func (a *API) openFanSend(c *gin.Context, route string, parse func(object) error) (f fanSend, done bool, err error) {
+	obj, err := readBody(c)
+	if err != nil {
+		return f, false, err
+	}
+	if f.seqNo, _, err = obj.int64Field("seq_no", true); err != nil {
+		return f, false, err
+	}
+	if err := parse(obj); err != nil {
+		return f, false, err
+	}
+	if f.req, err = parseSend(obj); err != nil {
+		return f, false, err
+	}
+	f.fp = fingerprint(route, obj)
+	done, err = a.replay(c, currentApp(c).Key, f.seqNo, f.fp)
+	return f, done, err
 }
