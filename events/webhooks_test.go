@@ -510,6 +510,12 @@ func TestWebhookRestartResumesFromCursor(t *testing.T) {
 	f.add(rcv.url(), "")
 	before := f.emit(events.TypeUp, devices(5)...)
 	rcv.waitIDs(before)
+	// The receiver has the POST before the loop has its answer: stopping
+	// in between cancels the POST, and resending it is right. Stop once
+	// the loop counted it delivered.
+	waitFor(t, "the delivery counted", func() bool {
+		return metricValue(t, f.reg, "devmsg_event_webhook_events_delivered_total") == float64(len(before))
+	})
 	f.hooks.Stop()
 	during := f.emit(events.TypeUp, devices(7)...)
 	f.start(cfg)
