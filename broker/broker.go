@@ -167,8 +167,8 @@ type Broker struct {
 	handler Handler
 	log     *slog.Logger
 	server  *mqtt.Server
-	nextID  atomic.Uint64 // Session.ID
-	// nextConn numbers the connections for the client ids mochi sees.
+	// nextConn numbers the connections, for the client ids mochi sees
+	// and as their sessions' IDs.
 	nextConn atomic.Uint64
 
 	mu       sync.Mutex

@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -108,8 +110,8 @@ func TestLoginsInTakeoverOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// mochi writes the CONNACK before it establishes the session: wait
-	// until the first is established (and its report blocked), or under
-	// load the second may establish first and legitimately be the older.
+	// until the first is established, so that its report is the one
+	// blocked (TestTakeoverAfterConnackOrder covers the other order).
 	waitUntil(t, "the first session established", func() bool { return b.Session("app", "dev") != nil })
 	if _, err := dial(t, addr, "app/dev", "secret", "second"); err != nil {
 		t.Fatal(err)
@@ -122,6 +124,44 @@ func TestLoginsInTakeoverOrder(t *testing.T) {
 	}
 	if s := b.Session("app", "dev"); s == nil || s.ClientID != "second" {
 		t.Fatalf("current session %+v, want the second", s)
+	}
+}
+
+// TestTakeoverAfterConnackOrder: a device that connects again as soon as
+// it has a CONNACK keeps the newer connection, even when mochi
+// establishes the older one (after its CONNACK) only once the newer one
+// is established. Found as a device left online by a burst of
+// reconnects whose last connection had been closed by an older one.
+func TestTakeoverAfterConnackOrder(t *testing.T) {
+	release := make(chan struct{})
+	testBeforeEstablished = func(cl *mqtt.Client) {
+		if strings.HasSuffix(cl.ID, "#1") {
+			<-release
+		}
+	}
+	t.Cleanup(func() { testBeforeEstablished = nil })
+	h := &fakeHandler{}
+	b, addr := startBroker(t, Config{}, h)
+	first, err := dial(t, addr, "app/dev", "secret", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := dial(t, addr, "app/dev", "secret", "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the second session established", func() bool { return b.Session("app", "dev") != nil })
+	close(release)
+	waitUntil(t, "the first connection closed", func() bool { return !first.IsConnectionOpen() })
+	time.Sleep(100 * time.Millisecond)
+	if !second.IsConnectionOpen() {
+		t.Fatal("the second connection, made after the first's CONNACK, was closed")
+	}
+	if s := b.Session("app", "dev"); s == nil || s.ClientID != "second" {
+		t.Fatalf("current session %+v, want the second", s)
+	}
+	if got := h.connected(); len(got) != 1 || got[0] != "second" {
+		t.Fatalf("logins reported as %v, want [second]", got)
 	}
 }
 

@@ -136,15 +136,20 @@ func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 // (Handler.Connected) before the next replaces it: the handler sees
 // logins in the order the sessions became current, so a slow report of
 // an older session cannot land after a newer one's. The newer is the one
-// whose CONNACK went out later (the greater Session.ID); an older one
-// that comes second is never reported, only closed.
+// accepted later (the greater Session.ID, numbered in OnConnect): mochi
+// calls this hook after writing the CONNACK, so a device that connects
+// again as soon as it has one can have its new connection here first.
+// An older one that comes second is never reported, only closed.
 func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
+	if testBeforeEstablished != nil {
+		testBeforeEstablished(cl)
+	}
 	app, dev, _ := parseUsername(string(cl.Properties.Username))
 	clientID := pk.Connect.ClientIdentifier
 	if clientID == "" {
 		clientID = cl.Properties.Props.AssignedClientID
 	}
-	s := newSession(h.b, cl, app, dev, clientID)
+	s := newSession(h.b, cl, connNumber(cl.ID), app, dev, clientID)
 	k := deviceKey(app, dev)
 	order := h.b.establishing(k)
 	order.Lock()
@@ -167,6 +172,17 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 		h.b.disconnect(old.cl, packets.ErrSessionTakenOver)
 	}
 	h.b.handler.Connected(s)
+}
+
+// testBeforeEstablished, set by tests, runs first in
+// OnSessionEstablished: it holds a connection there after its CONNACK.
+var testBeforeEstablished func(cl *mqtt.Client)
+
+// connNumber is the number OnConnect gave the connection, from the client
+// id it set.
+func connNumber(id string) uint64 {
+	n, _ := strconv.ParseUint(id[strings.LastIndexByte(id, '#')+1:], 10, 64)
+	return n
 }
 
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, _ bool) {

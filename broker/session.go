@@ -20,7 +20,9 @@ var ErrNoPacketID = errors.New("no free packet id: 65535 publishes await PUBACK"
 
 // Session is one live connection of a device.
 type Session struct {
-	// ID is unique among the sessions of this broker.
+	// ID is unique among the sessions of this broker, and orders them
+	// as they were accepted: taken in OnConnect, before the CONNACK, so
+	// a connection made after another's CONNACK has the greater ID.
 	ID         uint64
 	AppKey     string
 	DeviceName string
@@ -67,13 +69,13 @@ type Session struct {
 	held    []packets.Packet
 }
 
-func newSession(b *Broker, cl *mqtt.Client, appKey, device, clientID string) *Session {
+func newSession(b *Broker, cl *mqtt.Client, id uint64, appKey, device, clientID string) *Session {
 	ip := cl.Net.Remote
 	if h, _, err := net.SplitHostPort(ip); err == nil {
 		ip = h
 	}
 	return &Session{
-		ID:         b.nextID.Add(1),
+		ID:         id,
 		AppKey:     appKey,
 		DeviceName: device,
 		ClientID:   clientID,
