@@ -155,8 +155,8 @@ func (o Options) validateWorkloads() []error {
 		errs = append(errs, errors.New("no workloads"))
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) && !slices.Contains(EventWorkloads, w) && !slices.Contains(FleetWorkloads, w) {
-			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads), ", ")))
+		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) && !slices.Contains(EventWorkloads, w) && !slices.Contains(FleetWorkloads, w) && !slices.Contains(DiskWorkloads, w) {
+			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads, DiskWorkloads), ", ")))
 		}
 	}
 	if o.hasDeviceWorkloads() && (o.Subscribers < 1 || o.Subscribers > o.Devices) {
@@ -414,6 +414,8 @@ func (b *runner) measure(ctx context.Context, w string, out io.Writer, devmsg *b
 		devmsg.fanout = &r
 	case "broadcast":
 		r, err = b.broadcastDevmsg(ctx, w)
+	case "disk":
+		r, err = b.disk(ctx, w, out)
 	case "callback-lag":
 		r, err = b.callbackLag(ctx, w, b.deliverRate())
 	case "callback":

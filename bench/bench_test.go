@@ -313,3 +313,22 @@ func TestArrivals(t *testing.T) {
 		t.Fatalf("latency p50 %s, want 5ms", p50)
 	}
 }
+
+// TestDisk: the disk workload syncs at the rate for the duration and
+// reports it, with no server.
+func TestDisk(t *testing.T) {
+	o := small()
+	o.Rate, o.Duration = 500, 200*time.Millisecond
+	b := &runner{o: o}
+	var out bytes.Buffer
+	r, err := b.disk(context.Background(), "disk", &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests < 90 || r.Requests > 100 || r.Errors != 0 || r.P50 <= 0 || r.Max < r.P99 {
+		t.Fatalf("disk at 500/s for 200 ms: %+v", r)
+	}
+	if !strings.Contains(out.String(), fmt.Sprintf("of %d syncs over 3.00 ms", r.Requests)) {
+		t.Errorf("report %q", out.String())
+	}
+}

@@ -40,7 +40,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"comma-separated workloads, run in this order; run only when named: device workloads "+strings.Join(bench.DeviceWorkloads, ",")+
 			", callback workloads "+strings.Join(bench.CallbackWorkloads, ",")+
 			", event workloads "+strings.Join(bench.EventWorkloads, ",")+
-			", fleet workloads "+strings.Join(bench.FleetWorkloads, ","))
+			", fleet workloads "+strings.Join(bench.FleetWorkloads, ",")+", machine workloads "+strings.Join(bench.DiskWorkloads, ","))
 	fs.BoolVar(&o.Markdown, "markdown", false, "also print a Markdown table for BENCHMARKS.md")
 	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto, callback-lag and telemetry (which publish)")
 	fs.IntVar(&o.IdleDevices, "idle-devices", 18000, "devices connected for idle-memory (spread over client processes of 4500)")
