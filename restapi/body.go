@@ -125,40 +125,75 @@ func parseInt(raw json.RawMessage) (int64, error) {
 	return decimalInt(string(num))
 }
 
+// decimal is a JSON number as written, exactly: digits (no leading or
+// trailing zeros; "" for zero) times ten to exp.
+type decimal struct {
+	neg    bool
+	digits string
+	exp    int
+}
+
+// parseDecimal reads a JSON number literal without rounding it. An
+// exponent beyond an int32 is clamped to its bound and reported as not
+// exact (ok false): a huge exponent costs nothing.
+func parseDecimal(num string) (d decimal, exact bool) {
+	exact = true
+	d.neg = strings.HasPrefix(num, "-")
+	num = strings.TrimPrefix(num, "-")
+	mant, exp := num, 0
+	if i := strings.IndexAny(num, "eE"); i >= 0 {
+		mant = num[:i]
+		e, err := strconv.Atoi(strings.TrimPrefix(num[i+1:], "+"))
+		if err != nil || e > math.MaxInt32 || e < math.MinInt32 {
+			exact = false
+			e = math.MaxInt32
+			if strings.HasPrefix(num[i+1:], "-") {
+				e = math.MinInt32
+			}
+		}
+		exp = e
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	all := strings.TrimLeft(whole+frac, "0")
+	d.digits = strings.TrimRight(all, "0")
+	d.exp = exp - len(frac) + (len(all) - len(d.digits))
+	if d.digits == "" {
+		d.neg, d.exp = false, 0
+	}
+	return d, exact
+}
+
+// String spells d exactly, in a form strconv.FormatFloat never writes
+// (no "+" in the exponent, none of its leading zeros).
+func (d decimal) String() string {
+	sign := ""
+	if d.neg {
+		sign = "-"
+	}
+	if d.digits == "" {
+		return "0"
+	}
+	return sign + d.digits + "e" + strconv.Itoa(d.exp)
+}
+
 // decimalInt reads a JSON number in fraction or exponent form (5.0,
 // 5e0, 1.2e3) as the integer it is, exactly: through a float64,
 // 9007199254740993.0 would become its neighbour and 5.00000000000000000001
 // an integer. The digits are shifted by the exponent as text, so a huge
 // exponent costs nothing.
 func decimalInt(num string) (int64, error) {
-	neg := strings.HasPrefix(num, "-")
-	num = strings.TrimPrefix(num, "-")
-	mant, exp := num, 0
-	if i := strings.IndexAny(num, "eE"); i >= 0 {
-		mant = num[:i]
-		e, err := strconv.Atoi(strings.TrimPrefix(num[i+1:], "+"))
-		if err != nil { // beyond an int: only zero digits can be an integer
-			e = math.MaxInt32
-			if strings.HasPrefix(num[i+1:], "-") {
-				e = math.MinInt32
-			}
-		}
-		exp = max(min(e, math.MaxInt32), math.MinInt32)
-	}
-	whole, frac, _ := strings.Cut(mant, ".")
-	digits := strings.TrimLeft(whole+frac, "0")
-	point := len(whole) + exp - (len(whole+frac) - len(digits)) // digits before the point
-	if digits == "" {
+	d, _ := parseDecimal(num)
+	if d.digits == "" {
 		return 0, nil
 	}
-	if point < len(digits) && strings.Trim(digits[max(point, 0):], "0") != "" {
+	if d.exp < 0 {
 		return 0, errors.New("not an integer")
 	}
-	if point > 19 {
+	if len(d.digits)+d.exp > 19 {
 		return 0, errIntRange
 	}
-	text := digits[:min(point, len(digits))] + strings.Repeat("0", max(point-len(digits), 0))
-	if neg {
+	text := d.digits + strings.Repeat("0", d.exp)
+	if d.neg {
 		text = "-" + text
 	}
 	n, err := strconv.ParseInt(text, 10, 64)
@@ -265,21 +300,34 @@ func canonicalValue(raw json.RawMessage) []byte {
 }
 
 // normalizeNumber spells a JSON number one way, so 1, 1.0 and 1e0 (the
-// same number) compare equal: integers in int64 range in decimal, other
-// numbers in Go's shortest float64 form; a literal that fits neither is
+// same number) compare equal, and two different numbers never do:
+// integers in int64 range in decimal, numbers that are exactly the
+// shortest float64 form of themselves (0.1, 1e+20) in that form, any
+// other in decimal.String's exact form (digits and an exponent), so
+// 12345678901234567890123 and ...124, the same float64, stay apart. A
+// literal whose exponent is beyond an int32, or that is not a number, is
 // kept as written.
 func normalizeNumber(lit string) string {
 	if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
 		return strconv.FormatInt(n, 10)
 	}
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
+	if n, err := decimalInt(lit); err == nil {
+		return strconv.FormatInt(n, 10)
+	}
+	if lit == "" || (lit[0] != '-' && (lit[0] < '0' || lit[0] > '9')) || !json.Valid([]byte(lit)) {
+		return lit // not a number
+	}
+	d, exact := parseDecimal(lit)
+	if !exact {
 		return lit
 	}
-	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
-		return strconv.FormatInt(int64(f), 10)
+	if f, err := strconv.ParseFloat(lit, 64); err == nil {
+		g := strconv.FormatFloat(f, 'g', -1, 64)
+		if gd, _ := parseDecimal(g); gd == d {
+			return g
+		}
 	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
+	return d.String()
 }
 
 func normalizeNumbers(v any) any {
