@@ -72,6 +72,10 @@ const (
 	DefaultFanoutChunk     = 100
 )
 
+// fanoutRun is about how many targets one broadcast's turn reaches at
+// the full pace (stepRun) before the next broadcast's turn.
+const fanoutRun = 5000
+
 // yieldWindow is how long after a single send the fan-out still gives
 // way to single sends.
 const yieldWindow = time.Second
@@ -391,8 +395,10 @@ func (br *Broadcaster) round(ctx context.Context, bs []store.Broadcast) []store.
 	for _, b := range bs {
 		var err error
 		switch {
-		case b.State == store.BroadcastFanningOut:
+		case b.State == store.BroadcastFanningOut && (br.sending() || b.Chunks-b.Chunk < 2):
 			b, err = br.step(ctx, b)
+		case b.State == store.BroadcastFanningOut:
+			b, err = br.stepRun(ctx, b, max(1, fanoutRun/br.cfg.Chunk))
 		case b.State == store.BroadcastCancelled && !b.Swept:
 			if err = br.sweep(ctx, b); err == nil {
 				b.Swept = true
@@ -423,24 +429,49 @@ func (br *Broadcaster) round(ctx context.Context, bs []store.Broadcast) []store.
 // second; one disabled since gets its message failed at once, as its
 // pending messages were when it was disabled (record 5, code 3003).
 func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broadcast, error) {
+	w, err := br.prepare(ctx, b, b.Chunk)
+	if err != nil {
+		return b, err
+	}
+	outcomes, moved, err := br.write(ctx, b, w)
+	if err != nil {
+		return b, err
+	}
+	if !moved {
+		br.announce(ctx, b, w, outcomes)
+	}
+	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+}
+
+// chunkWork is one chunk of a broadcast's targets made into messages,
+// ready for the write that moves the broadcast past the chunk.
+type chunkWork struct {
+	chunk int
+	// missing says the chunk's targets were gone when read: the
+	// broadcast had moved on, or the chunk is lost (see write).
+	missing bool
+	msgs    []store.BatchMessage
+	devs    []store.Device
+}
+
+// prepare reads chunk n of b's targets and their devices, after taking
+// their tokens of the pace, and makes their messages.
+func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (chunkWork, error) {
+	w := chunkWork{chunk: n}
 	var names []string
-	if b.Chunk < b.Chunks {
+	if n < b.Chunks {
 		var err error
-		names, err = br.store.BroadcastTargets(ctx, b.AppKey, b.ID, b.Chunk)
+		names, err = br.store.BroadcastTargets(ctx, b.AppKey, b.ID, n)
 		if errors.Is(err, store.ErrNotFound) {
-			now, err := br.store.GetBroadcast(ctx, b.AppKey, b.ID)
-			if err != nil || now.Chunk != b.Chunk || now.State != store.BroadcastFanningOut {
-				return now, err // moved on meanwhile
-			}
-			// Not moved on, yet the chunk is gone: stepping past it is
-			// all that can be done.
-			br.log.Error("broadcast: a chunk of targets is missing", "app", b.AppKey, "broadcast", b.ID, "chunk", b.Chunk)
-		} else if err != nil {
-			return b, err
+			w.missing = true
+			return w, nil
+		}
+		if err != nil {
+			return w, err
 		}
 	}
 	if err := br.wait(ctx, len(names)); err != nil {
-		return b, err
+		return w, err
 	}
 	now := br.now()
 	req := SendRequest{Body: b.Body, TTL: b.TTL, CallbackURL: b.CallbackURL, Params: b.Params}
@@ -448,7 +479,7 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 	// devs; a device created under its name since is another device.
 	devs, err := br.store.GetDevices(ctx, b.AppKey, names)
 	if err != nil {
-		return b, fmt.Errorf("targets of broadcast %d: %w", b.ID, err)
+		return w, fmt.Errorf("targets of broadcast %d: %w", b.ID, err)
 	}
 	devs = slices.DeleteFunc(devs, func(d store.Device) bool { return d.TimeCreate > b.TimeCreate })
 	msgs := make([]store.BatchMessage, 0, len(devs))
@@ -462,18 +493,113 @@ func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broad
 		bm.Message.Broadcast, bm.Full.Broadcast = b.ID, b.ID
 		msgs = append(msgs, bm)
 	}
-	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: b.Chunk, Done: b.Chunk+1 >= b.Chunks}
-	outcomes, err := br.store.CreateMessages(ctx, b.AppKey, msgs, nil, step)
-	if errors.Is(err, store.ErrVersionConflict) {
-		return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+	w.msgs, w.devs = msgs, devs
+	return w, nil
+}
+
+// write stores w's messages with the step past its chunk in one write
+// and returns their outcomes; moved says b was no longer at the chunk
+// (cancelled, or stepped by another node), and nothing was written.
+func (br *Broadcaster) write(ctx context.Context, b store.Broadcast, w chunkWork) (outcomes []int, moved bool, err error) {
+	if w.missing {
+		now, err := br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+		if err != nil {
+			return nil, false, err
+		}
+		if now.Chunk != w.chunk || now.State != store.BroadcastFanningOut {
+			return nil, true, nil
+		}
+		// Not moved on, yet the chunk is gone: stepping past it is
+		// all that can be done.
+		br.log.Error("broadcast: a chunk of targets is missing", "app", b.AppKey, "broadcast", b.ID, "chunk", w.chunk)
 	}
+	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: w.chunk, Done: w.chunk+1 >= b.Chunks}
+	outcomes, err = br.store.CreateMessages(ctx, b.AppKey, w.msgs, nil, step)
+	if errors.Is(err, store.ErrVersionConflict) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return outcomes, false, nil
+}
+
+// announce hands a written chunk's pending messages to the dispatcher,
+// after failing those whose devices were disabled or deleted while the
+// chunk was made (settleDisabled).
+func (br *Broadcaster) announce(ctx context.Context, b store.Broadcast, w chunkWork, outcomes []int) {
+	read := func(names []string) ([]store.Device, error) { return br.store.GetDevices(ctx, b.AppKey, names) }
+	if err := br.svc.announce(ctx, b.AppKey, w.msgs, w.devs, outcomes, read); err != nil {
+		// The step is stored; its messages wait for their devices.
+		br.log.Error("broadcast: check the targets' flags after a step", "app", b.AppKey, "broadcast", b.ID, "err", err)
+	}
+}
+
+// stepRun reaches up to n chunks of b, one write each as step does, in
+// a pipeline: while one chunk is written, the next is read and made
+// into messages and the one before is announced, so the fan-out uses
+// more than one core. It stops early when b moves on or single sends
+// begin (the next round steps at the yield pace), and returns b reread.
+// A chunk made but not written when it stops is made again later, with
+// new msgids: nothing of it was stored.
+func (br *Broadcaster) stepRun(ctx context.Context, b store.Broadcast, n int) (store.Broadcast, error) {
+	prepCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	last := min(b.Chunk+n, b.Chunks)
+	ready := make(chan chunkWork, 1)
+	var prepErr error
+	go func() {
+		defer close(ready)
+		for c := b.Chunk; c < last; c++ {
+			if c > b.Chunk && br.sending() {
+				return
+			}
+			w, err := br.prepare(prepCtx, b, c)
+			if err != nil {
+				prepErr = err
+				return
+			}
+			select {
+			case ready <- w:
+			case <-prepCtx.Done():
+				return
+			}
+		}
+	}()
+	type written struct {
+		w        chunkWork
+		outcomes []int
+	}
+	announced := make(chan written, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for d := range announced {
+			br.announce(ctx, b, d.w, d.outcomes)
+		}
+	}()
+	var err error
+	stopped := false
+	for w := range ready {
+		if stopped {
+			continue // drained, so the preparer ends
+		}
+		outcomes, moved, werr := br.write(ctx, b, w)
+		if werr != nil || moved {
+			err, stopped = werr, true
+			stop()
+			continue
+		}
+		announced <- written{w, outcomes}
+	}
+	close(announced)
+	wg.Wait()
 	if err != nil {
 		return b, err
 	}
-	read := func(names []string) ([]store.Device, error) { return br.store.GetDevices(ctx, b.AppKey, names) }
-	if err := br.svc.announce(ctx, b.AppKey, msgs, devs, outcomes, read); err != nil {
-		// The step is stored; its messages wait for their devices.
-		br.log.Error("broadcast: check the targets' flags after a step", "app", b.AppKey, "broadcast", b.ID, "err", err)
+	if prepErr != nil && !stopped {
+		return b, prepErr
 	}
 	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
 }
