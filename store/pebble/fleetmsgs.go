@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -341,7 +340,7 @@ func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) 
 	if m.State == store.StatePending {
 		kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
 	}
-	data, err := json.Marshal(m)
+	data, err := appendMessage(nil, &m)
 	if err != nil {
 		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
 	}
@@ -356,7 +355,7 @@ func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) 
 			Time:        now,
 			Record:      m.Filled(m.Records[r]),
 		}
-		data, err := json.Marshal(e)
+		data, err := appendOutboxEntry(nil, &e)
 		if err != nil {
 			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
 		}

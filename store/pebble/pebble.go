@@ -581,9 +581,14 @@ func (s *Store) GetDevice(ctx context.Context, appKey, name string) (store.Devic
 	// Read and cache under the device's lock, so an UpdateDevice cannot
 	// slip between the read and the insert and leave a stale entry.
 	defer s.lock2(deviceStripe(appKey, name), deviceStripe(appKey, name))()
-	var d store.Device
-	if err := s.getJSON(key(pDevice, appKey, name), &d); err != nil {
+	k := key(pDevice, appKey, name)
+	v, err := s.get(k)
+	if err != nil {
 		return store.Device{}, err
+	}
+	var d store.Device
+	if err := decodeDevice(v, &d); err != nil {
+		return store.Device{}, fmt.Errorf("decode %q: %w", k, err)
 	}
 	s.devices.put(d.AppKey, d.Name, d)
 	return d, nil
