@@ -22,6 +22,7 @@ import (
 type BroadcastStore interface {
 	BatchStore
 	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
+	FlagEpoch() (epoch uint64, ok bool)
 	EnabledNames(ctx context.Context, appKey, tag string) ([]string, error)
 	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
@@ -72,9 +73,13 @@ const (
 	DefaultFanoutChunk     = 100
 )
 
-// fanoutRun is about how many targets one broadcast's turn reaches at
-// the full pace (stepRun) before the next broadcast's turn.
-const fanoutRun = 5000
+// fanoutRun and fanoutRunTime bound one broadcast's turn at the full
+// pace (stepRun): about this many targets, for at most about this long,
+// before the next broadcast's turn.
+const (
+	fanoutRun     = 5000
+	fanoutRunTime = 200 * time.Millisecond
+)
 
 // yieldWindow is how long after a single send the fan-out still gives
 // way to single sends.
@@ -452,6 +457,10 @@ type chunkWork struct {
 	missing bool
 	msgs    []store.BatchMessage
 	devs    []store.Device
+	// epoch is the store's FlagEpoch before devs were read (epochOK
+	// false if it cannot tell).
+	epoch   uint64
+	epochOK bool
 }
 
 // prepare reads chunk n of b's targets and their devices, after taking
@@ -477,6 +486,7 @@ func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (c
 	req := SendRequest{Body: b.Body, TTL: b.TTL, CallbackURL: b.CallbackURL, Params: b.Params}
 	// A target deleted since the broadcast was accepted is not among
 	// devs; a device created under its name since is another device.
+	w.epoch, w.epochOK = br.store.FlagEpoch()
 	devs, err := br.store.GetDevices(ctx, b.AppKey, names)
 	if err != nil {
 		return w, fmt.Errorf("targets of broadcast %d: %w", b.ID, err)
@@ -526,8 +536,19 @@ func (br *Broadcaster) write(ctx context.Context, b store.Broadcast, w chunkWork
 
 // announce hands a written chunk's pending messages to the dispatcher,
 // after failing those whose devices were disabled or deleted while the
-// chunk was made (settleDisabled).
+// chunk was made (settleDisabled). When the store's FlagEpoch is what
+// it was before the chunk's devices were read, no flag of theirs changed
+// and none was deleted since: what prepare read still holds, so the
+// devices are not read again.
 func (br *Broadcaster) announce(ctx context.Context, b store.Broadcast, w chunkWork, outcomes []int) {
+	if e, ok := br.store.FlagEpoch(); ok && w.epochOK && e == w.epoch {
+		for j, o := range outcomes {
+			if m := w.msgs[j].Message; o == store.BatchStored && m.State == store.StatePending {
+				br.svc.router.Notify(m, w.devs[j])
+			}
+		}
+		return
+	}
 	read := func(names []string) ([]store.Device, error) { return br.store.GetDevices(ctx, b.AppKey, names) }
 	if err := br.svc.announce(ctx, b.AppKey, w.msgs, w.devs, outcomes, read); err != nil {
 		// The step is stored; its messages wait for their devices.
@@ -539,7 +560,8 @@ func (br *Broadcaster) announce(ctx context.Context, b store.Broadcast, w chunkW
 // a pipeline: while one chunk is written, the next is read and made
 // into messages and the one before is announced, so the fan-out uses
 // more than one core. It stops early when b moves on or single sends
-// begin (the next round steps at the yield pace), and returns b reread.
+// begin (the next round steps at the yield pace), and ends its turn
+// after fanoutRunTime; it returns b reread.
 // A chunk made but not written when it stops is made again later, with
 // new msgids: nothing of it was stored.
 func (br *Broadcaster) stepRun(ctx context.Context, b store.Broadcast, n int) (store.Broadcast, error) {
@@ -550,8 +572,9 @@ func (br *Broadcaster) stepRun(ctx context.Context, b store.Broadcast, n int) (s
 	var prepErr error
 	go func() {
 		defer close(ready)
+		start := br.now()
 		for c := b.Chunk; c < last; c++ {
-			if c > b.Chunk && br.sending() {
+			if c > b.Chunk && (br.sending() || br.now().Sub(start) > fanoutRunTime) {
 				return
 			}
 			w, err := br.prepare(prepCtx, b, c)

@@ -25,6 +25,17 @@ type Fleet interface {
 	// chunk's devices).
 	GetDevices(ctx context.Context, appKey string, names []string) ([]Device, error)
 
+	// FlagEpoch returns a number that changes whenever any device's flag
+	// changes or any device is deleted, and ok; a change is visible here
+	// before a write that would see the new flag or the deletion (such as
+	// CreateMessages' check that a device exists) can run. If it is the
+	// same after a write as before a read of devices, no flag those
+	// devices had at the read changed and none was deleted meanwhile, so
+	// the fan-out need not read them again after its write. ok is false
+	// where the store cannot tell (Redis, whose devices other nodes
+	// change): read again.
+	FlagEpoch() (epoch uint64, ok bool)
+
 	// CreateMessages stores messages of one app in one atomic, durable
 	// write (all or none on a storage failure), recording seq (when not
 	// nil) and applying step (when not nil) in the same write. Each

@@ -75,6 +75,10 @@ func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string,
 	return out, nil
 }
 
+// FlagEpoch is store.Fleet's: UpdateDevice and DeleteDevice bump it
+// under the store's lock.
+func (s *Store) FlagEpoch() (uint64, bool) { return s.flagEpoch.Load(), true }
+
 // GetDevices returns the app's devices of names that exist, in order.
 func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
 	if err := s.lock(ctx); err != nil {

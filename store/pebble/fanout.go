@@ -87,6 +87,10 @@ func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) (
 	return out, nil
 }
 
+// FlagEpoch is store.Fleet's: UpdateDevice and DeleteDevice bump it under
+// the device's stripe, which CreateMessages takes to check the device.
+func (s *Store) FlagEpoch() (uint64, bool) { return s.flagEpoch.Load(), true }
+
 // EnabledNames scans the app's devices (or the tag's index entries and
 // the devices they name) and decodes of each device only its flag.
 func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string, error) {

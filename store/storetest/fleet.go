@@ -22,6 +22,7 @@ var fleetTests = []struct {
 	{"ListTagged", testListTagged},
 	{"TagIndexFollowsWrites", testTagIndexFollowsWrites},
 	{"GetDevices", testGetDevices},
+	{"FlagEpoch", testFlagEpoch},
 	{"EnabledNames", testEnabledNames},
 	{"CreateMessages", testCreateMessages},
 	{"CreateMessagesQueueFull", testCreateMessagesQueueFull},
@@ -172,6 +173,51 @@ func testGetDevices(t *testing.T, s store.Store) {
 	}
 	if got, err := s.GetDevices(ctx, "app", nil); err != nil || len(got) != 0 {
 		t.Fatalf("no names: %v %v", got, err)
+	}
+}
+
+// testFlagEpoch: FlagEpoch changes when a device's flag changes and when
+// a device is deleted, not on other device writes (a store that cannot
+// tell says so, and is not held to it).
+func testFlagEpoch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	e0, ok := s.FlagEpoch()
+	if !ok {
+		t.Skip("the store cannot tell: the fan-out always reads its devices again")
+	}
+	update := func(name string, fn func(*store.Device)) {
+		t.Helper()
+		_, err := s.UpdateDevice(ctx, "app", name, func(d *store.Device) error {
+			fn(d)
+			return nil
+		})
+		must(t, err)
+	}
+	epoch := func() uint64 {
+		e, ok := s.FlagEpoch()
+		if !ok {
+			t.Fatal("FlagEpoch stopped telling")
+		}
+		return e
+	}
+	update("dev-1", func(d *store.Device) { d.Mark, d.Status, d.LastLoginTime = "m", 1, 5 })
+	if e := epoch(); e != e0 {
+		t.Fatalf("epoch %d after a write that kept the flag, want %d", e, e0)
+	}
+	update("dev-1", func(d *store.Device) { d.Flag = store.FlagDisabled })
+	e1 := epoch()
+	if e1 == e0 {
+		t.Fatal("epoch unchanged after a device was disabled")
+	}
+	update("dev-1", func(d *store.Device) { d.Flag = store.FlagEnabled })
+	e2 := epoch()
+	if e2 == e1 {
+		t.Fatal("epoch unchanged after a device was enabled")
+	}
+	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
+	if e := epoch(); e == e2 {
+		t.Fatal("epoch unchanged after a device was deleted")
 	}
 }
 
