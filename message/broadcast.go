@@ -25,6 +25,7 @@ type BroadcastStore interface {
 	FlagEpoch() (epoch uint64, ok bool)
 	EnabledNames(ctx context.Context, appKey, tag string) ([]string, error)
 	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
+	CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error)
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
 	CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error
 	BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error)
@@ -41,9 +42,7 @@ type Target struct {
 }
 
 // BroadcastStats counts a broadcast's messages by state now.
-type BroadcastStats struct {
-	Delivered, Expired, Failed, Retracted, Pending int64
-}
+type BroadcastStats = store.BroadcastCounts
 
 // FanoutConfig paces the fan-out of broadcasts.
 type FanoutConfig struct {
@@ -244,24 +243,9 @@ func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.
 // count counts b's messages by state and caches a count that took long.
 func (br *Broadcaster) count(ctx context.Context, b store.Broadcast) (BroadcastStats, error) {
 	now := br.now()
-	var st BroadcastStats
-	err := br.eachMessage(ctx, b, func(m store.Message) error {
-		switch m.State {
-		case store.StateDelivered:
-			st.Delivered++
-		case store.StateExpired:
-			st.Expired++
-		case store.StateFailed:
-			st.Failed++
-		case store.StateRetracted:
-			st.Retracted++
-		default:
-			st.Pending++
-		}
-		return nil
-	})
+	st, err := br.store.CountBroadcast(ctx, b.AppKey, b.ID, b.FirstID, b.LastID)
 	if err != nil {
-		return st, err
+		return st, fmt.Errorf("messages of broadcast %d: %w", b.ID, err)
 	}
 	took := br.now().Sub(now)
 	if took > minCachedCount {

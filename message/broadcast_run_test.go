@@ -124,18 +124,18 @@ func TestFanoutPipelineDisabledMidRunNotLeftPending(t *testing.T) {
 	}
 }
 
-// listCountingStore counts ListMessages calls (each page of a count).
+// listCountingStore counts the counts of a broadcast's messages.
 type listCountingStore struct {
 	*pebble.Store
 	mu    sync.Mutex
 	lists int
 }
 
-func (s *listCountingStore) ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error) {
+func (s *listCountingStore) CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error) {
 	s.mu.Lock()
 	s.lists++
 	s.mu.Unlock()
-	return s.Store.ListMessages(ctx, appKey, before, limit)
+	return s.Store.CountBroadcast(ctx, appKey, id, first, last)
 }
 
 // TestBroadcastCountOfTensOfMsReused: a count that took 30 ms (over
@@ -164,6 +164,6 @@ func TestBroadcastCountOfTensOfMsReused(t *testing.T) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.lists != counted {
-		t.Fatalf("the second poll, 30 ms after a count that took 30 ms, counted again (%d pages, then %d)", counted, st.lists)
+		t.Fatalf("the second poll, 30 ms after a count that took 30 ms, counted again (%d counts, then %d)", counted, st.lists)
 	}
 }

@@ -291,3 +291,8 @@ func (s *Store) ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error)
 	slices.SortFunc(out, func(a, b store.Broadcast) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
+
+// CountBroadcast is store.Fleet's, by listing the messages.
+func (s *Store) CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error) {
+	return store.CountByListing(ctx, s.ListMessages, appKey, id, first, last)
+}

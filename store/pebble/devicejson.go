@@ -209,7 +209,7 @@ func valueEnd(v []byte, i int) int {
 // plainString returns the string val (a plain JSON string) holds; not ok
 // for null or anything else (left to encoding/json).
 func plainString(val []byte) (string, bool) {
-	if len(val) < 2 || val[0] != '"' || !validUTF8(val) {
+	if len(val) < 2 || val[0] != '"' || bytes.IndexByte(val, '\\') >= 0 || !validUTF8(val) {
 		return "", false
 	}
 	return string(val[1 : len(val)-1]), true

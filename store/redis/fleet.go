@@ -108,3 +108,8 @@ func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string,
 		cursor = page.Next
 	}
 }
+
+// CountBroadcast is store.Fleet's, by listing the messages.
+func (s *Store) CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error) {
+	return store.CountByListing(ctx, s.ListMessages, appKey, id, first, last)
+}
