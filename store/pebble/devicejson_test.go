@@ -36,6 +36,7 @@ func TestDecodeDeviceMatchesEncodingJSON(t *testing.T) {
 		`{"Flag":1}`, `{"FLAG":1,"flag":0}`, `{"flag":1,"flag":0}`, `{"unknown":{"a":[1,"}"]},"flag":1}`,
 		`{"name":"\u0041"}`, `{"name":"a\u2028"}`, "{\"name\":\"bad\xff\"}", `{"flag":99999999999999999999}`,
 		`{"tags":["a",1]}`, `{"tags":["a"]`, `{"flag":1}x`, `[]`, `{"name":"x",}`, `{"status":true}`,
+		`{"tags":[]}`, `{"tags":[ ]}`, `{"tags":[ "a" , "b" ]}`, `{"tags":["a\\u0041"]}`, `{"node":2,"conn":"c","tags":["x"]}`,
 	)
 	for _, in := range inputs {
 		var want store.Device
