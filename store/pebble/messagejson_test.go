@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/devmsg/devmsg/store"
@@ -58,4 +59,48 @@ func check(t *testing.T, v any, appendFn func([]byte) ([]byte, error)) {
 	if wantErr == nil && string(got) != "prefix"+string(want) {
 		t.Fatalf("%s:\n got %s\nwant prefix%s", fmt.Sprintf("%T", v), got, want)
 	}
+}
+
+// fill sets every exported field of the value v points to to something
+// not zero, recursively.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("s")
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		v.SetInt(7)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Slice:
+		if v.Type() == reflect.TypeFor[json.RawMessage]() {
+			v.SetBytes([]byte(`{"k":1}`))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(s.Index(0))
+		v.Set(s)
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		fill(p.Elem())
+		v.Set(p)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i))
+			}
+		}
+	}
+}
+
+// TestAppendMessageCoversEveryField fills every field of a message and
+// of an outbox entry: a field added to store.Message, store.Record,
+// store.RecordError or store.OutboxEntry and not to the encoders would
+// be dropped from what is stored, and fails here.
+func TestAppendMessageCoversEveryField(t *testing.T) {
+	var m store.Message
+	fill(reflect.ValueOf(&m).Elem())
+	check(t, m, func(b []byte) ([]byte, error) { return appendMessage(b, &m) })
+	var e store.OutboxEntry
+	fill(reflect.ValueOf(&e).Elem())
+	check(t, e, func(b []byte) ([]byte, error) { return appendOutboxEntry(b, &e) })
 }
