@@ -25,6 +25,17 @@ type Fleet interface {
 	// chunk's devices).
 	GetDevices(ctx context.Context, appKey string, names []string) ([]Device, error)
 
+	// FlagEpoch returns a number that changes whenever any device's flag
+	// changes or any device is deleted, and ok; a change is visible here
+	// before a write that would see the new flag or the deletion (such as
+	// CreateMessages' check that a device exists) can run. If it is the
+	// same after a write as before a read of devices, no flag those
+	// devices had at the read changed and none was deleted meanwhile, so
+	// the fan-out need not read them again after its write. ok is false
+	// where the store cannot tell (Redis, whose devices other nodes
+	// change): read again.
+	FlagEpoch() (epoch uint64, ok bool)
+
 	// CreateMessages stores messages of one app in one atomic, durable
 	// write (all or none on a storage failure), recording seq (when not
 	// nil) and applying step (when not nil) in the same write. Each
@@ -55,6 +66,11 @@ type Fleet interface {
 	BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error)
 	// GetBroadcast returns the app's broadcast or ErrNotFound.
 	GetBroadcast(ctx context.Context, appKey string, id int64) (Broadcast, error)
+	// CountBroadcast counts by state the app's messages of broadcast id
+	// whose msgids are first to last (its FirstID and LastID): the
+	// numbers its progress shows. It reads only what counting needs,
+	// where the backend can.
+	CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (BroadcastCounts, error)
 	// UpdateBroadcast applies fn to the app's broadcast and stores the
 	// result atomically with respect to every other write of it (steps
 	// included), and returns it; a result no longer fanning out has its
@@ -66,6 +82,56 @@ type Fleet interface {
 	// Active, oldest first, so a node that takes over the fan-out finds
 	// them.
 	ActiveBroadcasts(ctx context.Context) ([]Broadcast, error)
+}
+
+// BroadcastCounts are a broadcast's messages by state.
+type BroadcastCounts struct {
+	Delivered, Expired, Failed, Retracted, Pending int64
+}
+
+// Add counts one message in state.
+func (c *BroadcastCounts) Add(state string) {
+	switch state {
+	case StateDelivered:
+		c.Delivered++
+	case StateExpired:
+		c.Expired++
+	case StateFailed:
+		c.Failed++
+	case StateRetracted:
+		c.Retracted++
+	default:
+		c.Pending++
+	}
+}
+
+// CountByListing is CountBroadcast for a backend with nothing better than
+// ListMessages: it pages through the app's messages from last down to
+// first.
+func CountByListing(ctx context.Context, list func(ctx context.Context, appKey string, before int64, limit int) ([]Message, error), appKey string, id, first, last int64) (BroadcastCounts, error) {
+	var c BroadcastCounts
+	if last == 0 {
+		return c, nil
+	}
+	const page = 500
+	for before := last + 1; ; {
+		ms, err := list(ctx, appKey, before, page)
+		if err != nil {
+			return c, err
+		}
+		for _, m := range ms {
+			if m.ID < first {
+				return c, nil
+			}
+			if m.Broadcast == id {
+				c.Add(m.State)
+			}
+		}
+		if len(ms) < page {
+			return c, nil
+		}
+		before = ms[len(ms)-1].ID
+	}
 }
 
 // BatchMessage is one message of CreateMessages with what to store and

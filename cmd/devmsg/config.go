@@ -103,7 +103,7 @@ type RateLimitConfig struct {
 // BroadcastConfig paces the fan-out of broadcasts (DESIGN.md section 8).
 type BroadcastConfig struct {
 	// Rate is the most broadcast messages made per second; 0 takes
-	// message.DefaultFanoutRate.
+	// message.DefaultFanoutRate (250,000).
 	Rate int `yaml:"rate"`
 	// YieldRate is the most made per second while single sends are
 	// made; 0 takes message.DefaultFanoutYieldRate.

@@ -75,6 +75,10 @@ func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string,
 	return out, nil
 }
 
+// FlagEpoch is store.Fleet's: UpdateDevice and DeleteDevice bump it
+// under the store's lock.
+func (s *Store) FlagEpoch() (uint64, bool) { return s.flagEpoch.Load(), true }
+
 // GetDevices returns the app's devices of names that exist, in order.
 func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
 	if err := s.lock(ctx); err != nil {
@@ -286,4 +290,9 @@ func (s *Store) ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error)
 	}
 	slices.SortFunc(out, func(a, b store.Broadcast) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// CountBroadcast is store.Fleet's, by listing the messages.
+func (s *Store) CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error) {
+	return store.CountByListing(ctx, s.ListMessages, appKey, id, first, last)
 }

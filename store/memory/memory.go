@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/devmsg/devmsg/store"
@@ -34,6 +35,8 @@ type Store struct {
 
 	mu     sync.Mutex
 	closed bool
+	// flagEpoch is FlagEpoch, bumped under mu.
+	flagEpoch atomic.Uint64
 
 	apps    map[string]store.App
 	devices map[devKey]store.Device
@@ -298,10 +301,13 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		return store.Device{}, store.ErrNotFound
 	}
 	d.Emit = nil
-	old := d.Tags
+	old, oldFlag := d.Tags, d.Flag
 	d.Tags = slices.Clone(old)
 	if err := fn(&d); err != nil {
 		return store.Device{}, err
+	}
+	if d.Flag != oldFlag {
+		s.flagEpoch.Add(1)
 	}
 	d.AppKey, d.Name = appKey, name
 	evs := store.Stamp(d.Emit, appKey, name)
@@ -325,6 +331,7 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	if !ok {
 		return store.ErrNotFound
 	}
+	s.flagEpoch.Add(1)
 	s.indexTagsLocked(appKey, name, d.Tags, nil)
 	delete(s.devices, k)
 	delete(s.shadows, k)

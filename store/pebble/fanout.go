@@ -3,7 +3,6 @@ package pebble
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -70,7 +69,7 @@ func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) (
 	}
 	err := s.seekEach(key(pDevice, appKey, ""), keys, func(j int, v []byte) error {
 		i := at[j]
-		if err := json.Unmarshal(v, &devs[i]); err != nil {
+		if err := decodeDevice(v, &devs[i]); err != nil {
 			return fmt.Errorf("decode device %q: %w", names[i], err)
 		}
 		found[i] = true
@@ -88,6 +87,10 @@ func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) (
 	return out, nil
 }
 
+// FlagEpoch is store.Fleet's: UpdateDevice and DeleteDevice bump it under
+// the device's stripe, which CreateMessages takes to check the device.
+func (s *Store) FlagEpoch() (uint64, bool) { return s.flagEpoch.Load(), true }
+
 // EnabledNames scans the app's devices (or the tag's index entries and
 // the devices they name) and decodes of each device only its flag.
 func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string, error) {
@@ -96,15 +99,9 @@ func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string,
 	}
 	defer s.exit()
 	out := []string{}
-	var flag struct {
-		Flag int `json:"flag"`
-	}
 	enabled := func(v []byte) (bool, error) {
-		flag.Flag = store.FlagEnabled
-		if err := json.Unmarshal(v, &flag); err != nil {
-			return false, err
-		}
-		return flag.Flag == store.FlagEnabled, nil
+		flag, err := deviceFlag(v)
+		return flag == store.FlagEnabled, err
 	}
 	devPrefix := key(pDevice, appKey, "")
 	if tag == "" {

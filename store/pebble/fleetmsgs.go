@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -341,11 +340,15 @@ func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) 
 	if m.State == store.StatePending {
 		kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
 	}
-	data, err := json.Marshal(m)
+	// One buffer holds the message and its outbox entries (each about
+	// 250 bytes and the params), so encoding them makes one allocation,
+	// not one per value and per growth.
+	buf := make([]byte, 0, (1+len(m.Records))*(320+len(m.Params)+len(appKey)+len(m.DeviceName)+len(m.CallbackURL))+len(m.Body))
+	buf, err := appendMessage(buf, &m)
 	if err != nil {
 		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
 	}
-	kvs = append(kvs, kv{msgKey(m.ID), data}, kv{appMsgKey(appKey, m.ID), nil})
+	kvs = append(kvs, kv{msgKey(m.ID), buf[:len(buf):len(buf)]}, kv{appMsgKey(appKey, m.ID), nil})
 	id := strconv.FormatInt(m.ID, 10) + "-"
 	for r := range m.Records {
 		e := store.OutboxEntry{
@@ -356,11 +359,11 @@ func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) 
 			Time:        now,
 			Record:      m.Filled(m.Records[r]),
 		}
-		data, err := json.Marshal(e)
-		if err != nil {
+		start := len(buf)
+		if buf, err = appendOutboxEntry(buf, &e); err != nil {
 			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
 		}
-		kvs = append(kvs, kv{outboxKey(e.Seq), data})
+		kvs = append(kvs, kv{outboxKey(e.Seq), buf[start:len(buf):len(buf)]})
 	}
 	return kvs, nil
 }

@@ -57,6 +57,9 @@ type Store struct {
 	lazyWrites, lazySynced atomic.Int64
 	// outboxSeq is the Seq of the last outbox entry handed out.
 	outboxSeq atomic.Int64
+	// flagEpoch is FlagEpoch: bumped under a device's stripe when its
+	// flag changes or it is deleted.
+	flagEpoch atomic.Uint64
 	// locks guard devices (shadow, pending count) and seq_nos, indexed by
 	// deviceStripe and seqStripe. Whoever holds several takes them in
 	// ascending index order, so no two holders wait on each other.
@@ -581,9 +584,14 @@ func (s *Store) GetDevice(ctx context.Context, appKey, name string) (store.Devic
 	// Read and cache under the device's lock, so an UpdateDevice cannot
 	// slip between the read and the insert and leave a stale entry.
 	defer s.lock2(deviceStripe(appKey, name), deviceStripe(appKey, name))()
-	var d store.Device
-	if err := s.getJSON(key(pDevice, appKey, name), &d); err != nil {
+	k := key(pDevice, appKey, name)
+	v, err := s.get(k)
+	if err != nil {
 		return store.Device{}, err
+	}
+	var d store.Device
+	if err := decodeDevice(v, &d); err != nil {
+		return store.Device{}, fmt.Errorf("decode %q: %w", k, err)
 	}
 	s.devices.put(d.AppKey, d.Name, d)
 	return d, nil
@@ -605,7 +613,7 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 		}
 	}
 	d.Emit = nil
-	old := d.Tags
+	old, oldFlag := d.Tags, d.Flag
 	d.Tags = slices.Clone(old)
 	if err := fn(&d); err != nil {
 		return store.Device{}, err
@@ -613,6 +621,10 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 	d.AppKey, d.Name = appKey, name
 	evs := store.Stamp(d.Emit, appKey, name)
 	d.Emit = nil
+	if d.Flag != oldFlag {
+		// Before the write, under the stripe: see FlagEpoch.
+		s.flagEpoch.Add(1)
+	}
 	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		if err := setJSON(b, k, d); err != nil {
 			return nil, err
@@ -654,6 +666,7 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	} else if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
 	}
+	s.flagEpoch.Add(1) // under the stripe, before the write: see FlagEpoch
 	// Queue entries are written only under the device's stripe, which is
 	// held, so the scan sees them all. Normally the caller has emptied
 	// the queue already.

@@ -49,6 +49,10 @@ func (s *Store) ListTagged(ctx context.Context, appKey, tag, cursor string, limi
 	return s.devicePage(ctx, appKey, names, limit)
 }
 
+// FlagEpoch is store.Fleet's: other nodes change devices, so it cannot
+// tell, and the fan-out reads its devices again after each write.
+func (s *Store) FlagEpoch() (uint64, bool) { return 0, false }
+
 // GetDevices reads the devices of names with one MGET on the app's slot.
 func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
 	if len(names) == 0 {
@@ -103,4 +107,9 @@ func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string,
 		}
 		cursor = page.Next
 	}
+}
+
+// CountBroadcast is store.Fleet's, by listing the messages.
+func (s *Store) CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error) {
+	return store.CountByListing(ctx, s.ListMessages, appKey, id, first, last)
 }

@@ -22,6 +22,8 @@ var fleetTests = []struct {
 	{"ListTagged", testListTagged},
 	{"TagIndexFollowsWrites", testTagIndexFollowsWrites},
 	{"GetDevices", testGetDevices},
+	{"FlagEpoch", testFlagEpoch},
+	{"CountBroadcast", testCountBroadcast},
 	{"EnabledNames", testEnabledNames},
 	{"CreateMessages", testCreateMessages},
 	{"CreateMessagesQueueFull", testCreateMessagesQueueFull},
@@ -172,6 +174,94 @@ func testGetDevices(t *testing.T, s store.Store) {
 	}
 	if got, err := s.GetDevices(ctx, "app", nil); err != nil || len(got) != 0 {
 		t.Fatalf("no names: %v %v", got, err)
+	}
+}
+
+// testFlagEpoch: FlagEpoch changes when a device's flag changes and when
+// a device is deleted, not on other device writes (a store that cannot
+// tell says so, and is not held to it).
+func testFlagEpoch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	e0, ok := s.FlagEpoch()
+	if !ok {
+		t.Skip("the store cannot tell: the fan-out always reads its devices again")
+	}
+	update := func(name string, fn func(*store.Device)) {
+		t.Helper()
+		_, err := s.UpdateDevice(ctx, "app", name, func(d *store.Device) error {
+			fn(d)
+			return nil
+		})
+		must(t, err)
+	}
+	epoch := func() uint64 {
+		e, ok := s.FlagEpoch()
+		if !ok {
+			t.Fatal("FlagEpoch stopped telling")
+		}
+		return e
+	}
+	update("dev-1", func(d *store.Device) { d.Mark, d.Status, d.LastLoginTime = "m", 1, 5 })
+	if e := epoch(); e != e0 {
+		t.Fatalf("epoch %d after a write that kept the flag, want %d", e, e0)
+	}
+	update("dev-1", func(d *store.Device) { d.Flag = store.FlagDisabled })
+	e1 := epoch()
+	if e1 == e0 {
+		t.Fatal("epoch unchanged after a device was disabled")
+	}
+	update("dev-1", func(d *store.Device) { d.Flag = store.FlagEnabled })
+	e2 := epoch()
+	if e2 == e1 {
+		t.Fatal("epoch unchanged after a device was enabled")
+	}
+	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
+	if e := epoch(); e == e2 {
+		t.Fatal("epoch unchanged after a device was deleted")
+	}
+}
+
+// testCountBroadcast: CountBroadcast counts by state the app's messages
+// of the broadcast within the msgids given, and no other app's, other
+// broadcast's or single send's.
+func testCountBroadcast(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	must(t, s.CreateApp(ctx, store.App{Key: "other"}))
+	mustDevices(t, s, "other", "dev-1")
+	mk := func(id int64, app, dev, state string, bc int64) store.BatchMessage {
+		bm := batchMsg(id, app, dev, state)
+		bm.Message.Broadcast, bm.Full.Broadcast = bc, bc
+		if bc == 7 {
+			bm.Message.Params = json.RawMessage(`{"broadcast_id":"7","x":[{"a":"q\"}"}]}`)
+		}
+		return bm
+	}
+	_, err := s.CreateMessages(ctx, "app", []store.BatchMessage{
+		mk(100, "app", "dev-1", store.StatePending, 7),
+		mk(101, "app", "dev-2", store.StatePending, 7),
+		mk(102, "app", "dev-1", store.StateFailed, 7),
+		mk(103, "app", "dev-2", store.StatePending, 8), // another broadcast
+		mk(104, "app", "dev-1", store.StatePending, 0), // a single send
+		mk(106, "app", "dev-2", store.StatePending, 7),
+		mk(110, "app", "dev-1", store.StatePending, 7), // past last
+	}, nil, nil)
+	must(t, err)
+	_, err = s.CreateMessages(ctx, "other", []store.BatchMessage{mk(105, "other", "dev-1", store.StatePending, 7)}, nil, nil)
+	must(t, err)
+	_, err = s.UpdateMessage(ctx, "app", 101, func(m *store.Message) error {
+		m.State = store.StateDelivered
+		return nil
+	})
+	must(t, err)
+	got, err := s.CountBroadcast(ctx, "app", 7, 100, 106)
+	must(t, err)
+	if want := (store.BroadcastCounts{Delivered: 1, Failed: 1, Pending: 2}); got != want {
+		t.Fatalf("counts %+v, want %+v", got, want)
+	}
+	if got, err := s.CountBroadcast(ctx, "app", 7, 0, 0); err != nil || got != (store.BroadcastCounts{}) {
+		t.Fatalf("no messages yet: %+v %v", got, err)
 	}
 }
 

@@ -1,0 +1,46 @@
+package pebble
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// TestMessageHeadMatchesEncodingJSON holds messageHead to json.Unmarshal
+// on stored messages (nested records and params, escapes in them) and on
+// forms the fast path must leave to encoding/json.
+func TestMessageHeadMatchesEncodingJSON(t *testing.T) {
+	m := store.Message{
+		ID: 9, AppKey: "app", DeviceName: "dev", Body: `b"o\dy<>`, State: store.StatePending, Broadcast: 77,
+		Params:  json.RawMessage(`{"broadcast_id":"77","nested":{"a":[1,{"b":"}]\""}],"c":null}}`),
+		Records: []store.Record{{Type: 0, SentTime: 1}, {Type: 5, SentTime: 2, Error: &store.RecordError{Code: 3003, Message: "x\ny"}}},
+	}
+	var inputs []string
+	for _, mm := range []store.Message{m, {AppKey: "a"}, {AppKey: "ä", State: "failed"}, {AppKey: `q"`, State: "done"}} {
+		b, err := appendMessage(nil, &mm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, string(b))
+	}
+	inputs = append(inputs, `{}`, `{"State":"x","state":"y"}`, `{"STATE":"x"}`, `{"broadcast":1.5}`, `{"broadcast":null}`,
+		`{"records":[[[]]],"state":"s"}`, `{"x":{"y":{}},"app_key":"k"}`, ` { "state" : "s" } `)
+	for _, in := range inputs {
+		var want struct {
+			AppKey    string `json:"app_key"`
+			State     string `json:"state"`
+			Broadcast int64  `json:"broadcast"`
+		}
+		wantErr := json.Unmarshal([]byte(in), &want)
+		app, state, bc, err := messageHead([]byte(in))
+		if (err != nil) != (wantErr != nil) || err == nil && (app != want.AppKey || state != want.State || bc != want.Broadcast) {
+			t.Errorf("messageHead(%s) = %q %q %d %v; encoding/json gives %+v %v", in, app, state, bc, err, want, wantErr)
+		}
+	}
+	// A stored message takes the fast path.
+	b, _ := appendMessage(nil, &m)
+	if !eachFieldDeep(b, func(k, v []byte) bool { return true }) {
+		t.Errorf("the stored form %s does not take the fast path", b)
+	}
+}

@@ -1,0 +1,257 @@
+package pebble
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// Devices are decoded on every fan-out chunk (its targets' flags, twice:
+// before and after the write), and encoding/json took a fifth of the
+// server's CPU in a 100,000-device broadcast. decodeDevice reads the
+// stored form, which this package writes with encoding/json, by hand:
+// a flat object of known keys whose strings hold no escapes. Anything
+// else (an escape, a fraction, a nested value it does not know) goes to
+// encoding/json, so the result is always what json.Unmarshal gives.
+
+// decodeDevice is json.Unmarshal(v, d) for a stored device.
+func decodeDevice(v []byte, d *store.Device) error {
+	var fast store.Device
+	if decodeDeviceFast(v, &fast) {
+		*d = fast
+		return nil
+	}
+	return json.Unmarshal(v, d)
+}
+
+// deviceFlag returns the flag of a stored device, FlagEnabled if it has
+// none (as json.Unmarshal into a struct holding FlagEnabled would).
+func deviceFlag(v []byte) (int, error) {
+	flag := store.FlagEnabled
+	ok := eachField(v, func(k, val []byte) bool {
+		if string(k) != "flag" {
+			// encoding/json matches keys regardless of case.
+			return !bytes.EqualFold(k, []byte("flag"))
+		}
+		var ok bool
+		flag, ok = parseIntAs[int](val)
+		return ok
+	})
+	if ok {
+		return flag, nil
+	}
+	var f struct {
+		Flag int `json:"flag"`
+	}
+	f.Flag = store.FlagEnabled
+	if err := json.Unmarshal(v, &f); err != nil {
+		return 0, err
+	}
+	return f.Flag, nil
+}
+
+// decodeDeviceFast decodes v into the zero device d and reports whether
+// it could; when not, d is to be thrown away.
+func decodeDeviceFast(v []byte, d *store.Device) bool {
+	return eachField(v, func(k, val []byte) bool {
+		var ok bool
+		switch string(k) {
+		case "app_key":
+			d.AppKey, ok = plainString(val)
+		case "name":
+			d.Name, ok = plainString(val)
+		case "mark":
+			d.Mark, ok = plainString(val)
+		case "secret":
+			d.Secret, ok = plainString(val)
+		case "client_ip":
+			d.ClientIP, ok = plainString(val)
+		case "conn":
+			d.Conn, ok = plainString(val)
+		case "flag":
+			d.Flag, ok = parseIntAs[int](val)
+		case "status":
+			d.Status, ok = parseIntAs[int](val)
+		case "node":
+			d.Node, ok = parseIntAs[int](val)
+		case "time_create":
+			d.TimeCreate, ok = parseInt(val)
+		case "time_active":
+			d.TimeActive, ok = parseInt(val)
+		case "last_login_time":
+			d.LastLoginTime, ok = parseInt(val)
+		case "last_logout_time":
+			d.LastLogoutTime, ok = parseInt(val)
+		case "tags":
+			d.Tags, ok = plainStrings(val)
+		}
+		// An unknown key (another case of a known one, a field this
+		// decoder does not know yet) is left to encoding/json.
+		return ok
+	})
+}
+
+// eachField calls fn with each key and raw value of the JSON object v,
+// in order, and reports whether v was a flat object this scanner reads
+// exactly (keys and string values without escapes, values of other
+// kinds left to fn) and fn returned true for every field.
+func eachField(v []byte, fn func(k, val []byte) bool) bool {
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '{' {
+		return false
+	}
+	i = skipSpace(v, i+1)
+	if i < len(v) && v[i] == '}' {
+		return skipSpace(v, i+1) == len(v)
+	}
+	for {
+		if i >= len(v) || v[i] != '"' {
+			return false
+		}
+		end := plainStringEnd(v, i)
+		if end < 0 {
+			return false
+		}
+		k := v[i+1 : end-1]
+		i = skipSpace(v, end)
+		if i >= len(v) || v[i] != ':' {
+			return false
+		}
+		i = skipSpace(v, i+1)
+		end = valueEnd(v, i)
+		if end < 0 || !fn(k, v[i:end]) {
+			return false
+		}
+		i = skipSpace(v, end)
+		if i >= len(v) {
+			return false
+		}
+		switch v[i] {
+		case ',':
+			i = skipSpace(v, i+1)
+		case '}':
+			return skipSpace(v, i+1) == len(v)
+		default:
+			return false
+		}
+	}
+}
+
+func skipSpace(v []byte, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainStringEnd returns the index after the string starting at v[i]
+// (a quote), or -1 if it holds an escape or a control character or does
+// not end.
+func plainStringEnd(v []byte, i int) int {
+	for j := i + 1; j < len(v); j++ {
+		switch c := v[j]; {
+		case c == '"':
+			return j + 1
+		case c == '\\' || c < 0x20:
+			return -1
+		}
+	}
+	return -1
+}
+
+// valueEnd returns the index after the value starting at v[i]: a plain
+// string, a number, true, false, null, or an array of plain strings;
+// -1 for anything else.
+func valueEnd(v []byte, i int) int {
+	if i >= len(v) {
+		return -1
+	}
+	switch c := v[i]; {
+	case c == '"':
+		return plainStringEnd(v, i)
+	case c == '[':
+		j := skipSpace(v, i+1)
+		if j < len(v) && v[j] == ']' {
+			return j + 1
+		}
+		for {
+			if j >= len(v) || v[j] != '"' {
+				return -1
+			}
+			if j = plainStringEnd(v, j); j < 0 {
+				return -1
+			}
+			j = skipSpace(v, j)
+			if j >= len(v) {
+				return -1
+			}
+			if v[j] == ']' {
+				return j + 1
+			}
+			if v[j] != ',' {
+				return -1
+			}
+			j = skipSpace(v, j+1)
+		}
+	case c == '-' || c >= '0' && c <= '9' || c == 't' || c == 'f' || c == 'n':
+		j := i
+		for j < len(v) && v[j] != ',' && v[j] != '}' && v[j] != ']' && v[j] != ' ' && v[j] != '\t' && v[j] != '\n' && v[j] != '\r' {
+			j++
+		}
+		return j
+	}
+	return -1
+}
+
+// plainString returns the string val (a plain JSON string) holds; not ok
+// for null or anything else (left to encoding/json).
+func plainString(val []byte) (string, bool) {
+	if len(val) < 2 || val[0] != '"' || bytes.IndexByte(val, '\\') >= 0 || !validUTF8(val) {
+		return "", false
+	}
+	return string(val[1 : len(val)-1]), true
+}
+
+// validUTF8 reports whether s is valid UTF-8, which encoding/json
+// decodes as it is (it replaces invalid bytes).
+func validUTF8(s []byte) bool { return utf8.Valid(s) }
+
+// plainStrings decodes an array of plain strings (nil for []... as
+// encoding/json gives an empty, non-nil slice for [], so does this).
+func plainStrings(val []byte) ([]string, bool) {
+	if len(val) == 0 || val[0] != '[' || !validUTF8(val) {
+		return nil, false
+	}
+	out := []string{}
+	i := skipSpace(val, 1)
+	for i < len(val) && val[i] == '"' {
+		end := plainStringEnd(val, i)
+		out = append(out, string(val[i+1:end-1]))
+		i = skipSpace(val, end)
+		if i < len(val) && val[i] == ',' {
+			i = skipSpace(val, i+1)
+		}
+	}
+	return out, true
+}
+
+// parseInt decodes a JSON integer; not ok for anything else (null, a
+// fraction, an exponent), which encoding/json then decides.
+func parseInt(val []byte) (int64, bool) {
+	n, err := strconv.ParseInt(string(val), 10, 64)
+	if err != nil || val[0] == '+' || len(val) > 1 && val[0] == '0' || len(val) > 2 && val[0] == '-' && val[1] == '0' {
+		return 0, false
+	}
+	return n, true
+}
+
+func parseIntAs[T ~int](val []byte) (T, bool) {
+	n, ok := parseInt(val)
+	if !ok || int64(T(n)) != n {
+		return 0, false
+	}
+	return T(n), true
+}

@@ -1,0 +1,67 @@
+package pebble
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// TestDecodeDeviceMatchesEncodingJSON checks decodeDevice and deviceFlag
+// against json.Unmarshal on stored forms and on inputs the fast path must
+// leave to it.
+func TestDecodeDeviceMatchesEncodingJSON(t *testing.T) {
+	full := store.Device{
+		AppKey: "app1", Name: "dev-1", Mark: "m", Secret: "s3cr3t", Flag: store.FlagDisabled,
+		TimeCreate: 1764000000, TimeActive: 1764000001, Status: 1, ClientIP: "10.0.0.1",
+		LastLoginTime: 1764000002, LastLogoutTime: -3, Node: 2, Conn: "c-9", Tags: []string{"a", "b"},
+	}
+	var inputs []string
+	for _, d := range []store.Device{
+		full,
+		{AppKey: "app1", Name: "dev-2"},
+		{AppKey: "app1", Name: "dév-ü", Mark: "<&>", Tags: []string{}},
+		{AppKey: "app1", Name: `quote"d\back`, Mark: "line\nbreak"},
+	} {
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, string(b))
+	}
+	inputs = append(inputs,
+		`{}`, ` { "name" : "x" , "flag" : 1 } `, `{"flag":1.0}`, `{"flag":1e2}`, `{"flag":+1}`,
+		`{"flag":01}`, `{"flag":-0}`, `{"flag":null}`, `{"name":null}`, `{"tags":null}`,
+		`{"Flag":1}`, `{"FLAG":1,"flag":0}`, `{"flag":1,"flag":0}`, `{"unknown":{"a":[1,"}"]},"flag":1}`,
+		`{"name":"\u0041"}`, `{"name":"a\u2028"}`, "{\"name\":\"bad\xff\"}", `{"flag":99999999999999999999}`,
+		`{"tags":["a",1]}`, `{"tags":["a"]`, `{"flag":1}x`, `[]`, `{"name":"x",}`, `{"status":true}`,
+		`{"tags":[]}`, `{"tags":[ ]}`, `{"tags":[ "a" , "b" ]}`, `{"tags":["a\\u0041"]}`, `{"node":2,"conn":"c","tags":["x"]}`,
+	)
+	for _, in := range inputs {
+		var want store.Device
+		wantErr := json.Unmarshal([]byte(in), &want)
+		var got store.Device
+		gotErr := decodeDevice([]byte(in), &got)
+		if (wantErr != nil) != (gotErr != nil) || wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("decodeDevice(%s) = %+v, %v; encoding/json gives %+v, %v", in, got, gotErr, want, wantErr)
+		}
+		var wantFlag struct {
+			Flag int `json:"flag"`
+		}
+		wantFlag.Flag = store.FlagEnabled
+		wantErr = json.Unmarshal([]byte(in), &wantFlag)
+		flag, gotErr := deviceFlag([]byte(in))
+		if (wantErr != nil) != (gotErr != nil) || wantErr == nil && flag != wantFlag.Flag {
+			t.Errorf("deviceFlag(%s) = %d, %v; encoding/json gives %d, %v", in, flag, gotErr, wantFlag.Flag, wantErr)
+		}
+	}
+	// A fully set device, as stored, takes the fast path: a field added
+	// to store.Device and not to decodeDeviceFast would make every read
+	// slow again.
+	b, _ := json.Marshal(full)
+	var d store.Device
+	if !decodeDeviceFast(b, &d) {
+		t.Errorf("the stored form %s does not take the fast path", b)
+	}
+}

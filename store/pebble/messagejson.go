@@ -1,0 +1,167 @@
+package pebble
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// A fan-out chunk or a batch send encodes each message and the outbox
+// entry of each of its records; with encoding/json that was a third of
+// the fan-out's CPU. appendMessage and appendOutboxEntry write the same
+// bytes json.Marshal does, field by field; a string that needs escaping
+// and params that are not already compact go through encoding/json, so
+// the output is always json.Marshal's (messagejson_test.go holds them to
+// it).
+
+// appendMessage appends json.Marshal(m) to b.
+func appendMessage(b []byte, m *store.Message) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, m.ID, 10)
+	b = append(b, `,"app_key":`...)
+	b = appendJSONString(b, m.AppKey)
+	b = append(b, `,"device_name":`...)
+	b = appendJSONString(b, m.DeviceName)
+	b = append(b, `,"body":`...)
+	b = appendJSONString(b, m.Body)
+	b = append(b, `,"ttl":`...)
+	b = strconv.AppendInt(b, m.TTL, 10)
+	b = append(b, `,"time_create":`...)
+	b = strconv.AppendInt(b, m.TimeCreate, 10)
+	b = append(b, `,"expire_time":`...)
+	b = strconv.AppendInt(b, m.ExpireTime, 10)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, m.State)
+	if m.CallbackURL != "" {
+		b = append(b, `,"callback_url":`...)
+		b = appendJSONString(b, m.CallbackURL)
+	}
+	var err error
+	if len(m.Params) > 0 {
+		b = append(b, `,"params":`...)
+		if b, err = appendRaw(b, m.Params); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, `,"records":`...)
+	if m.Records == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range m.Records {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendRecord(b, &m.Records[i]); err != nil {
+				return nil, err
+			}
+		}
+		b = append(b, ']')
+	}
+	if m.Broadcast != 0 {
+		b = append(b, `,"broadcast":`...)
+		b = strconv.AppendInt(b, m.Broadcast, 10)
+	}
+	return append(b, '}'), nil
+}
+
+// appendOutboxEntry appends json.Marshal(e) to b.
+func appendOutboxEntry(b []byte, e *store.OutboxEntry) ([]byte, error) {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, `,"id":`...)
+	b = appendJSONString(b, e.ID)
+	b = append(b, `,"app_key":`...)
+	b = appendJSONString(b, e.AppKey)
+	if e.CallbackURL != "" {
+		b = append(b, `,"callback_url":`...)
+		b = appendJSONString(b, e.CallbackURL)
+	}
+	b = append(b, `,"time":`...)
+	b = strconv.AppendInt(b, e.Time, 10)
+	b = append(b, `,"record":`...)
+	b, err := appendRecord(b, &e.Record)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendRecord appends json.Marshal(r) to b.
+func appendRecord(b []byte, r *store.Record) ([]byte, error) {
+	b = append(b, `{"type":`...)
+	b = strconv.AppendInt(b, int64(r.Type), 10)
+	if r.ChannelKey != "" {
+		b = append(b, `,"channelkey":`...)
+		b = appendJSONString(b, r.ChannelKey)
+	}
+	if r.MsgID != "" {
+		b = append(b, `,"msgid":`...)
+		b = appendJSONString(b, r.MsgID)
+	}
+	if r.UserID != "" {
+		b = append(b, `,"userid":`...)
+		b = appendJSONString(b, r.UserID)
+	}
+	if r.SenderID != "" {
+		b = append(b, `,"sender_id":`...)
+		b = appendJSONString(b, r.SenderID)
+	}
+	b = append(b, `,"sender":`...)
+	b = strconv.AppendInt(b, int64(r.Sender), 10)
+	b = append(b, `,"sent_time":`...)
+	b = strconv.AppendInt(b, r.SentTime, 10)
+	if r.Error != nil {
+		b = append(b, `,"error":{"code":`...)
+		b = strconv.AppendInt(b, int64(r.Error.Code), 10)
+		b = append(b, `,"message":`...)
+		b = appendJSONString(b, r.Error.Message)
+		b = append(b, '}')
+	}
+	if len(r.Params) > 0 {
+		b = append(b, `,"params":`...)
+		var err error
+		if b, err = appendRaw(b, r.Params); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as encoding/json quotes it: as it is when
+// it is printable ASCII that needs no escape (encoding/json escapes ",
+// \, <, > and &), through encoding/json otherwise.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendRaw appends raw JSON as encoding/json does a json.RawMessage:
+// as it is when it is valid, compact, ASCII and holds none of <, > and
+// &; through encoding/json (which compacts and escapes it, or fails)
+// otherwise.
+func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
+	plain := true
+	for _, c := range raw {
+		if c <= ' ' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			plain = false
+			break
+		}
+	}
+	if plain && json.Valid(raw) {
+		return append(b, raw...), nil
+	}
+	out, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, out...), nil
+}
