@@ -296,7 +296,10 @@ type MessageUpdate struct {
 
 // OutboxEntry is a status record waiting for callback delivery. Every
 // record a message gains is written to the outbox in the same write as
-// the message, so none is lost between the two.
+// the message, so none is lost between the two; a store may leave out
+// the records that the app's CallbackSettings, as they are when the
+// record is made, would have the router drop (switch off, no URL, type
+// not sent).
 type OutboxEntry struct {
 	// Seq orders the outbox: entries written later have larger Seq.
 	Seq int64 `json:"seq"`

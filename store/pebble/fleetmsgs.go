@@ -157,7 +157,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			kvs := encoded[i].stored
 			if outcomes[i] == store.BatchFull {
 				var err error
-				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now); err != nil {
+				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter); err != nil {
 					return err
 				}
 			}
@@ -313,6 +313,8 @@ type encodedMsg struct {
 	// form, encoded only when it is the one stored (seldom), uses the
 	// same Seqs.
 	first int64
+	// filter is the records the outbox keeps, for both forms.
+	filter recordFilter
 }
 
 // encodeBatch encodes each message of a batch as stored (encodedMsg),
@@ -320,10 +322,11 @@ type encodedMsg struct {
 func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encodedMsg, int64, error) {
 	now := s.now().UnixMilli()
 	out := make([]encodedMsg, len(msgs))
+	f := s.recordFilter(appKey)
 	for i, bm := range msgs {
-		n := int64(max(len(bm.Message.Records), len(bm.Full.Records)))
-		out[i].first = s.outboxSeq.Add(n) - n + 1
-		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now)
+		n := int64(max(f.kept(bm.Message.Records), f.kept(bm.Full.Records)))
+		out[i].first, out[i].filter = s.outboxSeq.Add(n)-n+1, f
+		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now, f)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -333,8 +336,8 @@ func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encoded
 }
 
 // encodeForm encodes m as encodedMsg.stored describes, its outbox
-// entries numbered from first and timed now (Unix ms).
-func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) {
+// entries (those f keeps) numbered from first and timed now (Unix ms).
+func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter) ([]kv, error) {
 	m.AppKey = appKey
 	kvs := make([]kv, 0, 4+len(m.Records))
 	if m.State == store.StatePending {
@@ -350,9 +353,13 @@ func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) 
 	}
 	kvs = append(kvs, kv{msgKey(m.ID), buf[:len(buf):len(buf)]}, kv{appMsgKey(appKey, m.ID), nil})
 	id := strconv.FormatInt(m.ID, 10) + "-"
+	seq := first
 	for r := range m.Records {
+		if !f.keeps(m.Records[r].Type) {
+			continue
+		}
 		e := store.OutboxEntry{
-			Seq:         first + int64(r),
+			Seq:         seq,
 			ID:          id + strconv.Itoa(r),
 			AppKey:      appKey,
 			CallbackURL: m.CallbackURL,
@@ -364,6 +371,7 @@ func encodeForm(appKey string, m store.Message, first, now int64) ([]kv, error) 
 			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
 		}
 		kvs = append(kvs, kv{outboxKey(e.Seq), buf[start:len(buf):len(buf)]})
+		seq++
 	}
 	return kvs, nil
 }

@@ -196,9 +196,17 @@ func (s *Store) LastMessageID(ctx context.Context) (int64, error) {
 	return int64(binary.BigEndian.Uint64(k[len(pMsg):])), nil
 }
 
-// addOutbox adds m's records from index from on to the outbox in b.
+// addOutbox adds m's records from index from on to the outbox in b,
+// those its app's settings keep (recordFilter).
 func (s *Store) addOutbox(b *pebble.Batch, m store.Message, from int) error {
+	if from >= len(m.Records) {
+		return nil
+	}
+	f := s.recordFilter(m.AppKey)
 	for i := from; i < len(m.Records); i++ {
+		if !f.keeps(m.Records[i].Type) {
+			continue
+		}
 		e := store.OutboxEntry{
 			Seq:         s.outboxSeq.Add(1),
 			ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(i),

@@ -68,8 +68,10 @@ type Store struct {
 	// up to a thousand names.
 	createMu sync.Mutex
 	appMu    sync.Mutex // serialises app creation and update
-	deadMu   sync.Mutex // serialises dead-letter filing and redelivery
-	metaMu   sync.Mutex // serialises CreateMeta with the other meta writes
+	// appSettings caches apps' callback settings (recordfilter.go).
+	appSettings appSettings
+	deadMu      sync.Mutex // serialises dead-letter filing and redelivery
+	metaMu      sync.Mutex // serialises CreateMeta with the other meta writes
 	// bcMu serialises the writes of broadcasts (taken before any stripe).
 	bcMu    sync.Mutex
 	devices deviceCache
@@ -457,6 +459,8 @@ func (s *Store) CreateApp(ctx context.Context, app store.App) error {
 	} else if ok {
 		return store.ErrAlreadyExists
 	}
+	s.appSettings.changed(app.Key)
+	defer s.appSettings.changed(app.Key)
 	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, app) }); err != nil {
 		return fmt.Errorf("create app %s: %w", app.Key, err)
 	}
@@ -514,6 +518,8 @@ func (s *Store) UpdateApp(ctx context.Context, appKey string, fn func(*store.App
 		return store.App{}, err
 	}
 	app.Key = appKey
+	s.appSettings.changed(appKey)
+	defer s.appSettings.changed(appKey)
 	if err := s.write(func(b *pebble.Batch) error { return setJSON(b, k, app) }); err != nil {
 		return store.App{}, fmt.Errorf("update app %s: %w", appKey, err)
 	}
