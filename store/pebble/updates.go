@@ -29,17 +29,20 @@ func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit
 	if ok {
 		return ids, nil
 	}
+	// Read ahead, so that the PUBACKs taking messages off the queue's
+	// head leave enough cached for the next calls.
+	read := limit * readAhead
 	var out []int64
 	prefix := key(pQueue, appKey, deviceName, "")
 	err := s.scan(prefix, prefixEnd(prefix), func(k, _ []byte) (bool, error) {
 		out = append(out, int64(binary.BigEndian.Uint64(k[len(prefix):])))
-		return len(out) < limit, nil
+		return len(out) < read, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pending messages of %s/%s: %w", appKey, deviceName, err)
 	}
-	s.pending.storeIDs(appKey, deviceName, gen, out, limit)
-	return out, nil
+	s.pending.storeIDs(appKey, deviceName, gen, out, read)
+	return out[:min(limit, len(out))], nil
 }
 
 // updating is one message of an UpdateMessages call as it goes along.
@@ -114,6 +117,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	var order []int64 // changed ids in first-change order
 	var done []int    // updates applied
 	counts := map[[2]string]int64{}
+	removed := map[[2]string][]int64{}
 	var leaving []store.Message // messages that leave their queue, as stored before
 	for i, u := range updates {
 		if errs[i] != nil {
@@ -157,6 +161,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 				counts[dk] = n
 			}
 			counts[dk] = max(counts[dk]-1, 0)
+			removed[dk] = append(removed[dk], u.ID)
 			leaving = append(leaving, cur)
 		}
 	}
@@ -199,7 +204,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		return errs, nil
 	}
 	for dk, n := range counts {
-		s.pending.put(dk[0], dk[1], n)
+		s.pending.put(dk[0], dk[1], n, nil, removed[dk])
 	}
 	locked = false
 	unlock()
