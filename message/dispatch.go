@@ -3,7 +3,6 @@ package message
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -465,11 +464,7 @@ func (r *route) forgetHandled(ids []int64, complete bool) {
 // holds r.mu, so Acked cannot see the PUBACK before the packet id is
 // recorded.
 func (d *Dispatcher) publish(r *route, m store.Message) bool {
-	body, err := json.Marshal(payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
-	if err != nil {
-		d.log.Error("encode message", "msgid", m.ID, "err", err)
-		return true
-	}
+	body := appendPayload(make([]byte, 0, len(m.Body)+96), payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
 	pid, err := r.conn.Publish(TopicMsg, body, 1)
 	if err != nil {
 		d.log.Debug("publish message", "app", r.app, "device", r.dev, "msgid", m.ID, "err", err)
