@@ -324,3 +324,56 @@ func TestDispatcherBarrierForBroadcastMessages(t *testing.T) {
 		log.mu.Unlock()
 	}
 }
+
+// TestDispatcherKeepsAnnouncedBehindBacklog checks that the messages
+// announced while a device's window is full are kept for their turn, the
+// oldest first: behind a backlog of Window of them, one more announced is
+// the only message read back from the store when PUBACKs free the window.
+func TestDispatcherKeepsAnnouncedBehindBacklog(t *testing.T) {
+	f := newFixture(t)
+	counted := &readCountStore{Store: f.st}
+	f.d.store = counted
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	f.d.mu.Lock()
+	r := f.d.routes[routeKey("app", "dev-1")]
+	f.d.mu.Unlock()
+	idle := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.running
+	}
+	var sent []int64
+	for i := range Window {
+		sent = append(sent, f.send(t, 60))
+		eventually(t, "the message sent", func() bool { return len(c.received()) == i+1 && idle() })
+	}
+	for range Window + 1 { // announced while the window is full
+		sent = append(sent, f.send(t, 60))
+		eventually(t, "the flush done", idle)
+	}
+	if n := counted.read.Load(); n != 0 {
+		t.Fatalf("%d messages read before any PUBACK, want 0", n)
+	}
+	for i, id := range sent {
+		eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
+		c.mu.Lock()
+		pid := c.pids[id]
+		c.mu.Unlock()
+		f.d.Acked(c, "app", "dev-1", pid)
+		if i%8 == 7 { // PUBACKs stored a few at a time, as under load
+			eventually(t, "the PUBACKs stored", func() bool {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				_, waiting := r.sent[id]
+				return !waiting
+			})
+		}
+	}
+	if got := c.received(); !slices.Equal(got, sent) {
+		t.Fatalf("received %v, want %v", got, sent)
+	}
+	if n := counted.read.Load(); n != 1 {
+		t.Fatalf("%d messages read back, want 1 (the one announced past Window held)", n)
+	}
+}
