@@ -343,6 +343,10 @@ func TestDispatcherKeepsAnnouncedBehindBacklog(t *testing.T) {
 		defer r.mu.Unlock()
 		return !r.running
 	}
+	// The connection's first flush reads the queue: done before the
+	// first send, it cannot read a message its Notify has not announced
+	// yet.
+	eventually(t, "the first flush done", idle)
 	var sent []int64
 	for i := range Window {
 		sent = append(sent, f.send(t, 60))
