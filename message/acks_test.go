@@ -381,3 +381,41 @@ func TestDispatcherKeepsAnnouncedBehindBacklog(t *testing.T) {
 		t.Fatalf("%d messages read back, want 1 (the one announced past Window held)", n)
 	}
 }
+
+// TestAckWritesOverlap checks that a whole batch of PUBACKs waiting starts
+// another write while one is under way (waiting for its fsync), and that
+// fewer wait for the write under way.
+func TestAckWritesOverlap(t *testing.T) {
+	f := newFixture(t)
+	gated := &gatedStore{Store: f.st, open: make(chan struct{})}
+	d := NewDispatcher(gated, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := &route{app: "app", dev: "dev-1"}
+	writes := func() []int {
+		gated.mu.Lock()
+		defer gated.mu.Unlock()
+		return slices.Clone(gated.sizes)
+	}
+	id := int64(1 << 40) // no such message: each write fails, which is enough here
+	d.acks.add(d, ack{r, id})
+	eventually(t, "the first write", func() bool { return len(writes()) == 1 })
+	for range ackBatch - 1 {
+		id++
+		d.acks.add(d, ack{r, id})
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := writes(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("writes %v with less than a batch waiting, want the first alone", got)
+	}
+	id++
+	d.acks.add(d, ack{r, id})
+	eventually(t, "a second write while the first waits", func() bool { return len(writes()) == 2 })
+	if got := writes(); got[1] != ackBatch {
+		t.Fatalf("second write of %d PUBACKs, want %d", got[1], ackBatch)
+	}
+	close(gated.open)
+	eventually(t, "the writers gone", func() bool {
+		d.acks.mu.Lock()
+		defer d.acks.mu.Unlock()
+		return d.acks.writers == 0 && len(d.acks.queue) == 0
+	})
+}
