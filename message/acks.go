@@ -96,7 +96,7 @@ func (d *Dispatcher) storeAcks(batch []ack) {
 	}
 	updates := make([]store.MessageUpdate, len(batch))
 	for i, a := range batch {
-		updates[i] = store.MessageUpdate{AppKey: a.r.app, DeviceName: a.r.dev, ID: a.id, Fn: deliver}
+		updates[i] = store.MessageUpdate{AppKey: a.r.app, ID: a.id, Fn: deliver}
 	}
 	errs, err := d.store.UpdateMessages(context.Background(), updates)
 	kicks := map[*route]bool{}

@@ -290,29 +290,8 @@ func ApplyUpdate(m *Message, id int64, appKey string, fn func(*Message) error) (
 // the app's message ID as UpdateMessage applies its fn.
 type MessageUpdate struct {
 	AppKey string
-	// DeviceName, when not "", is the device the caller knows the
-	// message to be for: the update of a message of another device is
-	// ErrNotFound, and the backend may take the device's lock before it
-	// first reads the message (Pebble then reads it once, not twice).
-	// The updates of one message in one call name the same device, or
-	// none.
-	DeviceName string
-	ID         int64
-	Fn         func(*Message) error
-}
-
-// Func returns u's Fn, preceded by the check of DeviceName when it is
-// set.
-func (u MessageUpdate) Func() func(*Message) error {
-	if u.DeviceName == "" {
-		return u.Fn
-	}
-	return func(m *Message) error {
-		if m.DeviceName != u.DeviceName {
-			return ErrNotFound
-		}
-		return u.Fn(m)
-	}
+	ID     int64
+	Fn     func(*Message) error
 }
 
 // OutboxEntry is a status record waiting for callback delivery. Every

@@ -10,7 +10,7 @@ func UpdateOneByOne(ctx context.Context, update func(ctx context.Context, appKey
 	}
 	errs := make([]error, len(updates))
 	for i, u := range updates {
-		_, errs[i] = update(ctx, u.AppKey, u.ID, u.Func())
+		_, errs[i] = update(ctx, u.AppKey, u.ID, u.Fn)
 	}
 	return errs, nil
 }

@@ -18,43 +18,6 @@ var updateTests = []struct {
 	{"PendingIDs", testPendingIDs},
 	{"UpdateMessages", testUpdateMessages},
 	{"UpdateMessagesFreesQueue", testUpdateMessagesFreesQueue},
-	{"UpdateMessagesDeviceName", testUpdateMessagesDeviceName},
-}
-
-// testUpdateMessagesDeviceName checks MessageUpdate.DeviceName: an update
-// naming its message's device applies as one naming none; one naming
-// another device is ErrNotFound and changes nothing.
-func testUpdateMessagesDeviceName(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	mustDevices(t, s, "app", "dev-1", "dev-2")
-	must(t, s.CreateMessage(ctx, msg(1, "app", "dev-1", store.StatePending), 0, nil))
-	must(t, s.CreateMessage(ctx, msg(2, "app", "dev-2", store.StatePending), 0, nil))
-	must(t, s.CreateMessage(ctx, msg(3, "app", "dev-1", store.StatePending), 0, nil))
-	errs, err := s.UpdateMessages(ctx, []store.MessageUpdate{
-		{AppKey: "app", DeviceName: "dev-1", ID: 1, Fn: deliver},
-		{AppKey: "app", DeviceName: "dev-1", ID: 2, Fn: deliver}, // dev-2's
-		{AppKey: "app", DeviceName: "dev-1", ID: 77, Fn: deliver},
-		{AppKey: "app", DeviceName: "dev-1", ID: 3, Fn: deliver},
-		{AppKey: "app", DeviceName: "dev-1", ID: 3, Fn: deliver}, // sees the one before
-	})
-	must(t, err)
-	want := []error{nil, store.ErrNotFound, store.ErrNotFound, nil, errRefuse}
-	for i := range want {
-		if !errors.Is(errs[i], want[i]) {
-			t.Fatalf("update %d: %v, want %v", i, errs[i], want[i])
-		}
-	}
-	for id, state := range map[int64]string{1: store.StateDelivered, 2: store.StatePending, 3: store.StateDelivered} {
-		m, err := s.GetMessage(ctx, "app", id)
-		must(t, err)
-		if m.State != state || len(m.Records) != map[bool]int{true: 2, false: 1}[state == store.StateDelivered] {
-			t.Fatalf("message %d: %s with %d records, want %s", id, m.State, len(m.Records), state)
-		}
-	}
-	ids, err := s.PendingIDs(ctx, "app", "dev-2", 10)
-	if err != nil || !slices.Equal(ids, []int64{2}) {
-		t.Fatalf("dev-2's queue %v %v, want [2]", ids, err)
-	}
 }
 
 func testPendingIDs(t *testing.T, s store.Store) {
