@@ -13,17 +13,28 @@ import (
 // device stripes the write holds while it is applied.
 const ackBatch = 256
 
+// ackWriters is the most writes of PUBACKs under way at once. A write
+// waits for its fsync, and one writer alone capped fan-out's deliveries
+// at ackBatch per write's CPU time plus fsync and scheduling delay (a
+// device's window frees only when its PUBACKs are stored); a second
+// writer starts only when a whole batch is waiting, so below that rate
+// writes stay as large as before.
+const ackWriters = 4
+
 // ack is a PUBACK waiting for its message's delivery to be stored.
 type ack struct {
 	r  *route
 	id int64
 }
 
-// ackStage stores PUBACKs many at a time: each write marks every message
-// acknowledged since the last one delivered, with its record, in one
-// store.UpdateMessages (on Pebble one batch and one fsync). One goroutine
-// writes while acknowledgements gather for the next write, and exists
-// only while there is something to write.
+// ackStage stores PUBACKs many at a time: each write marks up to ackBatch
+// messages acknowledged, with their records, in one store.UpdateMessages
+// (on Pebble one batch and one fsync). A goroutine writes while
+// acknowledgements gather for the next write, and exists only while
+// there is something to write; when a whole batch is waiting another
+// starts, up to ackWriters, so that one write's fsync does not hold up
+// the next. Writes under way at once hold different messages, so their
+// order does not matter.
 //
 // The device has its PUBACK answered already; what waits is the delivered
 // state and its record. A message stays in its route's sent set until its
@@ -34,18 +45,19 @@ type ack struct {
 type ackStage struct {
 	mu      sync.Mutex
 	queue   []ack
-	running bool
+	writers int // goroutines running run
 }
 
-// add queues a and starts the writer if none runs.
+// add queues a and starts a writer if none runs, or if a whole batch is
+// waiting and fewer than ackWriters run.
 func (s *ackStage) add(d *Dispatcher, a ack) {
 	s.mu.Lock()
 	s.queue = append(s.queue, a)
-	if s.running {
+	if s.writers > 0 && (len(s.queue) < ackBatch || s.writers >= ackWriters) {
 		s.mu.Unlock()
 		return
 	}
-	s.running = true
+	s.writers++
 	s.mu.Unlock()
 	go s.run(d)
 }
@@ -56,7 +68,10 @@ func (s *ackStage) run(d *Dispatcher) {
 		s.mu.Lock()
 		n := min(len(s.queue), ackBatch)
 		if n == 0 {
-			s.queue, s.running = nil, false
+			s.writers--
+			if s.writers == 0 {
+				s.queue = nil
+			}
 			s.mu.Unlock()
 			return
 		}

@@ -324,3 +324,98 @@ func TestDispatcherBarrierForBroadcastMessages(t *testing.T) {
 		log.mu.Unlock()
 	}
 }
+
+// TestDispatcherKeepsAnnouncedBehindBacklog checks that the messages
+// announced while a device's window is full are kept for their turn, the
+// oldest first: behind a backlog of Window of them, one more announced is
+// the only message read back from the store when PUBACKs free the window.
+func TestDispatcherKeepsAnnouncedBehindBacklog(t *testing.T) {
+	f := newFixture(t)
+	counted := &readCountStore{Store: f.st}
+	f.d.store = counted
+	c := &conn{}
+	f.d.Attach(c, "app", "dev-1")
+	f.d.mu.Lock()
+	r := f.d.routes[routeKey("app", "dev-1")]
+	f.d.mu.Unlock()
+	idle := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.running
+	}
+	// The connection's first flush reads the queue: done before the
+	// first send, it cannot read a message its Notify has not announced
+	// yet.
+	eventually(t, "the first flush done", idle)
+	var sent []int64
+	for i := range Window {
+		sent = append(sent, f.send(t, 60))
+		eventually(t, "the message sent", func() bool { return len(c.received()) == i+1 && idle() })
+	}
+	for range Window + 1 { // announced while the window is full
+		sent = append(sent, f.send(t, 60))
+		eventually(t, "the flush done", idle)
+	}
+	if n := counted.read.Load(); n != 0 {
+		t.Fatalf("%d messages read before any PUBACK, want 0", n)
+	}
+	for i, id := range sent {
+		eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
+		c.mu.Lock()
+		pid := c.pids[id]
+		c.mu.Unlock()
+		f.d.Acked(c, "app", "dev-1", pid)
+		if i%8 == 7 { // PUBACKs stored a few at a time, as under load
+			eventually(t, "the PUBACKs stored", func() bool {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				_, waiting := r.sent[id]
+				return !waiting
+			})
+		}
+	}
+	if got := c.received(); !slices.Equal(got, sent) {
+		t.Fatalf("received %v, want %v", got, sent)
+	}
+	if n := counted.read.Load(); n != 1 {
+		t.Fatalf("%d messages read back, want 1 (the one announced past Window held)", n)
+	}
+}
+
+// TestAckWritesOverlap checks that a whole batch of PUBACKs waiting starts
+// another write while one is under way (waiting for its fsync), and that
+// fewer wait for the write under way.
+func TestAckWritesOverlap(t *testing.T) {
+	f := newFixture(t)
+	gated := &gatedStore{Store: f.st, open: make(chan struct{})}
+	d := NewDispatcher(gated, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := &route{app: "app", dev: "dev-1"}
+	writes := func() []int {
+		gated.mu.Lock()
+		defer gated.mu.Unlock()
+		return slices.Clone(gated.sizes)
+	}
+	id := int64(1 << 40) // no such message: each write fails, which is enough here
+	d.acks.add(d, ack{r, id})
+	eventually(t, "the first write", func() bool { return len(writes()) == 1 })
+	for range ackBatch - 1 {
+		id++
+		d.acks.add(d, ack{r, id})
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := writes(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("writes %v with less than a batch waiting, want the first alone", got)
+	}
+	id++
+	d.acks.add(d, ack{r, id})
+	eventually(t, "a second write while the first waits", func() bool { return len(writes()) == 2 })
+	if got := writes(); got[1] != ackBatch {
+		t.Fatalf("second write of %d PUBACKs, want %d", got[1], ackBatch)
+	}
+	close(gated.open)
+	eventually(t, "the writers gone", func() bool {
+		d.acks.mu.Lock()
+		defer d.acks.mu.Unlock()
+		return d.acks.writers == 0 && len(d.acks.queue) == 0
+	})
+}

@@ -137,10 +137,17 @@ func (s *Service) batchMessage(app store.App, dev store.Device, req SendRequest,
 	if dev.Flag == store.FlagDisabled {
 		ok.Code, ok.Message = ErrCodeDeviceDisabled, "device "+strconv.Quote(dev.Name)+" is disabled"
 	}
-	bm.Answers[store.BatchStored] = mustJSON(ok)
-	bm.Answers[store.BatchFull] = mustJSON(BatchResult{DeviceName: dev.Name, Code: ErrCodeQueueFull, MsgID: bm.Message.ID,
+	// The three answers share one allocation.
+	b := make([]byte, 0, 3*len(dev.Name)+200)
+	b = appendBatchResult(b, ok)
+	n1 := len(b)
+	b = appendBatchResult(b, BatchResult{DeviceName: dev.Name, Code: ErrCodeQueueFull, MsgID: bm.Message.ID,
 		Message: "device " + strconv.Quote(dev.Name) + " queue full: " + strconv.Itoa(store.MaxPending) + " messages pending"})
-	bm.Answers[store.BatchGone] = mustJSON(BatchResult{DeviceName: dev.Name, Code: CodeInvalidDevice, Message: errdefs.NotFound("device", dev.Name).Error()})
+	n2 := len(b)
+	b = appendBatchResult(b, BatchResult{DeviceName: dev.Name, Code: CodeInvalidDevice, Message: errdefs.NotFound("device", dev.Name).Error()})
+	bm.Answers[store.BatchStored] = b[:n1:n1]
+	bm.Answers[store.BatchFull] = b[n1:n2:n2]
+	bm.Answers[store.BatchGone] = b[n2:]
 	return bm
 }
 
@@ -189,7 +196,7 @@ func (p *BatchPlan) fold(seqNo int64, entry *store.SeqEntry) (*store.BatchSeq, [
 			if len(b) > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, mustJSON(p.results[i])...)
+			b = appendBatchResult(b, p.results[i])
 		}
 		return b
 	}

@@ -3,7 +3,6 @@ package message
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -88,8 +87,8 @@ type route struct {
 	// durable, so publishing them needs no Barrier, and flush need not
 	// read them back. It has a lock of its own so that a send's Notify
 	// never waits for a flush under way. Dropping an entry is always safe
-	// (it costs a read and a Barrier), so it is cleared when it reaches
-	// Window entries rather than tracked exactly.
+	// (it costs a read and a Barrier), so it holds at most Window entries
+	// (see addDurable) rather than everything announced.
 	durableMu sync.Mutex
 	durable   map[int64]store.Message
 
@@ -112,14 +111,20 @@ func (r *route) takeDurable(id int64) (store.Message, bool) {
 	return m, ok
 }
 
+// addDurable keeps m for the next flush, unless durable holds Window
+// messages already: those are kept (the oldest announced, so the next to
+// be sent behind a backlog) and m is left to a read. Clearing the map
+// when full, as before, dropped every message a backlogged device was
+// announced before its turn came, and each was read back from the store.
 func (r *route) addDurable(m store.Message) {
 	r.durableMu.Lock()
 	defer r.durableMu.Unlock()
-	if r.durable == nil || len(r.durable) >= Window {
-		if len(r.durable) > 0 {
-			r.scan.Store(true) // the dropped ones are found by a read
-		}
+	if r.durable == nil {
 		r.durable = map[int64]store.Message{}
+	}
+	if len(r.durable) >= Window {
+		r.scan.Store(true) // m is found by a read
+		return
 	}
 	r.durable[m.ID] = m
 }
@@ -285,10 +290,20 @@ func (d *Dispatcher) flush(r *route) {
 	// Forget sent messages that left the queue without a PUBACK on this
 	// connection (expired, retracted), so they stop holding the window:
 	// those the read covered (the queue is in msgid order) but did not find.
+	// Nearly always every sent message is still queued, and counting
+	// them by the ids read is cheaper than looking each up in ids.
 	complete := len(ids) < n+Window
-	for id := range r.sent {
-		if _, found := slices.BinarySearch(ids, id); !found && (complete || id < ids[len(ids)-1]) {
-			delete(r.sent, id)
+	queued := 0
+	for _, id := range ids {
+		if _, ok := r.sent[id]; ok {
+			queued++
+		}
+	}
+	if queued < n {
+		for id := range r.sent {
+			if _, found := slices.BinarySearch(ids, id); !found && (complete || id < ids[len(ids)-1]) {
+				delete(r.sent, id)
+			}
 		}
 	}
 	r.forgetHandled(ids, complete)
@@ -465,11 +480,7 @@ func (r *route) forgetHandled(ids []int64, complete bool) {
 // holds r.mu, so Acked cannot see the PUBACK before the packet id is
 // recorded.
 func (d *Dispatcher) publish(r *route, m store.Message) bool {
-	body, err := json.Marshal(payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
-	if err != nil {
-		d.log.Error("encode message", "msgid", m.ID, "err", err)
-		return true
-	}
+	body := appendPayload(make([]byte, 0, len(m.Body)+96), payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
 	pid, err := r.conn.Publish(TopicMsg, body, 1)
 	if err != nil {
 		d.log.Debug("publish message", "app", r.app, "device", r.dev, "msgid", m.ID, "err", err)

@@ -204,8 +204,9 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		}
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
+	added := queuedIDs(msgs, outcomes)
 	for dev, n := range counts {
-		s.pending.put(appKey, dev, n)
+		s.pending.put(appKey, dev, n, added[dev], nil)
 	}
 	locked = false
 	unlock()

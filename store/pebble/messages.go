@@ -76,7 +76,7 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 		return fmt.Errorf("create message %d: %w", m.ID, err)
 	}
 	if m.State == store.StatePending {
-		s.pending.put(m.AppKey, m.DeviceName, count+1)
+		s.pending.put(m.AppKey, m.DeviceName, count+1, []int64{m.ID}, nil)
 	}
 	return nil
 }
@@ -278,7 +278,7 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 		return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
 	}
 	if leaving {
-		s.pending.put(appKey, dev, max(count-1, 0))
+		s.pending.put(appKey, dev, max(count-1, 0), nil, []int64{id})
 	}
 	return m, nil
 }
