@@ -65,6 +65,16 @@ const listEvery = 5 * time.Second
 // errorBackoff is how long the router waits after a failed read.
 const errorBackoff = time.Second
 
+// maxInFlight is how many batches of one destination may be posted at
+// once while its queue holds a backlog: as many as the client keeps idle
+// connections to a host. One batch at a time capped a destination at
+// BatchSize records per round of read, Barrier fsync, POST and delete:
+// a few milliseconds more of fsync or of the receiver's answer (a loaded
+// disk, a distant receiver) put that below the rate records were made
+// at, and the backlog, and every record's wait, grew for as long as the
+// load lasted.
+const maxInFlight = 8
+
 // idleExit is how long a destination's sender waits on an empty queue
 // before its goroutine ends (the next record starts a new one).
 const idleExit = 5 * time.Minute
@@ -397,12 +407,16 @@ func (w *Worker) notify(q store.CallbackQueue, rescan bool) {
 	}
 }
 
-// sender delivers one destination's queue, a batch at a time.
+// sender delivers one destination's queue: a batch at a time, or with a
+// backlog up to maxInFlight batches at once, each POSTed on its own.
 type sender struct {
 	w      *Worker
 	q      store.CallbackQueue
 	wake   chan struct{}
 	rescan atomic.Bool
+	// failed is set by an attempt that failed: the next round posts one
+	// batch, so a failing receiver is not sent maxInFlight retries.
+	failed atomic.Bool
 }
 
 func (s *sender) run() {
@@ -410,11 +424,12 @@ func (s *sender) run() {
 	w := s.w
 	var after int64 // the last Seq taken off the queue
 	rescanned := time.Now()
+	width := maxInFlight // batches a round may post
 	for {
 		if after != 0 && (s.rescan.Swap(false) || time.Since(rescanned) >= rescanEvery) {
 			after, rescanned = 0, time.Now()
 		}
-		entries, err := w.st.ReadCallbacks(w.ctx, s.q, after, w.cfg.BatchSize)
+		entries, err := w.st.ReadCallbacks(w.ctx, s.q, after, width*w.cfg.BatchSize)
 		if err != nil {
 			if w.ctx.Err() != nil {
 				return
@@ -437,13 +452,18 @@ func (s *sender) run() {
 		}
 		// A batch goes when it is full or its oldest record has waited
 		// FlushInterval; until then new records may join it.
-		if len(entries) < w.cfg.BatchSize {
-			due := time.UnixMilli(entries[0].Time).Add(w.cfg.FlushInterval)
+		batches := split(entries, w.cfg.BatchSize)
+		if last := batches[len(batches)-1]; len(last) < w.cfg.BatchSize {
+			due := time.UnixMilli(last[0].Time).Add(w.cfg.FlushInterval)
 			if wait := due.Sub(w.now()); wait > 0 {
-				if !s.waitWake(wait) {
-					return
+				if len(batches) > 1 {
+					batches = batches[:len(batches)-1] // the full ones go now
+				} else {
+					if !s.waitWake(wait) {
+						return
+					}
+					continue
 				}
-				continue
 			}
 		}
 		// The read may have seen records whose write (the message's, or
@@ -459,11 +479,48 @@ func (s *sender) run() {
 			}
 			continue
 		}
-		if !s.deliver(entries) {
+		if !s.deliverAll(batches) {
 			return
 		}
-		after = entries[len(entries)-1].Seq
+		last := batches[len(batches)-1]
+		after = last[len(last)-1].Seq
+		width = maxInFlight
+		if s.failed.Swap(false) {
+			width = 1
+		}
 	}
+}
+
+// split cuts entries into batches of at most size, in Seq order.
+func split(entries []store.OutboxEntry, size int) [][]store.OutboxEntry {
+	var out [][]store.OutboxEntry
+	for len(entries) > size {
+		out = append(out, entries[:size:size])
+		entries = entries[size:]
+	}
+	return append(out, entries)
+}
+
+// deliverAll delivers the batches, each POSTed on its own goroutine, and
+// returns when all are delivered or dead-lettered (or left queued after
+// a store error, for the next rescan); false on Stop. They leave the
+// queue in any order, and their POSTs may reach the receiver in any
+// order, which the records' ids let it handle.
+func (s *sender) deliverAll(batches [][]store.OutboxEntry) bool {
+	if len(batches) == 1 {
+		return s.deliver(batches[0])
+	}
+	var wg sync.WaitGroup
+	var stopped atomic.Bool
+	for _, b := range batches {
+		wg.Go(func() {
+			if !s.deliver(b) {
+				stopped.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	return !stopped.Load()
 }
 
 // idle waits for a wake on an empty queue; after idleExit without one the
@@ -549,6 +606,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 			LatencyMS: float64(w.now().Sub(start).Microseconds()) / 1000}
 		if lastErr != nil {
 			d.Error = reason(lastErr)
+			s.failed.Store(true)
 		}
 		w.remember(app, d)
 		if lastErr == nil {
