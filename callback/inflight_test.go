@@ -2,6 +2,7 @@ package callback
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -184,5 +185,85 @@ func TestSenderNarrowsAfterFailure(t *testing.T) {
 	defer mu.Unlock()
 	if overlapped {
 		t.Error("after failed POSTs, the next round sent more than one batch at once")
+	}
+}
+
+// TestStragglerReachesSenderBehindItsCursor: an entry that became
+// visible late is routed at the router's rescan into a queue whose
+// sender already read past its Seq and holds a batch waiting to fill.
+// The sender is told to read its queue from the start, so the straggler
+// fills that batch and goes; it used to wait for the next listing of the
+// queues (every 5 s) or the flush interval.
+func TestStragglerReachesSenderBehindItsCursor(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]bool{} // record ids received
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var recs []Record
+		if err := json.NewDecoder(r.Body).Decode(&recs); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rec := range recs {
+			got[rec.ID] = true
+		}
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	mem := memory.New()
+	st := &countingStore{Store: mem}
+	inflightApp(t, st, srv.URL)
+	addRecords(t, st, 1, 4) // records 1-0 .. 1-3
+	all, err := mem.ReadOutbox(ctx, 0, 10)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("outbox %+v %v", all, err)
+	}
+	st.hide.Store(all[0].Seq) // 1-0 is not visible yet
+	w, err := New(Config{BatchSize: 2, FlushInterval: time.Hour, RetryInterval: time.Second, RequestTimeout: 10 * time.Second,
+		AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitFor := func(ids ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mu.Lock()
+			all := true
+			for _, id := range ids {
+				all = all && got[id]
+			}
+			mu.Unlock()
+			if all {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("records %v not all delivered; got %v", ids, got)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// 1-1 and 1-2 go as a full batch; 1-3 waits for a second record.
+	waitFor("1-1", "1-2")
+	// Half a second later, a new record: the sender, a second past its
+	// last read from the start, reads from the start again, sends 1-3
+	// and 2-0, and holds 2-1 for its batch, its cursor past 1-0's Seq.
+	time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
+	addRecords(t, st, 2, 2)
+	waitFor("1-3", "2-0")
+	// 1-0 becomes visible; the router's next rescan (at 2 s) routes it.
+	st.hide.Store(0)
+	waitFor("1-0", "2-1")
+	// The queues are listed, and each sender told to read from the
+	// start, every 5 s: the straggler must not have waited for that.
+	if at := time.Since(start); at >= listEvery {
+		t.Errorf("the straggler was delivered %v after the start, at the listing of the queues; want it at the router's rescan", at)
 	}
 }

@@ -269,7 +269,7 @@ func (w *Worker) route() {
 			listed = time.Now()
 			w.wakeQueues()
 		}
-		n, seqs, err := w.routeOnce(w.ctx, after)
+		n, seqs, err := w.routeOnce(w.ctx, after, gaps.high)
 		if err != nil && w.ctx.Err() == nil {
 			w.log.Error("callback: route outbox", "err", err)
 		}
@@ -327,8 +327,12 @@ func (w *Worker) wakeQueues() {
 // routeOnce routes one chunk of the outbox after Seq after and returns
 // its size and Seqs. It reads only the entries' heads; the settings
 // of each app are looked up once a chunk, and the metrics are counted per
-// chunk, not per entry.
-func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, error) {
+// chunk, not per entry. An entry at or below high (the highest Seq read
+// before) is a straggler: its queue's sender may have read past its Seq,
+// so it is told to read its queue from the start. Left to the sender's
+// own rescan, a straggler waited up to listEvery behind a batch that was
+// waiting to fill once no newer record woke the sender.
+func (w *Worker) routeOnce(ctx context.Context, after, high int64) (int, []int64, error) {
 	heads, err := w.st.ReadOutbox(ctx, after, routeChunk)
 	if err != nil || len(heads) == 0 {
 		return 0, nil, err
@@ -341,6 +345,7 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, erro
 	type appReason struct{ app, reason string }
 	made, dropped := map[appType]int{}, map[appReason]int{}
 	queued := map[store.CallbackQueue]int{}
+	behind := map[store.CallbackQueue]bool{}         // queues given a straggler
 	settings := map[string]*store.CallbackSettings{} // nil: no app
 	for i, h := range heads {
 		routes[i].Entry = h
@@ -359,7 +364,11 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, erro
 		if reason := route(cb, h, &routes[i]); reason != "" {
 			dropped[appReason{h.AppKey, reason}]++
 		} else {
-			queued[store.CallbackQueue{AppKey: h.AppKey, URL: routes[i].URL}]++
+			q := store.CallbackQueue{AppKey: h.AppKey, URL: routes[i].URL}
+			queued[q]++
+			if h.Seq <= high {
+				behind[q] = true
+			}
 		}
 	}
 	if err := w.st.RouteOutbox(ctx, routes); err != nil {
@@ -374,7 +383,7 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, erro
 	for q, n := range queued {
 		w.metrics.queued.WithLabelValues(q.AppKey).Add(float64(n))
 		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
-		w.notify(q, false)
+		w.notify(q, behind[q])
 	}
 	seqs := make([]int64, len(heads))
 	for i, h := range heads {
