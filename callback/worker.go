@@ -465,14 +465,13 @@ func (s *sender) run() {
 		if last := batches[len(batches)-1]; len(last) < w.cfg.BatchSize {
 			due := time.UnixMilli(last[0].Time).Add(w.cfg.FlushInterval)
 			if wait := due.Sub(w.now()); wait > 0 {
-				if len(batches) > 1 {
-					batches = batches[:len(batches)-1] // the full ones go now
-				} else {
+				if len(batches) == 1 {
 					if !s.waitWake(wait) {
 						return
 					}
 					continue
 				}
+				batches = batches[:len(batches)-1] // the full ones go now
 			}
 		}
 		// The read may have seen records whose write (the message's, or
