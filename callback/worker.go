@@ -65,6 +65,16 @@ const listEvery = 5 * time.Second
 // errorBackoff is how long the router waits after a failed read.
 const errorBackoff = time.Second
 
+// maxInFlight is how many batches of one destination may be posted at
+// once while its queue holds a backlog: as many as the client keeps idle
+// connections to a host. One batch at a time capped a destination at
+// BatchSize records per round of read, Barrier fsync, POST and delete:
+// a few milliseconds more of fsync or of the receiver's answer (a loaded
+// disk, a distant receiver) put that below the rate records were made
+// at, and the backlog, and every record's wait, grew for as long as the
+// load lasted.
+const maxInFlight = 8
+
 // idleExit is how long a destination's sender waits on an empty queue
 // before its goroutine ends (the next record starts a new one).
 const idleExit = 5 * time.Minute
@@ -259,7 +269,7 @@ func (w *Worker) route() {
 			listed = time.Now()
 			w.wakeQueues()
 		}
-		n, seqs, err := w.routeOnce(w.ctx, after)
+		n, seqs, err := w.routeOnce(w.ctx, after, gaps.high)
 		if err != nil && w.ctx.Err() == nil {
 			w.log.Error("callback: route outbox", "err", err)
 		}
@@ -317,8 +327,12 @@ func (w *Worker) wakeQueues() {
 // routeOnce routes one chunk of the outbox after Seq after and returns
 // its size and Seqs. It reads only the entries' heads; the settings
 // of each app are looked up once a chunk, and the metrics are counted per
-// chunk, not per entry.
-func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, error) {
+// chunk, not per entry. An entry at or below high (the highest Seq read
+// before) is a straggler: its queue's sender may have read past its Seq,
+// so it is told to read its queue from the start. Left to the sender's
+// own rescan, a straggler waited up to listEvery behind a batch that was
+// waiting to fill once no newer record woke the sender.
+func (w *Worker) routeOnce(ctx context.Context, after, high int64) (int, []int64, error) {
 	heads, err := w.st.ReadOutbox(ctx, after, routeChunk)
 	if err != nil || len(heads) == 0 {
 		return 0, nil, err
@@ -331,6 +345,7 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, erro
 	type appReason struct{ app, reason string }
 	made, dropped := map[appType]int{}, map[appReason]int{}
 	queued := map[store.CallbackQueue]int{}
+	behind := map[store.CallbackQueue]bool{}         // queues given a straggler
 	settings := map[string]*store.CallbackSettings{} // nil: no app
 	for i, h := range heads {
 		routes[i].Entry = h
@@ -349,7 +364,11 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, erro
 		if reason := route(cb, h, &routes[i]); reason != "" {
 			dropped[appReason{h.AppKey, reason}]++
 		} else {
-			queued[store.CallbackQueue{AppKey: h.AppKey, URL: routes[i].URL}]++
+			q := store.CallbackQueue{AppKey: h.AppKey, URL: routes[i].URL}
+			queued[q]++
+			if h.Seq <= high {
+				behind[q] = true
+			}
 		}
 	}
 	if err := w.st.RouteOutbox(ctx, routes); err != nil {
@@ -364,7 +383,7 @@ func (w *Worker) routeOnce(ctx context.Context, after int64) (int, []int64, erro
 	for q, n := range queued {
 		w.metrics.queued.WithLabelValues(q.AppKey).Add(float64(n))
 		w.metrics.backlog.WithLabelValues(q.AppKey).Add(float64(n))
-		w.notify(q, false)
+		w.notify(q, behind[q])
 	}
 	seqs := make([]int64, len(heads))
 	for i, h := range heads {
@@ -397,12 +416,16 @@ func (w *Worker) notify(q store.CallbackQueue, rescan bool) {
 	}
 }
 
-// sender delivers one destination's queue, a batch at a time.
+// sender delivers one destination's queue: a batch at a time, or with a
+// backlog up to maxInFlight batches at once, each POSTed on its own.
 type sender struct {
 	w      *Worker
 	q      store.CallbackQueue
 	wake   chan struct{}
 	rescan atomic.Bool
+	// failed is set by an attempt that failed: the next round posts one
+	// batch, so a failing receiver is not sent maxInFlight retries.
+	failed atomic.Bool
 }
 
 func (s *sender) run() {
@@ -410,11 +433,12 @@ func (s *sender) run() {
 	w := s.w
 	var after int64 // the last Seq taken off the queue
 	rescanned := time.Now()
+	width := maxInFlight // batches a round may post
 	for {
 		if after != 0 && (s.rescan.Swap(false) || time.Since(rescanned) >= rescanEvery) {
 			after, rescanned = 0, time.Now()
 		}
-		entries, err := w.st.ReadCallbacks(w.ctx, s.q, after, w.cfg.BatchSize)
+		entries, err := w.st.ReadCallbacks(w.ctx, s.q, after, width*w.cfg.BatchSize)
 		if err != nil {
 			if w.ctx.Err() != nil {
 				return
@@ -437,13 +461,17 @@ func (s *sender) run() {
 		}
 		// A batch goes when it is full or its oldest record has waited
 		// FlushInterval; until then new records may join it.
-		if len(entries) < w.cfg.BatchSize {
-			due := time.UnixMilli(entries[0].Time).Add(w.cfg.FlushInterval)
+		batches := split(entries, w.cfg.BatchSize)
+		if last := batches[len(batches)-1]; len(last) < w.cfg.BatchSize {
+			due := time.UnixMilli(last[0].Time).Add(w.cfg.FlushInterval)
 			if wait := due.Sub(w.now()); wait > 0 {
-				if !s.waitWake(wait) {
-					return
+				if len(batches) == 1 {
+					if !s.waitWake(wait) {
+						return
+					}
+					continue
 				}
-				continue
+				batches = batches[:len(batches)-1] // the full ones go now
 			}
 		}
 		// The read may have seen records whose write (the message's, or
@@ -459,11 +487,48 @@ func (s *sender) run() {
 			}
 			continue
 		}
-		if !s.deliver(entries) {
+		if !s.deliverAll(batches) {
 			return
 		}
-		after = entries[len(entries)-1].Seq
+		last := batches[len(batches)-1]
+		after = last[len(last)-1].Seq
+		width = maxInFlight
+		if s.failed.Swap(false) {
+			width = 1
+		}
 	}
+}
+
+// split cuts entries into batches of at most size, in Seq order.
+func split(entries []store.OutboxEntry, size int) [][]store.OutboxEntry {
+	var out [][]store.OutboxEntry
+	for len(entries) > size {
+		out = append(out, entries[:size:size])
+		entries = entries[size:]
+	}
+	return append(out, entries)
+}
+
+// deliverAll delivers the batches, each POSTed on its own goroutine, and
+// returns when all are delivered or dead-lettered (or left queued after
+// a store error, for the next rescan); false on Stop. They leave the
+// queue in any order, and their POSTs may reach the receiver in any
+// order, which the records' ids let it handle.
+func (s *sender) deliverAll(batches [][]store.OutboxEntry) bool {
+	if len(batches) == 1 {
+		return s.deliver(batches[0])
+	}
+	var wg sync.WaitGroup
+	var stopped atomic.Bool
+	for _, b := range batches {
+		wg.Go(func() {
+			if !s.deliver(b) {
+				stopped.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	return !stopped.Load()
 }
 
 // idle waits for a wake on an empty queue; after idleExit without one the
@@ -549,6 +614,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 			LatencyMS: float64(w.now().Sub(start).Microseconds()) / 1000}
 		if lastErr != nil {
 			d.Error = reason(lastErr)
+			s.failed.Store(true)
 		}
 		w.remember(app, d)
 		if lastErr == nil {
