@@ -20,6 +20,10 @@ type Cache struct {
 	now   func() time.Time
 	mu    sync.RWMutex
 	apps  map[string]cachedApp
+	// gen counts Updates and Forgets (under mu): a Get whose store read
+	// overlapped one does not cache what it read, which may be the app
+	// from before the change and would hide it for TTL.
+	gen uint64
 }
 
 type cachedApp struct {
@@ -40,6 +44,7 @@ func (c *Cache) Get(ctx context.Context, key string) (store.App, error) {
 	now := c.now()
 	c.mu.RLock()
 	e, ok := c.apps[key]
+	gen := c.gen
 	c.mu.RUnlock()
 	if ok && now.Sub(e.fetched) < TTL {
 		if e.missing {
@@ -53,10 +58,12 @@ func (c *Cache) Get(ctx context.Context, key string) (store.App, error) {
 		return app, err
 	}
 	c.mu.Lock()
-	if len(c.apps) > 100000 {
-		c.apps = map[string]cachedApp{} // bounded: start over rather than grow without limit
+	if c.gen == gen {
+		if len(c.apps) > 100000 {
+			c.apps = map[string]cachedApp{} // bounded: start over rather than grow without limit
+		}
+		c.apps[key] = cachedApp{app: app, fetched: now, missing: missing}
 	}
-	c.apps[key] = cachedApp{app: app, fetched: now, missing: missing}
 	c.mu.Unlock()
 	return app, err
 }
@@ -64,18 +71,20 @@ func (c *Cache) Get(ctx context.Context, key string) (store.App, error) {
 // Forget drops a key, so an app created on this node is seen at once.
 func (c *Cache) Forget(key string) {
 	c.mu.Lock()
+	c.gen++
 	delete(c.apps, key)
 	c.mu.Unlock()
 }
 
-// Update applies fn to the stored app atomically and refreshes the cache.
+// Update applies fn to the stored app atomically; the next Get reads it
+// from the store.
 func (c *Cache) Update(ctx context.Context, key string, fn func(*store.App) error) (store.App, error) {
 	app, err := c.store.UpdateApp(ctx, key, fn)
 	if err != nil {
 		return app, err
 	}
-	c.mu.Lock()
-	c.apps[app.Key] = cachedApp{app: app, fetched: c.now()}
-	c.mu.Unlock()
+	// Forgotten rather than stored: two Updates at once may get here in
+	// either order, and the one of the older write would stay for TTL.
+	c.Forget(key)
 	return app, nil
 }

@@ -88,7 +88,11 @@ func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) (
 }
 
 // FlagEpoch is store.Fleet's: UpdateDevice and DeleteDevice bump it under
-// the device's stripe, which CreateMessages takes to check the device.
+// the device's stripe, which CreateMessages takes to check the device,
+// before their write and again after it. The first bump alone let a
+// reader take the epoch after it and read the device before the write
+// was visible (or from the cache, updated after the write): the old flag
+// under an epoch that then did not change again.
 func (s *Store) FlagEpoch() (uint64, bool) { return s.flagEpoch.Load(), true }
 
 // EnabledNames scans the app's devices (or the tag's index entries and

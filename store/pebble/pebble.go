@@ -633,8 +633,10 @@ func (s *Store) UpdateDevice(ctx context.Context, appKey, name string, fn func(*
 	evs := store.Stamp(d.Emit, appKey, name)
 	d.Emit = nil
 	if d.Flag != oldFlag {
-		// Before the write, under the stripe: see FlagEpoch.
+		// Before the write, under the stripe, and again once the new
+		// flag is in the database and the cache: see FlagEpoch.
 		s.flagEpoch.Add(1)
+		defer s.flagEpoch.Add(1) // runs before the stripe's unlock
 	}
 	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		if err := setJSON(b, k, d); err != nil {
@@ -677,7 +679,10 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	} else if err != nil {
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
 	}
-	s.flagEpoch.Add(1) // under the stripe, before the write: see FlagEpoch
+	// Under the stripe, before the write and again once the device is
+	// gone from the database and the caches: see FlagEpoch.
+	s.flagEpoch.Add(1)
+	defer s.flagEpoch.Add(1) // runs before the stripe's unlock
 	// Queue entries are written only under the device's stripe, which is
 	// held, so the scan sees them all. Normally the caller has emptied
 	// the queue already.
