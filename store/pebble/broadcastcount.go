@@ -89,45 +89,7 @@ func equalFoldAny(k []byte, names ...string) bool {
 // nested objects and arrays: those are stepped over, exactly (strings in
 // them may hold escapes), and handed to fn as they are.
 func eachFieldDeep(v []byte, fn func(k, val []byte) bool) bool {
-	i := skipSpace(v, 0)
-	if i >= len(v) || v[i] != '{' {
-		return false
-	}
-	i = skipSpace(v, i+1)
-	if i < len(v) && v[i] == '}' {
-		return skipSpace(v, i+1) == len(v)
-	}
-	for {
-		if i >= len(v) || v[i] != '"' {
-			return false
-		}
-		end := plainStringEnd(v, i)
-		if end < 0 {
-			return false
-		}
-		k := v[i+1 : end-1]
-		i = skipSpace(v, end)
-		if i >= len(v) || v[i] != ':' {
-			return false
-		}
-		i = skipSpace(v, i+1)
-		end = anyValueEnd(v, i, 0)
-		if end < 0 || !fn(k, v[i:end]) {
-			return false
-		}
-		i = skipSpace(v, end)
-		if i >= len(v) {
-			return false
-		}
-		switch v[i] {
-		case ',':
-			i = skipSpace(v, i+1)
-		case '}':
-			return skipSpace(v, i+1) == len(v)
-		default:
-			return false
-		}
-	}
+	return scanObject(v, func(v []byte, i int) int { return anyValueEnd(v, i, 0) }, fn)
 }
 
 // anyValueEnd returns the index after the JSON value at v[i], stepping

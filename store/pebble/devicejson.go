@@ -99,6 +99,13 @@ func decodeDeviceFast(v []byte, d *store.Device) bool {
 // exactly (keys and string values without escapes, values of other
 // kinds left to fn) and fn returned true for every field.
 func eachField(v []byte, fn func(k, val []byte) bool) bool {
+	return scanObject(v, valueEnd, fn)
+}
+
+// scanObject walks the JSON object v, its keys plain strings and each
+// value's end found by valueEnd (-1: not one it reads), calling fn with
+// each key and raw value; see eachField.
+func scanObject(v []byte, valueEnd func(v []byte, i int) int, fn func(k, val []byte) bool) bool {
 	i := skipSpace(v, 0)
 	if i >= len(v) || v[i] != '{' {
 		return false
