@@ -25,6 +25,8 @@ const ackWriters = 4
 type ack struct {
 	r  *route
 	id int64
+	// counted says Acked counted it in the device's and route's acking.
+	counted bool
 }
 
 // ackStage stores PUBACKs many at a time: each write marks up to ackBatch
@@ -122,6 +124,9 @@ func (d *Dispatcher) storeAcks(batch []ack) {
 			kicks[a.r] = true
 		}
 		a.r.mu.Unlock()
+		if cur := d.acked(a); cur != nil {
+			kicks[cur] = true
+		}
 	}
 	for r := range kicks {
 		d.kick(r)

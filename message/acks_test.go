@@ -396,18 +396,18 @@ func TestAckWritesOverlap(t *testing.T) {
 		return slices.Clone(gated.sizes)
 	}
 	id := int64(1 << 40) // no such message: each write fails, which is enough here
-	d.acks.add(d, ack{r, id})
+	d.acks.add(d, ack{r: r, id: id})
 	eventually(t, "the first write", func() bool { return len(writes()) == 1 })
 	for range ackBatch - 1 {
 		id++
-		d.acks.add(d, ack{r, id})
+		d.acks.add(d, ack{r: r, id: id})
 	}
 	time.Sleep(50 * time.Millisecond)
 	if got := writes(); !slices.Equal(got, []int{1}) {
 		t.Fatalf("writes %v with less than a batch waiting, want the first alone", got)
 	}
 	id++
-	d.acks.add(d, ack{r, id})
+	d.acks.add(d, ack{r: r, id: id})
 	eventually(t, "a second write while the first waits", func() bool { return len(writes()) == 2 })
 	if got := writes(); got[1] != ackBatch {
 		t.Fatalf("second write of %d PUBACKs, want %d", got[1], ackBatch)
@@ -418,4 +418,44 @@ func TestAckWritesOverlap(t *testing.T) {
 		defer d.acks.mu.Unlock()
 		return d.acks.writers == 0 && len(d.acks.queue) == 0
 	})
+}
+
+// TestNewConnectionWaitsForOlderAcks: a device that PUBACKs and connects
+// again at once is not sent the acknowledged message again. The new
+// connection reads the queue only once the older connection's PUBACKs
+// are stored, and then gets what is pending, nothing more.
+func TestNewConnectionWaitsForOlderAcks(t *testing.T) {
+	for _, detach := range []bool{true, false} { // closed first, or taken over
+		f := newFixture(t)
+		gated := &gatedStore{Store: f.st, open: make(chan struct{})}
+		f.d = NewDispatcher(gated, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		f.d.now = func() time.Time { return f.clock }
+		id := f.send(t, 60)
+		c1 := &conn{}
+		f.d.Attach(c1, "app", "dev-1")
+		eventually(t, "the message on the first connection", func() bool { return len(c1.received()) == 1 })
+		c1.mu.Lock()
+		pid := c1.pids[id]
+		c1.mu.Unlock()
+		f.d.Acked(c1, "app", "dev-1", pid)
+		eventually(t, "the PUBACK's write under way", func() bool {
+			gated.mu.Lock()
+			defer gated.mu.Unlock()
+			return len(gated.sizes) == 1
+		})
+		if detach {
+			f.d.Detach(c1, "app", "dev-1")
+		}
+		c2 := &conn{}
+		f.d.Attach(c2, "app", "dev-1")
+		time.Sleep(100 * time.Millisecond)
+		if got := c2.received(); len(got) != 0 {
+			t.Fatalf("detach %v: the new connection got %v while the older one's PUBACK was being stored", detach, got)
+		}
+		close(gated.open)
+		eventually(t, "the delivery stored", func() bool { st, _ := f.state(t, id); return st == store.StateDelivered })
+		next := f.send(t, 60) // announced to the fixture's first dispatcher: wake this one
+		f.d.Wake("app", "dev-1")
+		eventually(t, "the next message on the new connection", func() bool { return slices.Equal(c2.received(), []int64{next}) })
+	}
 }

@@ -52,6 +52,10 @@ type Dispatcher struct {
 
 	mu     sync.Mutex
 	routes map[string]*route // by app and device name
+	// acking counts, by app and device name, the PUBACKs waiting in the
+	// ack stage for their delivery to be stored, whichever connection
+	// they came on (route.acking counts a route's own).
+	acking map[string]int
 
 	// Counts since start, for metrics.
 	published, delivered, expired atomic.Int64
@@ -72,6 +76,8 @@ type route struct {
 	running  bool               // a flush is under way
 	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
+	// acking counts this connection's PUBACKs waiting in the ack stage.
+	acking int
 	// seen is the highest msgid a queue read found or flushNotified
 	// sent.
 	seen int64
@@ -278,6 +284,14 @@ func (d *Dispatcher) flush(r *route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.scan.Swap(false) && d.flushNotified(r) {
+		return
+	}
+	if d.ackingElsewhere(r) {
+		// An older connection of the device had PUBACKs whose deliveries
+		// are not stored yet: the queue still holds those messages, and
+		// reading it now would send them again. storeAcks wakes this
+		// route once they are stored.
+		r.scan.Store(true)
 		return
 	}
 	ctx := context.Background()
@@ -582,7 +596,52 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	if !ok {
 		return // a PUBACK of a property publish
 	}
-	d.acks.add(d, ack{r, id})
+	// The route's count first, the device's second (and the reverse in
+	// storeAcks), so that a flush of r never sees its own PUBACKs in
+	// the device's count without them in its own: ackingElsewhere.
+	r.mu.Lock()
+	r.acking++
+	r.mu.Unlock()
+	k := routeKey(app, dev)
+	d.mu.Lock()
+	if d.acking == nil {
+		d.acking = map[string]int{}
+	}
+	d.acking[k]++
+	d.mu.Unlock()
+	d.acks.add(d, ack{r: r, id: id, counted: true})
+}
+
+// ackingElsewhere reports whether PUBACKs that came on another
+// connection of r's device wait in the ack stage. Under r.mu.
+func (d *Dispatcher) ackingElsewhere(r *route) bool {
+	d.mu.Lock()
+	n := d.acking[routeKey(r.app, r.dev)]
+	d.mu.Unlock()
+	return n > r.acking
+}
+
+// acked ends a's wait in the ack stage, its delivery stored (or failed
+// to be), and returns the device's route if that is another connection
+// now, to be woken: it may have put off its queue read for a.
+func (d *Dispatcher) acked(a ack) *route {
+	if !a.counted {
+		return nil
+	}
+	k := routeKey(a.r.app, a.r.dev)
+	d.mu.Lock()
+	if d.acking[k]--; d.acking[k] <= 0 {
+		delete(d.acking, k)
+	}
+	cur := d.routes[k]
+	d.mu.Unlock()
+	a.r.mu.Lock()
+	a.r.acking--
+	a.r.mu.Unlock()
+	if cur != nil && cur != a.r {
+		return cur
+	}
+	return nil
 }
 
 // Stats are counts since the dispatcher started.
