@@ -2,6 +2,7 @@ package appcache
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,15 +68,15 @@ func TestGetOverlappingUpdateDoesNotCacheOldApp(t *testing.T) {
 // slowUpdate holds the first UpdateApp after its write until released.
 type slowUpdate struct {
 	store.Store
+	held    atomic.Bool
 	wrote   chan struct{}
 	release chan struct{}
 }
 
 func (p *slowUpdate) UpdateApp(ctx context.Context, key string, fn func(*store.App) error) (store.App, error) {
 	app, err := p.Store.UpdateApp(ctx, key, fn)
-	if p.wrote != nil {
+	if p.held.CompareAndSwap(false, true) {
 		close(p.wrote)
-		p.wrote = nil
 		<-p.release
 	}
 	return app, err
