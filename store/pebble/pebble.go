@@ -153,9 +153,10 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	// delays a lone commit by about a millisecond when this is set, so it
 	// applies only while another commit is in flight. Every commit still
 	// waits for its sync. From 8 commits in flight down to 2: at 2,000
-	// deliveries/s the server used 25 to 35% less CPU and the delivery
-	// p99 fell in most alternated runs, for about 1 ms more at p50
-	// (BENCHMARKS.md, "Deliver-latency, fourth look").
+	// deliveries/s on a quiet machine the server used 0.57 to 0.66 cores
+	// instead of 0.79 to 0.84 and the delivery p99 fell from 13 to 15 ms
+	// to 7 to 10, for about 1 ms more at p50 (BENCHMARKS.md, "The WAL's
+	// sync spacing").
 	po.WALMinSyncInterval = func() time.Duration {
 		if s.committing.Load() >= groupCommitters {
 			return walMinSyncInterval
