@@ -167,3 +167,52 @@ func TestBroadcastCountOfTensOfMsReused(t *testing.T) {
 		t.Fatalf("the second poll, 30 ms after a count that took 30 ms, counted again (%d counts, then %d)", counted, st.lists)
 	}
 }
+
+// TestBroadcastCountReusedWhileFanningOut: while a broadcast fans out, a
+// poll reuses the last count even when it was quick (its messages are
+// mostly pending; every 100 ms poll of a 100,000-device fan-out counted
+// afresh, a tenth of the server's CPU), and the first poll after its
+// state changes counts again.
+func TestBroadcastCountReusedWhileFanningOut(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.svc.now = time.Now
+	st := &listCountingStore{Store: f.st}
+	br := NewBroadcaster(f.svc, st, FanoutConfig{Chunk: 1}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := time.Now()
+	br.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	b, err := br.Create(ctx, f.app, Target{All: true}, SendRequest{Body: "fw", TTL: 60}, 0, func(int64, int64) *store.SeqEntry { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	polls := func() int {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.lists
+	}
+	poll := func(want string) BroadcastStats {
+		t.Helper()
+		got, stats, err := br.Get(ctx, "app", b.ID)
+		if err != nil || got.State != want {
+			t.Fatalf("poll: %+v %v, want state %s", got, err, want)
+		}
+		return stats
+	}
+	first := poll(store.BroadcastFanningOut)
+	clock = clock.Add(500 * time.Millisecond)
+	if second := poll(store.BroadcastFanningOut); second != first || polls() != 1 {
+		t.Fatalf("a poll 500 ms after a 1 ms count of a fanning-out broadcast counted again (%d counts)", polls())
+	}
+	if _, err := br.Cancel(ctx, "app", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	poll(store.BroadcastCancelled)
+	if polls() != 2 {
+		t.Fatalf("the first poll after the broadcast was cancelled reused the count made while it fanned out (%d counts)", polls())
+	}
+	clock = clock.Add(time.Second)
+	poll(store.BroadcastCancelled)
+	if polls() != 3 {
+		t.Fatalf("a quick count of a cancelled broadcast was reused (%d counts)", polls())
+	}
+}
