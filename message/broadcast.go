@@ -154,8 +154,7 @@ const minCachedCount = 10 * time.Millisecond
 // and state come from the broadcast itself, always current), and
 // counting afresh on every poll (devmsg bench and the console poll every
 // 100 ms to 1 s) read each message again a few times a second: a tenth
-// of the server's CPU during a fan-out of 100,000. The first count after
-// it is done or cancelled is fresh.
+// of the server's CPU during a fan-out of 100,000.
 const fanningOutCount = time.Second
 
 // maxCachedStats bounds the cache; past it, the oldest go.
@@ -222,8 +221,8 @@ func mergeParams(params json.RawMessage, id int64) json.RawMessage {
 // any count that took over minCachedCount for five times as long as it
 // took (a broadcast of 100,000 messages is counted every second or so).
 // Polls then cost at most a sixth of a core, and the counts lag by as
-// much. State and queued are always current, and the first count after
-// the fan-out ends is made afresh.
+// much. State and queued are always current; a count made before a
+// cancel is not reused after it (see stillCounts).
 func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.Broadcast, BroadcastStats, error) {
 	b, err := br.store.GetBroadcast(ctx, appKey, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -236,7 +235,7 @@ func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.
 	br.statsMu.Lock()
 	c, ok := br.stats[id]
 	br.statsMu.Unlock()
-	if ok && now.Before(c.until) && c.state == b.State {
+	if ok && now.Before(c.until) && stillCounts(c.state, b.State) {
 		return b, c.stats, nil
 	}
 	// Concurrent polls share one count: each would read every message
@@ -250,6 +249,14 @@ func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.
 		return b, BroadcastStats{}, err
 	}
 	return b, v.(BroadcastStats), nil
+}
+
+// stillCounts reports whether a count made while a broadcast was in state
+// then stands for it in state now: the same state, or the fan-out ended
+// since (which changes no message). A cancel retracts messages: the
+// first poll after it counts afresh.
+func stillCounts(then, now string) bool {
+	return then == now || then == store.BroadcastFanningOut && now == store.BroadcastDone
 }
 
 // count counts b's messages by state and caches a count that took long

@@ -171,8 +171,9 @@ func TestBroadcastCountOfTensOfMsReused(t *testing.T) {
 // TestBroadcastCountReusedWhileFanningOut: while a broadcast fans out, a
 // poll reuses the last count even when it was quick (its messages are
 // mostly pending; every 100 ms poll of a 100,000-device fan-out counted
-// afresh, a tenth of the server's CPU), and the first poll after its
-// state changes counts again.
+// afresh, a tenth of the server's CPU), also once the fan-out is done
+// (which changes no message), until the count is a second old; the first
+// poll after a cancel counts again.
 func TestBroadcastCountReusedWhileFanningOut(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -181,38 +182,45 @@ func TestBroadcastCountReusedWhileFanningOut(t *testing.T) {
 	br := NewBroadcaster(f.svc, st, FanoutConfig{Chunk: 1}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	clock := time.Now()
 	br.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
-	b, err := br.Create(ctx, f.app, Target{All: true}, SendRequest{Body: "fw", TTL: 60}, 0, func(int64, int64) *store.SeqEntry { return nil })
-	if err != nil {
-		t.Fatal(err)
+	create := func() store.Broadcast {
+		t.Helper()
+		b, err := br.Create(ctx, f.app, Target{All: true}, SendRequest{Body: "fw", TTL: 60}, 0, func(int64, int64) *store.SeqEntry { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
-	polls := func() int {
+	counts := func() int {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		return st.lists
 	}
-	poll := func(want string) BroadcastStats {
+	poll := func(b store.Broadcast, want string, wantCounts int, why string) {
 		t.Helper()
-		got, stats, err := br.Get(ctx, "app", b.ID)
+		got, _, err := br.Get(ctx, "app", b.ID)
 		if err != nil || got.State != want {
 			t.Fatalf("poll: %+v %v, want state %s", got, err, want)
 		}
-		return stats
+		if counts() != wantCounts {
+			t.Fatalf("%s: %d counts, want %d", why, counts(), wantCounts)
+		}
 	}
-	first := poll(store.BroadcastFanningOut)
+	b := create()
+	poll(b, store.BroadcastFanningOut, 1, "first poll")
 	clock = clock.Add(500 * time.Millisecond)
-	if second := poll(store.BroadcastFanningOut); second != first || polls() != 1 {
-		t.Fatalf("a poll 500 ms after a 1 ms count of a fanning-out broadcast counted again (%d counts)", polls())
-	}
-	if _, err := br.Cancel(ctx, "app", b.ID); err != nil {
+	poll(b, store.BroadcastFanningOut, 1, "a poll 500 ms after a 1 ms count of a fanning-out broadcast")
+	if _, err := br.step(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	poll(store.BroadcastCancelled)
-	if polls() != 2 {
-		t.Fatalf("the first poll after the broadcast was cancelled reused the count made while it fanned out (%d counts)", polls())
-	}
+	poll(b, store.BroadcastDone, 1, "the first poll after the fan-out ended")
 	clock = clock.Add(time.Second)
-	poll(store.BroadcastCancelled)
-	if polls() != 3 {
-		t.Fatalf("a quick count of a cancelled broadcast was reused (%d counts)", polls())
+	poll(b, store.BroadcastDone, 2, "a poll a second after the count")
+	poll(b, store.BroadcastDone, 3, "a poll after a quick count of a done broadcast")
+
+	c := create()
+	poll(c, store.BroadcastFanningOut, 4, "first poll of another broadcast")
+	if _, err := br.Cancel(ctx, "app", c.ID); err != nil {
+		t.Fatal(err)
 	}
+	poll(c, store.BroadcastCancelled, 5, "the first poll after a cancel")
 }
