@@ -149,6 +149,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// stripe is after it in the WAL, so no crash keeps that write
 	// without this one.
 	err = s.writeLazy(func(batch *pebble.Batch) error {
+		all := make([]kv, 0, len(msgs)*5)
 		for i, bm := range msgs {
 			m := bm.Message
 			if outcomes[i] == store.BatchGone {
@@ -161,10 +162,9 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 					return err
 				}
 			}
-			for _, e := range kvs {
-				if err := set(batch, e.k, e.v); err != nil {
-					return err
-				}
+			all = append(all, kvs...)
+			if n, ok := counts[m.DeviceName]; ok && outcomes[i] == store.BatchStored && m.State == store.StatePending {
+				all = append(all, kv{key(pCount, appKey, m.DeviceName), be64(n)})
 			}
 			if step != nil {
 				b.Queued++
@@ -174,8 +174,8 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 				b.LastID = max(b.LastID, m.ID)
 			}
 		}
-		for dev, n := range counts {
-			if err := set(batch, key(pCount, appKey, dev), be64(n)); err != nil {
+		for _, e := range inKeyOrder(all) {
+			if err := set(batch, e.k, e.v); err != nil {
 				return err
 			}
 		}
@@ -216,6 +216,20 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		}
 	}
 	return outcomes, nil
+}
+
+// inKeyOrder orders a batch's entries by their key's prefix letter, keeping
+// the order within each (and so a later write of the same key after an
+// earlier one). A batch is applied to the memtable in its order, and each
+// insert first tries the skiplist position after the one before: a
+// message's four keys under four prefixes in turn sent every insert
+// searching from the top (a tenth of a broadcast's CPU). Grouped, the
+// chunk's message, index and expiry keys follow each other in msgid
+// order, and its queue and count keys in device order, as its targets
+// are sorted: most inserts land next to the one before.
+func inKeyOrder(kvs []kv) []kv {
+	slices.SortStableFunc(kvs, func(a, b kv) int { return cmp.Compare(a.k[0], b.k[0]) })
+	return kvs
 }
 
 // syncLazy makes every write published so far durable, lazy ones
