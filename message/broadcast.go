@@ -542,7 +542,7 @@ func (br *Broadcaster) write(ctx context.Context, b store.Broadcast, w chunkWork
 		// all that can be done.
 		br.log.Error("broadcast: a chunk of targets is missing", "app", b.AppKey, "broadcast", b.ID, "chunk", w.chunk)
 	}
-	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: w.chunk, Done: w.chunk+1 >= b.Chunks}
+	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: w.chunk, Done: w.chunk+1 >= b.Chunks, Epoch: w.epoch, EpochOK: w.epochOK}
 	outcomes, err = br.store.CreateMessages(ctx, b.AppKey, w.msgs, nil, step)
 	if errors.Is(err, store.ErrVersionConflict) {
 		return nil, true, nil

@@ -135,9 +135,13 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			return nil, store.ErrVersionConflict
 		}
 	}
+	// Every device of the batch was found when the step's epoch was
+	// taken or after; with the epoch the same now, under their stripes,
+	// none was deleted since (see FlagEpoch).
+	found := step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch
 	var outcomes []int
 	var counts map[string]int64
-	outcomes, counts, err = s.batchOutcomes(appKey, msgs)
+	outcomes, counts, err = s.batchOutcomes(appKey, msgs, found)
 	if err != nil {
 		return nil, err
 	}
@@ -246,8 +250,9 @@ func (s *Store) syncLazy() error {
 // batchOutcomes decides, under the devices' stripes, what becomes of each
 // message, and returns the pending counts of the devices that gain queue
 // entries. What the caches do not hold (whether a device exists, its
-// pending count) is read in one pass over each index.
-func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, map[string]int64, error) {
+// pending count) is read in one pass over each index; with found, every
+// device is known to exist.
+func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bool) ([]int, map[string]int64, error) {
 	type state struct {
 		exists bool
 		count  int64
@@ -262,7 +267,9 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, 
 		}
 		st := &state{}
 		devs[name] = st
-		if _, ok := s.devices.get(appKey, name); ok {
+		if found {
+			st.exists = true
+		} else if _, ok := s.devices.get(appKey, name); ok {
 			st.exists = true
 		} else {
 			devKeys, devNames = append(devKeys, key(pDevice, appKey, name)), append(devNames, name)

@@ -2,6 +2,7 @@ package pebble
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 
@@ -37,5 +38,46 @@ func TestChunkKeysInOrder(t *testing.T) {
 	twice := inKeyOrder([]kv{{[]byte("q/a"), []byte("1")}, {[]byte("m/a"), nil}, {[]byte("q/a"), []byte("2")}})
 	if string(twice[1].v) != "1" || string(twice[2].v) != "2" {
 		t.Fatalf("a key written twice: %q, want the writes in their order", twice)
+	}
+}
+
+// TestStepWithSameEpochSkipsDeviceReads: a broadcast step whose FlagEpoch
+// is still the store's does not read its devices again under their
+// stripes (prepare found them after the epoch was taken, and no device
+// was deleted since). The device is removed here behind the store's back
+// (no epoch bump), so only a step that trusts the epoch stores its
+// message; one with another epoch reads the devices and finds it gone.
+func TestStepWithSameEpochSkipsDeviceReads(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d-1", Secret: "s"}, {Name: "d-2", Secret: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	b := store.Broadcast{ID: 100, AppKey: "app", All: true, Body: "fw", TTL: 60, TimeCreate: 1, Targets: 2, Chunks: 2, State: store.BroadcastFanningOut}
+	if err := s.CreateBroadcast(ctx, b, [][]string{{"d-1"}, {"d-2"}}, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	epoch, _ := s.FlagEpoch()
+	for _, name := range []string{"d-1", "d-2"} {
+		if err := s.db.Delete(key(pDevice, "app", name), nil); err != nil {
+			t.Fatal(err)
+		}
+		s.devices.drop("app", name)
+	}
+	msg := func(id int64, dev string) []store.BatchMessage {
+		m := store.Message{ID: id, AppKey: "app", DeviceName: dev, Body: "fw", TTL: 60, TimeCreate: 1, ExpireTime: 61, State: store.StatePending, Broadcast: 100}
+		return []store.BatchMessage{{Message: m, Full: m}}
+	}
+	out, err := s.CreateMessages(ctx, "app", msg(101, "d-1"), nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Epoch: epoch, EpochOK: true})
+	if err != nil || out[0] != store.BatchStored {
+		t.Fatalf("step with the store's epoch: %v %v, want the message stored without reading the device", out, err)
+	}
+	out, err = s.CreateMessages(ctx, "app", msg(102, "d-2"), nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 1, Done: true, Epoch: epoch + 1, EpochOK: true})
+	if err != nil || out[0] != store.BatchGone {
+		t.Fatalf("step with another epoch: %v %v, want the device read and found gone", out, err)
 	}
 }
