@@ -232,8 +232,21 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 // order, and its queue and count keys in device order, as its targets
 // are sorted: most inserts land next to the one before.
 func inKeyOrder(kvs []kv) []kv {
-	slices.SortStableFunc(kvs, func(a, b kv) int { return cmp.Compare(a.k[0], b.k[0]) })
-	return kvs
+	// A counting sort: a stable comparison sort of a chunk's 500 entries
+	// took a third of what it saved.
+	var at [257]int
+	for _, e := range kvs {
+		at[int(e.k[0])+1]++
+	}
+	for b := 1; b < len(at); b++ {
+		at[b] += at[b-1]
+	}
+	out := make([]kv, len(kvs))
+	for _, e := range kvs {
+		out[at[e.k[0]]] = e
+		at[e.k[0]]++
+	}
+	return out
 }
 
 // syncLazy makes every write published so far durable, lazy ones
