@@ -374,19 +374,37 @@ func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encoded
 // entries (those f keeps) numbered from first and timed now (Unix ms).
 func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter) ([]kv, error) {
 	m.AppKey = appKey
-	kvs := make([]kv, 0, 4+len(m.Records))
+	kept := f.kept(m.Records)
+	kvs := make([]kv, 0, 4+kept)
+	// One buffer holds the keys, the message and its outbox entries
+	// (each about 250 bytes and the params), so encoding them makes one
+	// allocation, not one per key, per value and per growth; it was sized
+	// for an entry per record whether the outbox kept it or not, three
+	// times what a message without callbacks needs.
+	keys := 2*len(appKey) + len(m.DeviceName) + 48
+	buf := make([]byte, 0, keys+(1+kept)*(320+len(m.Params)+len(appKey)+len(m.DeviceName)+len(m.CallbackURL))+len(m.Body))
 	if m.State == store.StatePending {
-		kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
+		start := len(buf)
+		buf = append(append(append(append(buf, pQueue...), appKey...), 0), m.DeviceName...)
+		buf = binary.BigEndian.AppendUint64(append(buf, 0), uint64(m.ID))
+		q := buf[start:len(buf):len(buf)]
+		start = len(buf)
+		buf = binary.BigEndian.AppendUint64(append(buf, pExpiry...), uint64(max(m.ExpireTime, 0)))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(m.ID))
+		kvs = append(kvs, kv{q, nil}, kv{buf[start:len(buf):len(buf)], nil})
 	}
-	// One buffer holds the message and its outbox entries (each about
-	// 250 bytes and the params), so encoding them makes one allocation,
-	// not one per value and per growth.
-	buf := make([]byte, 0, (1+len(m.Records))*(320+len(m.Params)+len(appKey)+len(m.DeviceName)+len(m.CallbackURL))+len(m.Body))
+	start := len(buf)
+	buf = binary.BigEndian.AppendUint64(append(buf, pMsg...), uint64(m.ID))
+	mk := buf[start:len(buf):len(buf)]
+	start = len(buf)
+	buf = binary.BigEndian.AppendUint64(append(append(append(buf, pAppMsg...), appKey...), 0), uint64(m.ID))
+	ak := buf[start:len(buf):len(buf)]
+	start = len(buf)
 	buf, err := appendMessage(buf, &m)
 	if err != nil {
 		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
 	}
-	kvs = append(kvs, kv{msgKey(m.ID), buf[:len(buf):len(buf)]}, kv{appMsgKey(appKey, m.ID), nil})
+	kvs = append(kvs, kv{mk, buf[start:len(buf):len(buf)]}, kv{ak, nil})
 	id := strconv.FormatInt(m.ID, 10) + "-"
 	seq := first
 	for r := range m.Records {

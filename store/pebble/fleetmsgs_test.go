@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/devmsg/devmsg/store"
@@ -79,5 +80,50 @@ func TestStepWithSameEpochSkipsDeviceReads(t *testing.T) {
 	out, err = s.CreateMessages(ctx, "app", msg(102, "d-2"), nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 1, Done: true, Epoch: epoch + 1, EpochOK: true})
 	if err != nil || out[0] != store.BatchGone {
 		t.Fatalf("step with another epoch: %v %v, want the device read and found gone", out, err)
+	}
+}
+
+// TestEncodeFormKeys: encodeForm builds its keys in the message's buffer;
+// they are the keys queueKey, expiryKey, msgKey and appMsgKey make, with
+// and without outbox entries, pending or not.
+func TestEncodeFormKeys(t *testing.T) {
+	for _, tc := range []struct {
+		state  string
+		expire int64
+		f      recordFilter
+	}{
+		{store.StatePending, 160, recordFilter{known: true}},
+		{store.StatePending, -5, recordFilter{}},
+		{store.StateFailed, 160, recordFilter{}},
+	} {
+		m := store.Message{
+			ID: 1001, AppKey: "app", DeviceName: "d-1", Body: "fw", TTL: 60, TimeCreate: 100, ExpireTime: tc.expire,
+			State: tc.state, Params: []byte(`{"broadcast_id":"7"}`), Broadcast: 7,
+			Records: []store.Record{{Type: store.RecordTargetValid, SentTime: 100}, {Type: store.RecordSubmitSuccess, SentTime: 100}},
+		}
+		kvs, err := encodeForm("app", m, 5, 100_000, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want [][]byte
+		if tc.state == store.StatePending {
+			want = append(want, queueKey("app", "d-1", 1001), expiryKey(tc.expire, 1001))
+		}
+		want = append(want, msgKey(1001), appMsgKey("app", 1001))
+		if !tc.f.known {
+			want = append(want, outboxKey(5), outboxKey(6))
+		}
+		if len(kvs) != len(want) {
+			t.Fatalf("%s: %d entries, want %d", tc.state, len(kvs), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(kvs[i].k, want[i]) {
+				t.Fatalf("%s: key %d %q, want %q", tc.state, i, kvs[i].k, want[i])
+			}
+		}
+		msg := kvs[slices.IndexFunc(kvs, func(e kv) bool { return bytes.Equal(e.k, msgKey(1001)) })]
+		if enc, _ := appendMessage(nil, &m); !bytes.Equal(msg.v, enc) {
+			t.Fatalf("%s: message %s, want %s", tc.state, msg.v, enc)
+		}
 	}
 }
