@@ -162,7 +162,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			kvs := encoded[i].stored
 			if outcomes[i] == store.BatchFull {
 				var err error
-				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter); err != nil {
+				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil); err != nil {
 					return err
 				}
 			}
@@ -358,10 +358,11 @@ func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encoded
 	now := s.now().UnixMilli()
 	out := make([]encodedMsg, len(msgs))
 	f := s.recordFilter(appKey)
+	var memo rawMemo
 	for i, bm := range msgs {
 		n := int64(max(f.kept(bm.Message.Records), f.kept(bm.Full.Records)))
 		out[i].first, out[i].filter = s.outboxSeq.Add(n)-n+1, f
-		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now, f)
+		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now, f, &memo)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -372,7 +373,7 @@ func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encoded
 
 // encodeForm encodes m as encodedMsg.stored describes, its outbox
 // entries (those f keeps) numbered from first and timed now (Unix ms).
-func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter) ([]kv, error) {
+func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter, memo *rawMemo) ([]kv, error) {
 	m.AppKey = appKey
 	kept := f.kept(m.Records)
 	kvs := make([]kv, 0, 4+kept)
@@ -400,7 +401,7 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 	buf = binary.BigEndian.AppendUint64(append(append(append(buf, pAppMsg...), appKey...), 0), uint64(m.ID))
 	ak := buf[start:len(buf):len(buf)]
 	start = len(buf)
-	buf, err := appendMessage(buf, &m)
+	buf, err := appendMessageWith(buf, &m, memo)
 	if err != nil {
 		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
 	}
@@ -420,7 +421,7 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 			Record:      m.Filled(m.Records[r]),
 		}
 		start := len(buf)
-		if buf, err = appendOutboxEntry(buf, &e); err != nil {
+		if buf, err = appendOutboxEntryWith(buf, &e, memo); err != nil {
 			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
 		}
 		kvs = append(kvs, kv{outboxKey(e.Seq), buf[start:len(buf):len(buf)]})
