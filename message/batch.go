@@ -125,10 +125,15 @@ func (s *Service) newMessage(appKey string, dev store.Device, req SendRequest, n
 	full.State = store.StateFailed
 	full.Records = []store.Record{
 		NewRecord(m, store.RecordTargetValid, 0, "", now),
-		NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, "device queue full: "+strconv.Itoa(store.MaxPending)+" messages pending", now),
+		NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, queueFullMessage, now),
 	}
 	return store.BatchMessage{Message: m, Full: full}
 }
+
+// queueFullMessage is the record message of a message refused for a full
+// queue, made once: every message of a batch or broadcast carries it in
+// its queue-full form.
+var queueFullMessage = "device queue full: " + strconv.Itoa(store.MaxPending) + " messages pending"
 
 // batchMessage is newMessage with the answers of a batch send.
 func (s *Service) batchMessage(app store.App, dev store.Device, req SendRequest, now time.Time) store.BatchMessage {

@@ -136,10 +136,11 @@ func NewBroadcaster(svc *Service, st BroadcastStore, cfg FanoutConfig, log *slog
 }
 
 // cachedStats is a count of a broadcast's messages and until when it
-// stands in for a new one.
+// stands in for a new one, while the broadcast is still in state.
 type cachedStats struct {
 	stats BroadcastStats
 	until time.Time
+	state string
 }
 
 // minCachedCount is how long a count must have taken to be reused. It
@@ -147,6 +148,14 @@ type cachedStats struct {
 // counted afresh on every poll (every 100 ms in devmsg bench) while it
 // had fewer than about 150,000 messages: a tenth of the server's CPU.
 const minCachedCount = 10 * time.Millisecond
+
+// fanningOutCount is how long a count of a broadcast that is fanning
+// out is reused at least. Its messages are mostly pending then (queued
+// and state come from the broadcast itself, always current), and
+// counting afresh on every poll (devmsg bench and the console poll every
+// 100 ms to 1 s) read each message again a few times a second: a tenth
+// of the server's CPU during a fan-out of 100,000.
+const fanningOutCount = time.Second
 
 // maxCachedStats bounds the cache; past it, the oldest go.
 const maxCachedStats = 1024
@@ -207,11 +216,13 @@ func mergeParams(params json.RawMessage, id int64) json.RawMessage {
 
 // Get returns the app's broadcast id with its messages counted by state;
 // a *errdefs.NotFoundError if the app has none such. Counting reads each
-// of the broadcast's messages, so a count that took over minCachedCount
-// is reused for five times as long as it took (a broadcast of 100,000
-// messages is counted every second or so): polls then cost at most a
-// sixth of a core, and the counts lag by as much. State and queued are
-// always current.
+// of the broadcast's messages, so a count is reused while the broadcast
+// keeps its state: while it fans out for fanningOutCount at least, and
+// any count that took over minCachedCount for five times as long as it
+// took (a broadcast of 100,000 messages is counted every second or so).
+// Polls then cost at most a sixth of a core, and the counts lag by as
+// much. State and queued are always current; a count made before a
+// cancel is not reused after it (see stillCounts).
 func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.Broadcast, BroadcastStats, error) {
 	b, err := br.store.GetBroadcast(ctx, appKey, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -224,7 +235,7 @@ func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.
 	br.statsMu.Lock()
 	c, ok := br.stats[id]
 	br.statsMu.Unlock()
-	if ok && now.Before(c.until) {
+	if ok && now.Before(c.until) && stillCounts(c.state, b.State) {
 		return b, c.stats, nil
 	}
 	// Concurrent polls share one count: each would read every message
@@ -240,7 +251,16 @@ func (br *Broadcaster) Get(ctx context.Context, appKey string, id int64) (store.
 	return b, v.(BroadcastStats), nil
 }
 
-// count counts b's messages by state and caches a count that took long.
+// stillCounts reports whether a count made while a broadcast was in state
+// then stands for it in state now: the same state, or the fan-out ended
+// since (which changes no message). A cancel retracts messages: the
+// first poll after it counts afresh.
+func stillCounts(then, now string) bool {
+	return then == now || then == store.BroadcastFanningOut && now == store.BroadcastDone
+}
+
+// count counts b's messages by state and caches a count that took long
+// or is of a broadcast fanning out (see Get).
 func (br *Broadcaster) count(ctx context.Context, b store.Broadcast) (BroadcastStats, error) {
 	now := br.now()
 	st, err := br.store.CountBroadcast(ctx, b.AppKey, b.ID, b.FirstID, b.LastID)
@@ -248,12 +268,19 @@ func (br *Broadcaster) count(ctx context.Context, b store.Broadcast) (BroadcastS
 		return st, fmt.Errorf("messages of broadcast %d: %w", b.ID, err)
 	}
 	took := br.now().Sub(now)
+	hold := time.Duration(0)
 	if took > minCachedCount {
+		hold = took * 5
+	}
+	if b.State == store.BroadcastFanningOut {
+		hold = max(hold, fanningOutCount)
+	}
+	if hold > 0 {
 		br.statsMu.Lock()
 		if len(br.stats) >= maxCachedStats {
 			clear(br.stats)
 		}
-		br.stats[b.ID] = cachedStats{st, br.now().Add(took * 5)}
+		br.stats[b.ID] = cachedStats{st, br.now().Add(hold), b.State}
 		br.statsMu.Unlock()
 	}
 	return st, nil
@@ -515,7 +542,7 @@ func (br *Broadcaster) write(ctx context.Context, b store.Broadcast, w chunkWork
 		// all that can be done.
 		br.log.Error("broadcast: a chunk of targets is missing", "app", b.AppKey, "broadcast", b.ID, "chunk", w.chunk)
 	}
-	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: w.chunk, Done: w.chunk+1 >= b.Chunks}
+	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: w.chunk, Done: w.chunk+1 >= b.Chunks, Epoch: w.epoch, EpochOK: w.epochOK}
 	outcomes, err = br.store.CreateMessages(ctx, b.AppKey, w.msgs, nil, step)
 	if errors.Is(err, store.ErrVersionConflict) {
 		return nil, true, nil

@@ -234,4 +234,11 @@ type BroadcastStep struct {
 	ID     int64
 	Chunk  int
 	Done   bool
+	// Epoch is the store's FlagEpoch taken before the chunk's devices
+	// were read and found (EpochOK false when it could not tell). A store
+	// whose FlagEpoch is still Epoch while it holds the devices' locks
+	// knows none of them was deleted since, and may take each message's
+	// device to exist without reading it again.
+	Epoch   uint64
+	EpochOK bool
 }

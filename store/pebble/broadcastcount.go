@@ -47,6 +47,9 @@ func (s *Store) CountBroadcast(ctx context.Context, appKey string, id, first, la
 // json.Unmarshal would for well-formed JSON, which is what the store
 // writes (broadcastcount_test.go holds it to that).
 func messageHead(v []byte) (app, state string, broadcast int64, err error) {
+	if app, state, broadcast, ok := broadcastHead(v); ok {
+		return app, state, broadcast, nil
+	}
 	ok := eachFieldDeep(v, func(k, val []byte) bool {
 		var ok bool
 		switch string(k) {
@@ -74,6 +77,78 @@ func messageHead(v []byte) (app, state string, broadcast int64, err error) {
 		return "", "", 0, err
 	}
 	return m.AppKey, m.State, m.Broadcast, nil
+}
+
+// broadcastHead reads messageHead's fields from a broadcast message as
+// the store writes it (appendMessage, or json.Marshal of store.Message:
+// its fields in order, no spaces) without stepping through its records
+// and params, which eachFieldDeep did byte by byte (a count of 100,000
+// messages took 0.1 to 0.2 s): the fields up to state come first, each
+// checked by name, and broadcast comes last, so it is read from the end,
+// where the object's closing brace follows its value. ok is false for
+// anything else (not a broadcast message, another layout, an escape in
+// app_key or state), which messageHead reads field by field.
+func broadcastHead(v []byte) (app, state string, broadcast int64, ok bool) {
+	i := 0
+	field := func(name string) bool {
+		if !bytes.HasPrefix(v[i:], []byte(name)) {
+			return false
+		}
+		i += len(name)
+		return true
+	}
+	number := func() bool {
+		j := i
+		for j < len(v) && (v[j] >= '0' && v[j] <= '9' || v[j] == '-') {
+			j++
+		}
+		ok := j > i
+		i = j
+		return ok
+	}
+	str := func() bool {
+		if j := anyValueEnd(v, i, 0); j > i && v[i] == '"' {
+			i = j
+			return true
+		}
+		return false
+	}
+	plain := func() (string, bool) {
+		j := plainStringEnd(v, i)
+		if j < 0 {
+			return "", false
+		}
+		s, ok := plainString(v[i:j])
+		i = j
+		return s, ok
+	}
+	if !field(`{"id":`) || !number() || !field(`,"app_key":`) {
+		return "", "", 0, false
+	}
+	if app, ok = plain(); !ok || !field(`,"device_name":`) || !str() || !field(`,"body":`) || !str() ||
+		!field(`,"ttl":`) || !number() || !field(`,"time_create":`) || !number() ||
+		!field(`,"expire_time":`) || !number() || !field(`,"state":`) {
+		return "", "", 0, false
+	}
+	if state, ok = plain(); !ok {
+		return "", "", 0, false
+	}
+	end := len(v) - 1
+	if end < i || v[end] != '}' {
+		return "", "", 0, false
+	}
+	start := end
+	for start > i && v[start-1] >= '0' && v[start-1] <= '9' {
+		start--
+	}
+	const key = `,"broadcast":`
+	if start == end || !bytes.HasSuffix(v[:start], []byte(key)) || start-len(key) < i {
+		return "", "", 0, false
+	}
+	if broadcast, ok = parseInt(v[start:end]); !ok {
+		return "", "", 0, false
+	}
+	return app, state, broadcast, true
 }
 
 func equalFoldAny(k []byte, names ...string) bool {

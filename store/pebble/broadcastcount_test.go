@@ -24,8 +24,36 @@ func TestMessageHeadMatchesEncodingJSON(t *testing.T) {
 		}
 		inputs = append(inputs, string(b))
 	}
+	// Broadcast messages as either writer lays them out, with the
+	// names of the fields read in the strings and objects before and
+	// after them.
+	for _, mm := range []store.Message{
+		m,
+		{ID: 10, AppKey: "app", DeviceName: `d,"state":"x"`, Body: `,"state":"delivered","broadcast":5}`, State: store.StateFailed, CallbackURL: "https://h/x?a=1&b=\"", Broadcast: 12, TTL: 60, TimeCreate: 1, ExpireTime: 61},
+		{ID: 11, AppKey: "app", DeviceName: "dev", Body: "fw", State: store.StatePending, Broadcast: 0,
+			Records: []store.Record{{Type: 0, Params: json.RawMessage(`{"broadcast":4}`)}}},
+		{ID: 12, AppKey: "app", DeviceName: "dev", Body: "fw", State: store.StateDelivered, Broadcast: 1 << 62, Records: nil},
+	} {
+		b, err := appendMessage(nil, &mm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := json.Marshal(mm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, enc := range [][]byte{b, j} {
+			inputs = append(inputs, string(enc))
+			if _, _, _, ok := broadcastHead(enc); ok != (mm.Broadcast != 0) {
+				t.Errorf("broadcastHead(%s) ok = %v, want %v", enc, ok, mm.Broadcast != 0)
+			}
+		}
+	}
 	inputs = append(inputs, `{}`, `{"State":"x","state":"y"}`, `{"STATE":"x"}`, `{"broadcast":1.5}`, `{"broadcast":null}`,
-		`{"records":[[[]]],"state":"s"}`, `{"x":{"y":{}},"app_key":"k"}`, ` { "state" : "s" } `)
+		`{"records":[[[]]],"state":"s"}`, `{"x":{"y":{}},"app_key":"k"}`, ` { "state" : "s" } `,
+		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s","records":null,"broadcast":-3}`,
+		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s\u0041","broadcast":3}`,
+		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s","broadcast":3,"state":"t"}`)
 	for _, in := range inputs {
 		var want struct {
 			AppKey    string `json:"app_key"`

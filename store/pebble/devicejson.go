@@ -30,6 +30,9 @@ func decodeDevice(v []byte, d *store.Device) error {
 // deviceFlag returns the flag of a stored device, FlagEnabled if it has
 // none (as json.Unmarshal into a struct holding FlagEnabled would).
 func deviceFlag(v []byte) (int, error) {
+	if flag, ok := storedFlag(v); ok {
+		return flag, nil
+	}
 	flag := store.FlagEnabled
 	ok := eachField(v, func(k, val []byte) bool {
 		if string(k) != "flag" {
@@ -51,6 +54,41 @@ func deviceFlag(v []byte) (int, error) {
 		return 0, err
 	}
 	return f.Flag, nil
+}
+
+// storedFlag reads the flag of a device as the store writes it
+// (json.Marshal of store.Device: its fields in order, no spaces), where
+// only four strings come before it: the rest of the device (times,
+// address, node, tags) is not stepped through, as eachField did for every
+// device a broadcast's POST lists. ok is false for another layout, which
+// deviceFlag reads field by field.
+func storedFlag(v []byte) (flag int, ok bool) {
+	i := 0
+	for _, name := range []string{`{"app_key":`, `,"name":`, `,"mark":`, `,"secret":`} {
+		if !bytes.HasPrefix(v[i:], []byte(name)) {
+			return 0, false
+		}
+		i += len(name)
+		if i >= len(v) || v[i] != '"' {
+			return 0, false
+		}
+		if i = anyValueEnd(v, i, 0); i < 0 {
+			return 0, false
+		}
+	}
+	const name = `,"flag":`
+	if !bytes.HasPrefix(v[i:], []byte(name)) {
+		return 0, false
+	}
+	i += len(name)
+	j := i
+	for j < len(v) && (v[j] >= '0' && v[j] <= '9' || v[j] == '-') {
+		j++
+	}
+	if j == i || j >= len(v) || v[j] != ',' && v[j] != '}' {
+		return 0, false
+	}
+	return parseIntAs[int](v[i:j])
 }
 
 // decodeDeviceFast decodes v into the zero device d and reports whether

@@ -64,4 +64,15 @@ func TestDecodeDeviceMatchesEncodingJSON(t *testing.T) {
 	if !decodeDeviceFast(b, &d) {
 		t.Errorf("the stored form %s does not take the fast path", b)
 	}
+	// So does its flag, read alone (EnabledNames), with escapes in the
+	// strings before it.
+	for i, in := range inputs[:4] {
+		want := store.FlagEnabled
+		if i == 0 {
+			want = full.Flag
+		}
+		if flag, ok := storedFlag([]byte(in)); !ok || flag != want {
+			t.Errorf("storedFlag(%s) = %d, %v; want %d, true", in, flag, ok, want)
+		}
+	}
 }

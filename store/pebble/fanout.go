@@ -28,14 +28,30 @@ func (s *Store) seekEach(prefix []byte, keys [][]byte, fn func(i int, v []byte) 
 	if err != nil {
 		return fmt.Errorf("iterate %q: %w", prefix, err)
 	}
+	// After the first seek the iterator stands at the first key at or
+	// after the previous one asked for (or past the end). A key at or
+	// before where it stands needs no seek: it is there or absent; one
+	// step forward finds the next key when the keys asked for are
+	// adjacent, as a broadcast chunk's sorted targets are. A seek costs a
+	// search of every memtable and level: a 100,000-device broadcast
+	// spent a tenth of its CPU seeking devices and their pending counts.
+	seeked := false
 	for _, i := range order {
-		if !it.SeekGE(keys[i]) || !bytes.Equal(it.Key(), keys[i]) {
+		k := keys[i]
+		if seeked && it.Valid() && bytes.Compare(it.Key(), k) < 0 {
+			it.Next()
+		}
+		if !seeked || it.Valid() && bytes.Compare(it.Key(), k) < 0 {
+			it.SeekGE(k)
+			seeked = true
+		}
+		if !it.Valid() || !bytes.Equal(it.Key(), k) {
 			continue
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
-			return fmt.Errorf("read %q: %w", keys[i], err)
+			return fmt.Errorf("read %q: %w", k, err)
 		}
 		if err := fn(i, v); err != nil {
 			it.Close()

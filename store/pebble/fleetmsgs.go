@@ -135,9 +135,13 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			return nil, store.ErrVersionConflict
 		}
 	}
+	// Every device of the batch was found when the step's epoch was
+	// taken or after; with the epoch the same now, under their stripes,
+	// none was deleted since (see FlagEpoch).
+	found := step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch
 	var outcomes []int
 	var counts map[string]int64
-	outcomes, counts, err = s.batchOutcomes(appKey, msgs)
+	outcomes, counts, err = s.batchOutcomes(appKey, msgs, found)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +153,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// stripe is after it in the WAL, so no crash keeps that write
 	// without this one.
 	err = s.writeLazy(func(batch *pebble.Batch) error {
+		all := make([]kv, 0, len(msgs)*5)
 		for i, bm := range msgs {
 			m := bm.Message
 			if outcomes[i] == store.BatchGone {
@@ -157,14 +162,13 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			kvs := encoded[i].stored
 			if outcomes[i] == store.BatchFull {
 				var err error
-				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter); err != nil {
+				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil); err != nil {
 					return err
 				}
 			}
-			for _, e := range kvs {
-				if err := set(batch, e.k, e.v); err != nil {
-					return err
-				}
+			all = append(all, kvs...)
+			if n, ok := counts[m.DeviceName]; ok && outcomes[i] == store.BatchStored && m.State == store.StatePending {
+				all = append(all, kv{key(pCount, appKey, m.DeviceName), be64(n)})
 			}
 			if step != nil {
 				b.Queued++
@@ -174,8 +178,8 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 				b.LastID = max(b.LastID, m.ID)
 			}
 		}
-		for dev, n := range counts {
-			if err := set(batch, key(pCount, appKey, dev), be64(n)); err != nil {
+		for _, e := range inKeyOrder(all) {
+			if err := set(batch, e.k, e.v); err != nil {
 				return err
 			}
 		}
@@ -218,6 +222,33 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	return outcomes, nil
 }
 
+// inKeyOrder orders a batch's entries by their key's prefix letter, keeping
+// the order within each (and so a later write of the same key after an
+// earlier one). A batch is applied to the memtable in its order, and each
+// insert first tries the skiplist position after the one before: a
+// message's four keys under four prefixes in turn sent every insert
+// searching from the top (a tenth of a broadcast's CPU). Grouped, the
+// chunk's message, index and expiry keys follow each other in msgid
+// order, and its queue and count keys in device order, as its targets
+// are sorted: most inserts land next to the one before.
+func inKeyOrder(kvs []kv) []kv {
+	// A counting sort: a stable comparison sort of a chunk's 500 entries
+	// took a third of what it saved.
+	var at [257]int
+	for _, e := range kvs {
+		at[int(e.k[0])+1]++
+	}
+	for b := 1; b < len(at); b++ {
+		at[b] += at[b-1]
+	}
+	out := make([]kv, len(kvs))
+	for _, e := range kvs {
+		out[at[e.k[0]]] = e
+		at[e.k[0]]++
+	}
+	return out
+}
+
 // syncLazy makes every write published so far durable, lazy ones
 // included: Barrier's sync, whether or not a commit is in flight.
 func (s *Store) syncLazy() error {
@@ -232,8 +263,9 @@ func (s *Store) syncLazy() error {
 // batchOutcomes decides, under the devices' stripes, what becomes of each
 // message, and returns the pending counts of the devices that gain queue
 // entries. What the caches do not hold (whether a device exists, its
-// pending count) is read in one pass over each index.
-func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, map[string]int64, error) {
+// pending count) is read in one pass over each index; with found, every
+// device is known to exist.
+func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bool) ([]int, map[string]int64, error) {
 	type state struct {
 		exists bool
 		count  int64
@@ -248,7 +280,9 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage) ([]int, 
 		}
 		st := &state{}
 		devs[name] = st
-		if _, ok := s.devices.get(appKey, name); ok {
+		if found {
+			st.exists = true
+		} else if _, ok := s.devices.get(appKey, name); ok {
 			st.exists = true
 		} else {
 			devKeys, devNames = append(devKeys, key(pDevice, appKey, name)), append(devNames, name)
@@ -324,10 +358,11 @@ func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encoded
 	now := s.now().UnixMilli()
 	out := make([]encodedMsg, len(msgs))
 	f := s.recordFilter(appKey)
+	var memo rawMemo
 	for i, bm := range msgs {
 		n := int64(max(f.kept(bm.Message.Records), f.kept(bm.Full.Records)))
 		out[i].first, out[i].filter = s.outboxSeq.Add(n)-n+1, f
-		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now, f)
+		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now, f, &memo)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -338,21 +373,39 @@ func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encoded
 
 // encodeForm encodes m as encodedMsg.stored describes, its outbox
 // entries (those f keeps) numbered from first and timed now (Unix ms).
-func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter) ([]kv, error) {
+func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter, memo *rawMemo) ([]kv, error) {
 	m.AppKey = appKey
-	kvs := make([]kv, 0, 4+len(m.Records))
+	kept := f.kept(m.Records)
+	kvs := make([]kv, 0, 4+kept)
+	// One buffer holds the keys, the message and its outbox entries
+	// (each about 250 bytes and the params), so encoding them makes one
+	// allocation, not one per key, per value and per growth; it was sized
+	// for an entry per record whether the outbox kept it or not, three
+	// times what a message without callbacks needs.
+	keys := 2*len(appKey) + len(m.DeviceName) + 48
+	buf := make([]byte, 0, keys+(1+kept)*(320+len(m.Params)+len(appKey)+len(m.DeviceName)+len(m.CallbackURL))+len(m.Body))
 	if m.State == store.StatePending {
-		kvs = append(kvs, kv{queueKey(appKey, m.DeviceName, m.ID), nil}, kv{expiryKey(m.ExpireTime, m.ID), nil})
+		start := len(buf)
+		buf = append(append(append(append(buf, pQueue...), appKey...), 0), m.DeviceName...)
+		buf = binary.BigEndian.AppendUint64(append(buf, 0), uint64(m.ID))
+		q := buf[start:len(buf):len(buf)]
+		start = len(buf)
+		buf = binary.BigEndian.AppendUint64(append(buf, pExpiry...), uint64(max(m.ExpireTime, 0)))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(m.ID))
+		kvs = append(kvs, kv{q, nil}, kv{buf[start:len(buf):len(buf)], nil})
 	}
-	// One buffer holds the message and its outbox entries (each about
-	// 250 bytes and the params), so encoding them makes one allocation,
-	// not one per value and per growth.
-	buf := make([]byte, 0, (1+len(m.Records))*(320+len(m.Params)+len(appKey)+len(m.DeviceName)+len(m.CallbackURL))+len(m.Body))
-	buf, err := appendMessage(buf, &m)
+	start := len(buf)
+	buf = binary.BigEndian.AppendUint64(append(buf, pMsg...), uint64(m.ID))
+	mk := buf[start:len(buf):len(buf)]
+	start = len(buf)
+	buf = binary.BigEndian.AppendUint64(append(append(append(buf, pAppMsg...), appKey...), 0), uint64(m.ID))
+	ak := buf[start:len(buf):len(buf)]
+	start = len(buf)
+	buf, err := appendMessageWith(buf, &m, memo)
 	if err != nil {
 		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
 	}
-	kvs = append(kvs, kv{msgKey(m.ID), buf[:len(buf):len(buf)]}, kv{appMsgKey(appKey, m.ID), nil})
+	kvs = append(kvs, kv{mk, buf[start:len(buf):len(buf)]}, kv{ak, nil})
 	id := strconv.FormatInt(m.ID, 10) + "-"
 	seq := first
 	for r := range m.Records {
@@ -368,7 +421,7 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 			Record:      m.Filled(m.Records[r]),
 		}
 		start := len(buf)
-		if buf, err = appendOutboxEntry(buf, &e); err != nil {
+		if buf, err = appendOutboxEntryWith(buf, &e, memo); err != nil {
 			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
 		}
 		kvs = append(kvs, kv{outboxKey(e.Seq), buf[start:len(buf):len(buf)]})

@@ -17,6 +17,12 @@ import (
 
 // appendMessage appends json.Marshal(m) to b.
 func appendMessage(b []byte, m *store.Message) ([]byte, error) {
+	return appendMessageWith(b, m, nil)
+}
+
+// appendMessageWith is appendMessage checking raw params through memo
+// (which may be nil).
+func appendMessageWith(b []byte, m *store.Message, memo *rawMemo) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendInt(b, m.ID, 10)
 	b = append(b, `,"app_key":`...)
@@ -40,7 +46,7 @@ func appendMessage(b []byte, m *store.Message) ([]byte, error) {
 	var err error
 	if len(m.Params) > 0 {
 		b = append(b, `,"params":`...)
-		if b, err = appendRaw(b, m.Params); err != nil {
+		if b, err = memo.appendRaw(b, m.Params); err != nil {
 			return nil, err
 		}
 	}
@@ -53,7 +59,7 @@ func appendMessage(b []byte, m *store.Message) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, err = appendRecord(b, &m.Records[i]); err != nil {
+			if b, err = appendRecord(b, &m.Records[i], memo); err != nil {
 				return nil, err
 			}
 		}
@@ -68,6 +74,12 @@ func appendMessage(b []byte, m *store.Message) ([]byte, error) {
 
 // appendOutboxEntry appends json.Marshal(e) to b.
 func appendOutboxEntry(b []byte, e *store.OutboxEntry) ([]byte, error) {
+	return appendOutboxEntryWith(b, e, nil)
+}
+
+// appendOutboxEntryWith is appendOutboxEntry checking raw params through
+// memo (which may be nil).
+func appendOutboxEntryWith(b []byte, e *store.OutboxEntry, memo *rawMemo) ([]byte, error) {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, e.Seq, 10)
 	b = append(b, `,"id":`...)
@@ -81,15 +93,16 @@ func appendOutboxEntry(b []byte, e *store.OutboxEntry) ([]byte, error) {
 	b = append(b, `,"time":`...)
 	b = strconv.AppendInt(b, e.Time, 10)
 	b = append(b, `,"record":`...)
-	b, err := appendRecord(b, &e.Record)
+	b, err := appendRecord(b, &e.Record, memo)
 	if err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
 }
 
-// appendRecord appends json.Marshal(r) to b.
-func appendRecord(b []byte, r *store.Record) ([]byte, error) {
+// appendRecord appends json.Marshal(r) to b, checking raw params through
+// memo (which may be nil).
+func appendRecord(b []byte, r *store.Record, memo *rawMemo) ([]byte, error) {
 	b = append(b, `{"type":`...)
 	b = strconv.AppendInt(b, int64(r.Type), 10)
 	if r.ChannelKey != "" {
@@ -122,7 +135,7 @@ func appendRecord(b []byte, r *store.Record) ([]byte, error) {
 	if len(r.Params) > 0 {
 		b = append(b, `,"params":`...)
 		var err error
-		if b, err = appendRaw(b, r.Params); err != nil {
+		if b, err = memo.appendRaw(b, r.Params); err != nil {
 			return nil, err
 		}
 	}
@@ -164,4 +177,25 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, out...), nil
+}
+
+// rawMemo remembers the raw JSON appendRaw last encoded and what it gave.
+// The messages of a batch mostly share their params (a broadcast's are
+// one slice, in each message and each of its records), and checking them
+// with json.Valid for every message took 0.07 s of a 100,000-device
+// broadcast's write.
+type rawMemo struct{ src, out []byte }
+
+// appendRaw is appendRaw(b, raw), or what it gave for this very slice
+// (same start and length) before. A nil memo remembers nothing.
+func (c *rawMemo) appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
+	if c != nil && len(raw) > 0 && len(raw) == len(c.src) && &raw[0] == &c.src[0] {
+		return append(b, c.out...), nil
+	}
+	start := len(b)
+	b, err := appendRaw(b, raw)
+	if err == nil && c != nil && len(raw) > 0 {
+		c.src, c.out = raw, b[start:len(b):len(b)]
+	}
+	return b, err
 }

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -103,4 +104,22 @@ func TestAppendMessageCoversEveryField(t *testing.T) {
 	var e store.OutboxEntry
 	fill(reflect.ValueOf(&e).Elem())
 	check(t, e, func(b []byte) ([]byte, error) { return appendOutboxEntry(b, &e) })
+}
+
+// TestRawMemoGivesAppendRaw: the memo answers for the very slice it saw
+// last, as appendRaw would (escaped where encoding/json escapes), and
+// checks anything else afresh: other bytes, a shorter slice of the same
+// array, invalid JSON (an error every time).
+func TestRawMemoGivesAppendRaw(t *testing.T) {
+	var memo rawMemo
+	shared := json.RawMessage(`{"a":"<b>","n":[1, 2]}`)
+	other := json.RawMessage(`{"broadcast_id":"7"}`)
+	bad := json.RawMessage(`{"a":`)
+	for _, raw := range []json.RawMessage{shared, shared, other, shared, shared[:1], bad, bad, other, other} {
+		want, wantErr := appendRaw([]byte("x"), raw)
+		got, err := memo.appendRaw([]byte("x"), raw)
+		if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
+			t.Fatalf("memo.appendRaw(%s) = %s, %v; appendRaw gives %s, %v", raw, got, err, want, wantErr)
+		}
+	}
 }

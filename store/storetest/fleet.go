@@ -29,6 +29,7 @@ var fleetTests = []struct {
 	{"CreateMessagesQueueFull", testCreateMessagesQueueFull},
 	{"Broadcasts", testBroadcasts},
 	{"BroadcastSteps", testBroadcastSteps},
+	{"BroadcastStepEpoch", testBroadcastStepEpoch},
 }
 
 // tagged creates the app's devices, each name with its tags.
@@ -646,4 +647,24 @@ func testBatchCrash(t *testing.T, c Crashable) {
 	if _, err := r.GetSeq(ctx, "app", 9); err != nil {
 		t.Fatalf("seq_no entry after the crash: %v", err)
 	}
+}
+
+// testBroadcastStepEpoch: a step whose epoch was taken before one of its
+// devices was deleted still gives that device nothing (a store may skip
+// reading the devices only while the epoch is unchanged).
+func testBroadcastStepEpoch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3")
+	must(t, s.CreateBroadcast(ctx, newBroadcast("app", 100), someTargets, 0, nil))
+	epoch, ok := s.FlagEpoch()
+	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
+	out, err := s.CreateMessages(ctx, "app", []store.BatchMessage{
+		batchMsg(101, "app", "dev-1", store.StatePending), batchMsg(102, "app", "dev-2", store.StatePending),
+	}, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Epoch: epoch, EpochOK: ok})
+	must(t, err)
+	if !slices.Equal(out, []int{store.BatchStored, store.BatchGone}) {
+		t.Fatalf("outcomes %v, want the deleted device's message gone", out)
+	}
+	_, err = s.GetMessage(ctx, "app", 102)
+	wantErr(t, "message to a device deleted after the step's epoch", err, store.ErrNotFound)
 }
