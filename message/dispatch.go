@@ -61,6 +61,9 @@ type Dispatcher struct {
 	published, delivered, expired atomic.Int64
 
 	acks ackStage
+	// idleFlushers hands a route to a flusher waiting for one
+	// (runFlusher); unbuffered, so a route is never left in it.
+	idleFlushers chan *route
 
 	stop, done chan struct{}
 }
@@ -137,7 +140,7 @@ func (r *route) addDurable(m store.Message) {
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
 func NewDispatcher(st store.Store, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{store: st, log: log, now: time.Now, routes: map[string]*route{}}
+	return &Dispatcher{store: st, log: log, now: time.Now, routes: map[string]*route{}, idleFlushers: make(chan *route)}
 }
 
 func routeKey(app, dev string) string { return app + "\x00" + dev }
@@ -246,19 +249,12 @@ func (d *Dispatcher) start(r *route) {
 	}
 	r.running = true
 	r.mu.Unlock()
-	go func() {
-		for {
-			d.flush(r)
-			r.mu.Lock()
-			if !r.again {
-				r.running = false
-				r.mu.Unlock()
-				return
-			}
-			r.again = false
-			r.mu.Unlock()
-		}
-	}()
+	// An idle flusher takes it if one waits (see runFlusher).
+	select {
+	case d.idleFlushers <- r:
+	default:
+		go d.runFlusher(r)
+	}
 }
 
 // payload is the JSON a device receives on msg (DESIGN.md section 3).
