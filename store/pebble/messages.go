@@ -81,7 +81,7 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 		s.msgs.drop(m.ID)
 		return fmt.Errorf("create message %d: %w", m.ID, err)
 	}
-	s.msgs.put(m.ID, raw, cloneMessage(m))
+	s.msgs.keep(m.ID, raw, cloneMessage(m))
 	if m.State == store.StatePending {
 		s.pending.put(m.AppKey, m.DeviceName, count+1, []int64{m.ID}, nil)
 	}

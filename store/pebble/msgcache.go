@@ -13,7 +13,7 @@ import (
 // Sizes of msgCache: msgCacheShards shards of msgCacheShardSize messages.
 const (
 	msgCacheShards    = 16
-	msgCacheShardSize = 2048
+	msgCacheShardSize = 4096
 )
 
 // msgCache holds the stored state of the messages written last, so that
@@ -32,8 +32,11 @@ const (
 // message's old state after other keys of its write (the queue entry's
 // deletion) are visible in Pebble, which Pebble alone never shows.
 //
-// Each shard forgets its oldest entries first (a ring of msgids in
-// insertion order); forgetting is always safe.
+// It holds pending messages only (keep), at most the last 65,536 put
+// (about 1 KiB each with their records): in fan-out the PUBACKs come a few
+// thousand messages behind the sends, more while the deliveries catch up
+// with a burst. Each shard forgets its oldest entries first (a ring of
+// msgids in insertion order); forgetting is always safe.
 type msgCache struct {
 	shards [msgCacheShards]msgCacheShard
 	// noVerify turns verifyMsgCache off for a test that changes Pebble
@@ -90,6 +93,18 @@ func (c *msgCache) put(id int64, raw []byte, m store.Message) {
 		sh.next = (sh.next + 1) % msgCacheShardSize
 	}
 	sh.byID[id] = e
+}
+
+// keep puts message id if it is pending, and drops it otherwise: only a
+// pending message has a write coming soon (its PUBACK's, its expiry), and
+// a delivered one kept would push out pending ones. The caller is as for
+// put.
+func (c *msgCache) keep(id int64, raw []byte, m store.Message) {
+	if m.State == store.StatePending {
+		c.put(id, raw, m)
+	} else {
+		c.drop(id)
+	}
 }
 
 // drop forgets message id: the caller, holding the device's stripe, does
@@ -176,7 +191,7 @@ func (s *Store) cacheCreated(appKey string, msgs []store.BatchMessage, outcomes 
 			if bytes.Equal(e.k, k) {
 				m := cloneMessage(bm.Message)
 				m.AppKey = appKey
-				s.msgs.put(m.ID, e.v, m)
+				s.msgs.keep(m.ID, e.v, m)
 				break
 			}
 		}

@@ -18,7 +18,8 @@ func init() { verifyMsgCache = true }
 // fan-out, the PUBACK's) takes the message the send stored from the cache,
 // for both CreateMessage and CreateMessages: the stored values are
 // removed behind the cache's back, and the updates still find the
-// messages. What they write is what Pebble then holds.
+// messages. What they write is what Pebble then holds, and the delivered
+// messages leave the cache.
 func TestAckWriteReadsCachedMessage(t *testing.T) {
 	s := openTest(t)
 	s.msgs.noVerify = true
@@ -55,6 +56,11 @@ func TestAckWriteReadsCachedMessage(t *testing.T) {
 		must(err)
 		if m.State != store.StateDelivered || len(m.Records) != 2 {
 			t.Errorf("message %d stored as %s with %d records, want delivered with 2", id, m.State, len(m.Records))
+		}
+		// Nothing writes a delivered message soon: it would only push
+		// pending ones out.
+		if s.msgs.get(id) != nil {
+			t.Errorf("delivered message %d still cached", id)
 		}
 	}
 }

@@ -181,7 +181,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		s.pending.put(dk[0], dk[1], n, nil, p.removed[dk])
 	}
 	for i, id := range p.order {
-		s.msgs.put(id, p.stored[i].raw, p.stored[i].m)
+		s.msgs.keep(id, p.stored[i].raw, p.stored[i].m)
 	}
 	locked = false
 	unlock()
