@@ -251,6 +251,7 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 		return store.Message{}, err
 	}
 	defer s.msgs.drop(id) // runs before the stripe's unlock
+	before := m
 	n, leaving, err := store.ApplyUpdate(&m, id, appKey, fn)
 	if err != nil {
 		return store.Message{}, err
@@ -269,10 +270,7 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 			if err := set(b, ck, be64(max(count-1, 0))); err != nil {
 				return err
 			}
-			if err := b.Delete(queueKey(appKey, dev, id), nil); err != nil {
-				return err
-			}
-			if err := b.Delete(expiryKey(m.ExpireTime, id), nil); err != nil {
+			if err := unqueue(b, before); err != nil {
 				return err
 			}
 		}

@@ -145,10 +145,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}
 	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
 		for _, m := range p.leaving {
-			if err := b.Delete(queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
-				return err
-			}
-			if err := b.Delete(expiryKey(m.ExpireTime, m.ID), nil); err != nil {
+			if err := unqueue(b, m); err != nil {
 				return err
 			}
 		}
