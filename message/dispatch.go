@@ -408,7 +408,7 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		return false
 	}
 	r.durableMu.Lock()
-	var msgs []store.Message
+	msgs := make([]store.Message, 0, len(r.durable)) // one allocation: a Message is large
 	for id, m := range r.durable {
 		// A read may have sent it before its Notify came.
 		if _, ok := r.sent[id]; ok {
