@@ -515,7 +515,7 @@ func (d *Dispatcher) publish(r *route, m store.Message) bool {
 		d.log.Debug("publish message", "app", r.app, "device", r.dev, "msgid", m.ID, "err", err)
 		return false
 	}
-	d.sent(r, pid, m.ID)
+	d.recordSent(r, pid, m.ID)
 	return true
 }
 
@@ -524,8 +524,8 @@ func devicePayload(m store.Message) []byte {
 	return appendPayload(make([]byte, 0, len(m.Body)+96), payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
 }
 
-// sent records message id in flight on r with packet id pid. Under r.mu.
-func (d *Dispatcher) sent(r *route, pid uint16, id int64) {
+// recordSent records message id in flight on r with packet id pid. Under r.mu.
+func (d *Dispatcher) recordSent(r *route, pid uint16, id int64) {
 	if r.inflight == nil { // made at the first message: an idle device costs no maps
 		r.inflight, r.sent = map[uint16]int64{}, map[int64]struct{}{}
 	}
@@ -562,7 +562,7 @@ func (d *Dispatcher) publishAll(r *route, msgs []store.Message) bool {
 		return false
 	}
 	for i, m := range msgs {
-		d.sent(r, pids[i], m.ID)
+		d.recordSent(r, pids[i], m.ID)
 	}
 	return true
 }
