@@ -243,6 +243,8 @@ func (rc *rawClient) read(want byte) packets.Packet {
 		err = pk.SubackDecode(body)
 	case packets.Puback:
 		err = pk.PubackDecode(body)
+	case packets.Publish:
+		err = pk.PublishDecode(body)
 	}
 	if err != nil {
 		rc.t.Fatal(err)

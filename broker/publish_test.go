@@ -244,3 +244,30 @@ func TestSessionEnd(t *testing.T) {
 	b2.Close()
 	ended("shutdown", EndShutdown)
 }
+
+// TestPublishAll checks that PublishAll sends its payloads in order, with
+// the packet ids it returns.
+func TestPublishAll(t *testing.T) {
+	b, addr := startBroker(t, Config{}, &pubHandler{})
+	rc, code := rawConnect(t, addr, 4, "app/dev", "secret")
+	if code != 0 {
+		t.Fatalf("CONNACK %#x", code)
+	}
+	waitUntil(t, "session", func() bool { return b.Session("app", "dev") != nil })
+	ids, err := b.Session("app", "dev").PublishAll("msg", [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 3 {
+		t.Fatalf("%d packet ids, want 3", len(ids))
+	}
+	for i, want := range []string{"a", "b", "c"} {
+		pk := rc.read(packets.Publish)
+		if pk.TopicName != "d/app/dev/msg" || string(pk.Payload) != want || pk.PacketID != ids[i] || pk.FixedHeader.Qos != 1 {
+			t.Errorf("publish %d: %s %q id %d qos %d, want d/app/dev/msg %q id %d qos 1", i, pk.TopicName, pk.Payload, pk.PacketID, pk.FixedHeader.Qos, want, ids[i])
+		}
+	}
+	if ids[0] == ids[1] || ids[1] == ids[2] || ids[0] == ids[2] {
+		t.Errorf("packet ids %v not distinct", ids)
+	}
+}

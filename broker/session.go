@@ -137,24 +137,83 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 	return pk.PacketID, nil
 }
 
+// PublishAll is Publish for several payloads, sent in order with one
+// write (while they fit mochi's write buffer), and returns their packet
+// ids at QoS 1: a device's waiting messages cost one write(2), not one
+// each. On an error none of them was sent.
+func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint16, error) {
+	pks := make([]packets.Packet, len(payloads))
+	var ids []uint16
+	for i, p := range payloads {
+		pks[i] = packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
+			TopicName:   s.prefix + topic,
+			Payload:     p,
+		}
+		if qos > 0 {
+			id, err := s.takePacketID()
+			if err != nil {
+				for _, pk := range pks[:i] {
+					s.releasePacketID(pk.PacketID)
+				}
+				return nil, err
+			}
+			pks[i].PacketID = id
+			ids = append(ids, id)
+		}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.holding {
+		s.held = append(s.held, pks...)
+		return ids, nil
+	}
+	if err := s.writeAll(pks); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
 // write sends pk; the caller holds wmu.
 func (s *Session) write(pk packets.Packet) error {
-	// A device that stops reading must not hold the caller (a REST
-	// request pushing properties, a delivery) for longer than this. mochi
-	// moves the deadline only when the device sends something.
-	if c := s.cl.Net.Conn; c != nil {
-		_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	}
+	s.setWriteDeadline()
 	if err := s.cl.WritePacket(pk); err != nil {
-		if pk.FixedHeader.Qos > 0 {
-			s.releasePacketID(pk.PacketID)
-		}
-		// A failed or timed-out write leaves the stream unusable; end the
-		// connection so the device reconnects and is served afresh.
-		s.cl.Stop(err)
+		s.writeFailed(err, pk)
 		return err
 	}
 	return nil
+}
+
+// writeAll sends pks in one write; the caller holds wmu.
+func (s *Session) writeAll(pks []packets.Packet) error {
+	s.setWriteDeadline()
+	if err := s.cl.WritePackets(pks); err != nil {
+		s.writeFailed(err, pks...)
+		return err
+	}
+	return nil
+}
+
+// setWriteDeadline bounds the next write. A device that stops reading
+// must not hold the caller (a REST request pushing properties, a
+// delivery) for longer than WriteTimeout. mochi moves the deadline only
+// when the device sends something.
+func (s *Session) setWriteDeadline() {
+	if c := s.cl.Net.Conn; c != nil {
+		_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
+	}
+}
+
+// writeFailed frees the packet ids of pks, which were not sent, and ends
+// the connection: a failed or timed-out write leaves the stream unusable,
+// so the device reconnects and is served afresh.
+func (s *Session) writeFailed(err error, pks ...packets.Packet) {
+	for _, pk := range pks {
+		if pk.FixedHeader.Qos > 0 {
+			s.releasePacketID(pk.PacketID)
+		}
+	}
+	s.cl.Stop(err)
 }
 
 // hold makes publishes queue until release.

@@ -61,6 +61,9 @@ type Dispatcher struct {
 	published, delivered, expired atomic.Int64
 
 	acks ackStage
+	// idleFlushers hands a route to a flusher waiting for one
+	// (runFlusher); unbuffered, so a route is never left in it.
+	idleFlushers chan *route
 
 	stop, done chan struct{}
 }
@@ -76,6 +79,9 @@ type route struct {
 	running  bool               // a flush is under way
 	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
+	// holding says announced messages wait in durable for the PUBACKs
+	// of those in flight (see flushNotified); the last PUBACK flushes.
+	holding bool
 	// acking counts this connection's PUBACKs waiting in the ack stage.
 	acking int
 	// seen is the highest msgid a queue read found or flushNotified
@@ -137,7 +143,7 @@ func (r *route) addDurable(m store.Message) {
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
 func NewDispatcher(st store.Store, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{store: st, log: log, now: time.Now, routes: map[string]*route{}}
+	return &Dispatcher{store: st, log: log, now: time.Now, routes: map[string]*route{}, idleFlushers: make(chan *route)}
 }
 
 func routeKey(app, dev string) string { return app + "\x00" + dev }
@@ -246,19 +252,12 @@ func (d *Dispatcher) start(r *route) {
 	}
 	r.running = true
 	r.mu.Unlock()
-	go func() {
-		for {
-			d.flush(r)
-			r.mu.Lock()
-			if !r.again {
-				r.running = false
-				r.mu.Unlock()
-				return
-			}
-			r.again = false
-			r.mu.Unlock()
-		}
-	}()
+	// An idle flusher takes it if one waits (see runFlusher).
+	select {
+	case d.idleFlushers <- r:
+	default:
+		go d.runFlusher(r)
+	}
 }
 
 // payload is the JSON a device receives on msg (DESIGN.md section 3).
@@ -409,7 +408,7 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		return false
 	}
 	r.durableMu.Lock()
-	var msgs []store.Message
+	msgs := make([]store.Message, 0, len(r.durable)) // one allocation: a Message is large
 	for id, m := range r.durable {
 		// A read may have sent it before its Notify came.
 		if _, ok := r.sent[id]; ok {
@@ -431,6 +430,20 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		r.durableMu.Unlock()
 		return false
 	}
+	if _, batches := r.conn.(allConn); batches && len(msgs) > 0 && len(r.inflight) > 0 {
+		// Wait for the PUBACKs of what is in flight, as TCP's Nagle
+		// waits for ACKs, and send what gathered meanwhile with one
+		// write: one write(2) per message was 12 to 17% of the server's
+		// CPU in fan-out, where a flush found a message in flight half
+		// the time. It costs a message at most the PUBACK's round trip,
+		// and a device that does not PUBACK gets one message, not a
+		// window of them. Holding more than Window is left to a read
+		// (addDurable). Only a connection that writes several messages
+		// at once gains from it.
+		r.holding = true
+		r.durableMu.Unlock()
+		return true
+	}
 	for _, m := range msgs {
 		delete(r.durable, m.ID)
 	}
@@ -438,6 +451,7 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 	slices.SortFunc(msgs, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })
 	now := d.now().Unix()
 	synced := false
+	send := msgs[:0]
 	for _, m := range msgs {
 		if now > m.ExpireTime {
 			continue // the sweeper records it as expired
@@ -451,10 +465,12 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 			}
 			synced = true
 		}
-		if !d.publish(r, m) {
-			return true
+		send = append(send, m)
+	}
+	if d.publishAll(r, send) {
+		for _, m := range send {
+			r.seen = max(r.seen, m.ID)
 		}
-		r.seen = max(r.seen, m.ID)
 	}
 	return true
 }
@@ -494,18 +510,60 @@ func (r *route) forgetHandled(ids []int64, complete bool) {
 // holds r.mu, so Acked cannot see the PUBACK before the packet id is
 // recorded.
 func (d *Dispatcher) publish(r *route, m store.Message) bool {
-	body := appendPayload(make([]byte, 0, len(m.Body)+96), payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
-	pid, err := r.conn.Publish(TopicMsg, body, 1)
+	pid, err := r.conn.Publish(TopicMsg, devicePayload(m), 1)
 	if err != nil {
 		d.log.Debug("publish message", "app", r.app, "device", r.dev, "msgid", m.ID, "err", err)
 		return false
 	}
+	d.recordSent(r, pid, m.ID)
+	return true
+}
+
+// devicePayload is what the device receives for m.
+func devicePayload(m store.Message) []byte {
+	return appendPayload(make([]byte, 0, len(m.Body)+96), payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
+}
+
+// recordSent records message id in flight on r with packet id pid. Under r.mu.
+func (d *Dispatcher) recordSent(r *route, pid uint16, id int64) {
 	if r.inflight == nil { // made at the first message: an idle device costs no maps
 		r.inflight, r.sent = map[uint16]int64{}, map[int64]struct{}{}
 	}
-	r.inflight[pid] = m.ID
-	r.sent[m.ID] = struct{}{}
+	r.inflight[pid] = id
+	r.sent[id] = struct{}{}
 	d.published.Add(1)
+}
+
+// allConn is a Conn that sends several messages with one write
+// (broker.Session).
+type allConn interface {
+	PublishAll(topic string, payloads [][]byte, qos byte) ([]uint16, error)
+}
+
+// publishAll is publish for msgs, in order, with one write when r's
+// connection can.
+func (d *Dispatcher) publishAll(r *route, msgs []store.Message) bool {
+	c, ok := r.conn.(allConn)
+	if !ok || len(msgs) < 2 {
+		for _, m := range msgs {
+			if !d.publish(r, m) {
+				return false
+			}
+		}
+		return true
+	}
+	payloads := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		payloads[i] = devicePayload(m)
+	}
+	pids, err := c.PublishAll(TopicMsg, payloads, 1)
+	if err != nil {
+		d.log.Debug("publish messages", "app", r.app, "device", r.dev, "msgids", len(msgs), "err", err)
+		return false
+	}
+	for i, m := range msgs {
+		d.recordSent(r, pids[i], m.ID)
+	}
 	return true
 }
 
@@ -592,7 +650,15 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	r.mu.Lock()
 	id, ok := r.inflight[pid]
 	delete(r.inflight, pid)
+	// The last PUBACK sends what flushNotified held for it.
+	flush := ok && r.holding && len(r.inflight) == 0
+	if flush {
+		r.holding = false
+	}
 	r.mu.Unlock()
+	if flush {
+		d.start(r)
+	}
 	if !ok {
 		return // a PUBACK of a property publish
 	}

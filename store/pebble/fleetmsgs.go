@@ -212,6 +212,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	for dev, n := range counts {
 		s.pending.put(appKey, dev, n, added[dev], nil)
 	}
+	s.cacheCreated(appKey, msgs, outcomes, encoded)
 	locked = false
 	unlock()
 	if step == nil || seq != nil {

@@ -3,6 +3,7 @@ package pebble
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -48,7 +49,11 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 			return store.ErrQueueFull
 		}
 	}
-	err := s.write(func(b *pebble.Batch) error {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("create message %d: encode: %w", m.ID, err)
+	}
+	err = s.write(func(b *pebble.Batch) error {
 		if m.State == store.StatePending {
 			if err := set(b, ck, be64(count+1)); err != nil {
 				return err
@@ -60,7 +65,7 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 				return err
 			}
 		}
-		if err := setJSON(b, msgKey(m.ID), m); err != nil {
+		if err := set(b, msgKey(m.ID), raw); err != nil {
 			return err
 		}
 		if err := set(b, appMsgKey(m.AppKey, m.ID), nil); err != nil {
@@ -73,8 +78,10 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 	})
 	if err != nil {
 		s.pending.drop(m.AppKey, m.DeviceName) // the batch may or may not have landed
+		s.msgs.drop(m.ID)
 		return fmt.Errorf("create message %d: %w", m.ID, err)
 	}
+	s.msgs.keep(m.ID, raw, cloneMessage(m))
 	if m.State == store.StatePending {
 		s.pending.put(m.AppKey, m.DeviceName, count+1, []int64{m.ID}, nil)
 	}
@@ -229,8 +236,8 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 		return store.Message{}, err
 	}
 	defer s.exit()
-	var m store.Message
-	if err := s.getJSON(msgKey(id), &m); err != nil {
+	m, _, _, err := s.readMessage(id, false)
+	if err != nil {
 		return store.Message{}, err
 	}
 	if m.AppKey != appKey {
@@ -239,10 +246,12 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 	dev := m.DeviceName
 	defer s.lock2(deviceStripe(appKey, dev), deviceStripe(appKey, dev))()
 	// Read again under the lock: the first read only named the device.
-	m = store.Message{}
-	if err := s.getJSON(msgKey(id), &m); err != nil {
+	// The cached state goes whatever the write's outcome (msgcache.go).
+	if m, _, _, err = s.readMessage(id, true); err != nil {
 		return store.Message{}, err
 	}
+	defer s.msgs.drop(id) // runs before the stripe's unlock
+	before := m
 	n, leaving, err := store.ApplyUpdate(&m, id, appKey, fn)
 	if err != nil {
 		return store.Message{}, err
@@ -261,10 +270,7 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 			if err := set(b, ck, be64(max(count-1, 0))); err != nil {
 				return err
 			}
-			if err := b.Delete(queueKey(appKey, dev, id), nil); err != nil {
-				return err
-			}
-			if err := b.Delete(expiryKey(m.ExpireTime, id), nil); err != nil {
+			if err := unqueue(b, before); err != nil {
 				return err
 			}
 		}

@@ -81,6 +81,9 @@ type Store struct {
 	pending pendingCache
 	// events is the event log's state (see events.go).
 	events eventLogs
+	// msgs holds the messages written last, for their next writer
+	// (msgcache.go).
+	msgs msgCache
 
 	log        *slog.Logger
 	now        func() time.Time

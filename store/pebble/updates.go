@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -49,7 +48,8 @@ func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit
 
 // updating is one message of an UpdateMessages call as it goes along.
 type updating struct {
-	raw []byte // the stored value read before the stripes were taken
+	raw []byte     // the stored value read before the stripes were taken
+	e   *cachedMsg // the cache entry it came from, if it did
 	m   store.Message
 }
 
@@ -81,16 +81,12 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		if _, ok := msgs[u.ID]; ok {
 			continue
 		}
-		raw, err := s.get(msgKey(u.ID))
+		m, raw, ce, err := s.readMessage(u.ID, false)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		e := &updating{raw: raw}
-		if err := json.Unmarshal(raw, &e.m); err != nil {
-			errs[i] = fmt.Errorf("decode message %d: %w", u.ID, err)
-			continue
-		}
+		e := &updating{raw: raw, e: ce, m: m}
 		msgs[u.ID] = e
 		idx = append(idx, deviceStripe(e.m.AppKey, e.m.DeviceName))
 	}
@@ -107,7 +103,13 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}()
 	stale := false
 	for id, e := range msgs {
-		raw, err := s.get(msgKey(id))
+		if ce := s.msgs.get(id); ce != nil && ce == e.e {
+			if verifyMsgCache && !s.msgs.noVerify {
+				s.verifyCached(id, ce)
+			}
+			continue // as read: the cache holds what Pebble does
+		}
+		m, raw, ce, err := s.readMessage(id, true)
 		if errors.Is(err, store.ErrNotFound) {
 			delete(msgs, id) // its updates are ErrNotFound below
 			stale = true
@@ -116,12 +118,10 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		if err != nil {
 			return nil, fmt.Errorf("update message %d: %w", id, err)
 		}
+		e.e = ce
 		if !bytes.Equal(raw, e.raw) {
 			stale = true
-			e.m = store.Message{}
-			if err := json.Unmarshal(raw, &e.m); err != nil {
-				return nil, fmt.Errorf("decode message %d: %w", id, err)
-			}
+			e.m, e.raw = m, raw
 		}
 	}
 	if stale {
@@ -145,10 +145,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}
 	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
 		for _, m := range p.leaving {
-			if err := b.Delete(queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
-				return err
-			}
-			if err := b.Delete(expiryKey(m.ExpireTime, m.ID), nil); err != nil {
+			if err := unqueue(b, m); err != nil {
 				return err
 			}
 		}
@@ -168,6 +165,9 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		for dk := range counts {
 			s.pending.drop(dk[0], dk[1]) // the batch may or may not have landed
 		}
+		for _, id := range p.order {
+			s.msgs.drop(id)
+		}
 		err = fmt.Errorf("update %d messages: %w", len(p.order), err)
 		for _, i := range p.done {
 			errs[i] = err
@@ -176,6 +176,9 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}
 	for dk, n := range counts {
 		s.pending.put(dk[0], dk[1], n, nil, p.removed[dk])
+	}
+	for i, id := range p.order {
+		s.msgs.keep(id, p.stored[i].raw, p.stored[i].m)
 	}
 	locked = false
 	unlock()
@@ -197,6 +200,7 @@ type updatePlan struct {
 	leaving []store.Message       // messages that leave their queue, as stored before
 	removed map[[2]string][]int64 // the msgids leaving each device's queue
 	kvs     []kv                  // the changed messages and their outbox entries
+	stored  []cachedMsg           // the changed messages as written, in order's order
 }
 
 // planUpdates applies updates to msgs (the messages as read, by msgid;
@@ -254,6 +258,7 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 			return nil, fmt.Errorf("encode message %d: %w", id, err)
 		}
 		p.kvs = append(p.kvs, kv{msgKey(id), data})
+		p.stored = append(p.stored, cachedMsg{raw: data, m: c.m})
 		f, ok := filters[c.m.AppKey]
 		if !ok && c.records < len(c.m.Records) {
 			f = s.recordFilter(c.m.AppKey)

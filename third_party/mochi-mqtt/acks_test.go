@@ -104,3 +104,47 @@ func TestAcksOfABurstInOneWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte{0x40, 2, 0, 7}, acks[:4])
 }
+
+// TestWritePacketsInOneWrite checks that WritePackets writes its packets,
+// in order, with one write.
+func TestWritePacketsInOneWrite(t *testing.T) {
+	s := New(&Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, s.AddHook(new(idleTestHook), nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cln := &countingListener{Listener: ln}
+	require.NoError(t, s.AddListener(listeners.NewNet("t", cln)))
+	require.NoError(t, s.Serve())
+	t.Cleanup(func() { _ = s.Close() })
+
+	c := dialIdle(t, ln.Addr().String(), "many") // CONNACK and SUBACK: 2 writes
+	defer c.Close()
+	// The counter moves once the server's write returns, which can be
+	// after the client has read what it wrote.
+	writes := func(n int64) func() bool { return func() bool { return cln.writes.Load() == n } }
+	require.Eventually(t, writes(2), 5*time.Second, time.Millisecond)
+	cl, ok := s.Clients.Get("many")
+	require.True(t, ok)
+
+	var pks []packets.Packet
+	for _, p := range []string{"a", "b", "c"} {
+		pks = append(pks, packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+			TopicName:   "many/x",
+			Payload:     []byte(p),
+			PacketID:    uint16(p[0]),
+		})
+	}
+	require.NoError(t, cl.WritePackets(pks))
+	// Each: 0x32, length 11, topic length 0 6, "many/x", packet id, payload.
+	got := make([]byte, 3*13)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err)
+	for i, p := range []byte("abc") {
+		require.Equal(t, []byte{0x32, 11, 0, 6, 'm', 'a', 'n', 'y', '/', 'x', 0, p, p}, got[13*i:13*i+13], "publish %d", i)
+	}
+	require.Eventually(t, writes(3), 5*time.Second, time.Millisecond, "three publishes in one write")
+	time.Sleep(10 * time.Millisecond)
+	require.Equal(t, int64(3), cln.writes.Load(), "three publishes in one write")
+}

@@ -581,6 +581,24 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 
 // WritePacket encodes and writes a packet to the client.
 func (cl *Client) WritePacket(pk packets.Packet) error {
+	return cl.writePacket(pk, false)
+}
+
+// WritePackets encodes and writes packets to the client in order, in one
+// write while they fit in ClientNetWriteBufferSize: each but the last is
+// held in the write buffer as a held ack is (see holdAcks), and the last
+// writes them all. It stops at the first error.
+func (cl *Client) WritePackets(pks []packets.Packet) error {
+	for i, pk := range pks {
+		if err := cl.writePacket(pk, i < len(pks)-1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writePacket is WritePacket; hold buffers the packet for a later write.
+func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 	if cl.Closed() {
 		return ErrConnectionClosed
 	}
@@ -659,7 +677,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	n, err := func() (int64, error) {
 		cl.Lock()
 		defer cl.Unlock()
-		if cl.Net.holdAcks && isAck(pk.FixedHeader.Type) {
+		if hold || cl.Net.holdAcks && isAck(pk.FixedHeader.Type) {
 			// The reader flushes them at the end of its burst
 			// (readBuffered), or a write that is not held does.
 			if cl.Net.outbuf == nil {

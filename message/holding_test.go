@@ -1,0 +1,82 @@
+package message
+
+import (
+	"slices"
+	"sync"
+	"testing"
+)
+
+// allRecConn is a conn that sends several messages at once, and records
+// how many each call sent.
+type allRecConn struct {
+	conn
+	mu    sync.Mutex
+	calls []int
+}
+
+func (c *allRecConn) Publish(topic string, payload []byte, qos byte) (uint16, error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, 1)
+	c.mu.Unlock()
+	return c.conn.Publish(topic, payload, qos)
+}
+
+func (c *allRecConn) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint16, error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, len(payloads))
+	c.mu.Unlock()
+	var ids []uint16
+	for _, p := range payloads {
+		id, err := c.conn.Publish(topic, p, qos)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (c *allRecConn) writes() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.calls)
+}
+
+// TestDispatcherSendsAnnouncedAfterPUBACKsInOneWrite checks that the
+// messages announced while one is in flight wait for its PUBACK and then
+// go out with one write, in msgid order.
+func TestDispatcherSendsAnnouncedAfterPUBACKsInOneWrite(t *testing.T) {
+	f := newFixture(t)
+	c := &allRecConn{}
+	f.d.Attach(c, "app", "dev-1")
+	f.d.mu.Lock()
+	r := f.d.routes[routeKey("app", "dev-1")]
+	f.d.mu.Unlock()
+	idle := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.running
+	}
+	eventually(t, "the first flush done", idle)
+	first := f.send(t, 60)
+	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 && idle() })
+	var later []int64
+	for range 3 {
+		later = append(later, f.send(t, 60))
+		eventually(t, "the flush done", idle)
+	}
+	if got := c.received(); !slices.Equal(got, []int64{first}) {
+		t.Fatalf("received %v before the PUBACK, want only %d", got, first)
+	}
+	c.mu.Lock()
+	pid := c.pids[first]
+	c.mu.Unlock()
+	f.d.Acked(c, "app", "dev-1", pid)
+	eventually(t, "the held messages sent", func() bool { return len(c.received()) == 4 })
+	if got, want := c.received(), append([]int64{first}, later...); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	if got := c.writes(); !slices.Equal(got, []int{1, 3}) {
+		t.Errorf("messages per write %v, want [1 3]", got)
+	}
+}

@@ -1,0 +1,69 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable/block"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// TestUnqueuedEntriesLeaveNoTombstones checks that a message created
+// pending and taken out of its queue soon after (delivered by
+// UpdateMessages, expired by UpdateMessage) leaves nothing of its queue
+// and expiry entries once the memtable is flushed: no tombstone for the
+// compactions to carry down the levels.
+func TestUnqueuedEntriesLeaveNoTombstones(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.CreateApp(ctx, store.App{Key: "app", Name: "a"}))
+	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}, {Name: "dev-2", Secret: "s"}})
+	must(err)
+	pending := func(id int64, dev string) store.Message {
+		return store.Message{ID: id, AppKey: "app", DeviceName: dev, Body: "b", TTL: 60,
+			ExpireTime: 1 << 40, State: store.StatePending, Records: []store.Record{{Type: store.RecordTargetValid}}}
+	}
+	// A message that stays queued, on disk: the flush below cannot drop
+	// a tombstone for lack of anything under it.
+	must(s.CreateMessage(ctx, pending(100, "dev-2"), 0, nil))
+	must(s.db.Flush())
+	must(s.CreateMessage(ctx, pending(1, "dev-1"), 0, nil))
+	_, err = s.CreateMessages(ctx, "app", []store.BatchMessage{{Message: pending(2, "dev-1")}, {Message: pending(3, "dev-2")}}, nil, nil)
+	must(err)
+	deliver := func(m *store.Message) error {
+		m.State = store.StateDelivered
+		return nil
+	}
+	errs, err := s.UpdateMessages(ctx, []store.MessageUpdate{{AppKey: "app", ID: 1, Fn: deliver}, {AppKey: "app", ID: 2, Fn: deliver}})
+	must(err)
+	must(errors.Join(errs...))
+	_, err = s.UpdateMessage(ctx, "app", 3, func(m *store.Message) error {
+		m.State = store.StateExpired
+		return nil
+	})
+	must(err)
+	must(s.db.Flush())
+	tombstones := 0
+	must(s.db.ScanInternal(ctx, block.CategoryUnknown, nil, nil,
+		func(k *pebble.InternalKey, _ pebble.LazyValue, _ pebble.IteratorLevel) error {
+			if k.Kind() == pebble.InternalKeyKindDelete || k.Kind() == pebble.InternalKeyKindSingleDelete {
+				tombstones++
+			}
+			return nil
+		}, nil, nil, nil, nil))
+	if tombstones != 0 {
+		t.Errorf("%d tombstones flushed, want 0", tombstones)
+	}
+	if n := countKeys(t, s, pQueue) + countKeys(t, s, pExpiry); n != 2 {
+		t.Errorf("%d queue and expiry entries left, want 2 (message 100's)", n)
+	}
+}
