@@ -141,12 +141,21 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	po := &pebble.Options{
 		Cache:  cache,
 		Logger: logger{cfg.logger},
-		// Measured with devmsg bench: 4 MiB (the default) flushes so often
-		// that lookups cross many L0 tables; 64 MiB tables carry filter and
-		// index blocks large enough to fall out of the cache. 16 MiB
-		// sustained the highest send rate.
-		MemTableSize: 16 << 20,
-		FS:           cfg.fs,
+		// A memtable holds about 100,000 messages (a message and its
+		// index entries take about 640 bytes there), and L0 is compacted
+		// once it holds 8 flushes instead of 4. With 16 MiB and 4, a
+		// burst (a broadcast to 100,000 devices, a minute of batch sends)
+		// flushed every 25,000 messages and, as the store was small,
+		// rewrote the whole of the last level at every fourth flush: the
+		// compactions took a third of the CPU of a broadcast and 11% of a
+		// fan-out. Now a burst of that size is flushed once and compacted
+		// after it, in fewer, larger compactions (BENCHMARKS.md, "Pebble's
+		// memtable and L0 threshold"). The cost: up to two memtables of
+		// memory (128 MiB) beside the block cache, and a longer WAL to
+		// replay after a crash.
+		MemTableSize:          64 << 20,
+		L0CompactionThreshold: 8,
+		FS:                    cfg.fs,
 	}
 	s := &Store{}
 	// Under load, space WAL syncs apart so more concurrent commits share
