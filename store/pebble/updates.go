@@ -144,22 +144,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		counts[dk] = max(n-int64(len(ids)), 0)
 	}
 	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
-		for _, m := range p.leaving {
-			if err := unqueue(b, m); err != nil {
-				return err
-			}
-		}
-		for dk, n := range counts {
-			if err := set(b, key(pCount, dk[0], dk[1]), be64(n)); err != nil {
-				return err
-			}
-		}
-		for _, e := range p.kvs {
-			if err := set(b, e.k, e.v); err != nil {
-				return err
-			}
-		}
-		return nil
+		return fillUpdates(b, p.leaving, counts, p.kvs)
 	})
 	if err != nil {
 		for dk := range counts {
