@@ -64,7 +64,14 @@ func (p *BatchPlan) Messages() int { return len(p.msgs) }
 // (record 3, code 3004) the store falls back to.
 func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*BatchPlan, error) {
 	now := s.now()
-	p := &BatchPlan{app: app, results: make([]BatchResult, len(req.Devices))}
+	n := len(req.Devices)
+	p := &BatchPlan{
+		app:     app,
+		results: make([]BatchResult, n),
+		msgs:    make([]store.BatchMessage, 0, n),
+		index:   make([]int, 0, n),
+		devs:    make([]store.Device, 0, n),
+	}
 	seen := make(map[string]bool, len(req.Devices))
 	for i, name := range req.Devices {
 		r := &p.results[i]
