@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -11,8 +12,9 @@ import (
 )
 
 // TestUpdatesBatchGroupsKeys checks that an UpdateMessages batch holds
-// each kind of key in one run (what the memtable's inserts rely on to
-// start near each other), with every removal and set in it.
+// each kind of key in one run, in key order within it (what the
+// memtable's inserts rely on to start near each other), with every
+// removal and set in it.
 func TestUpdatesBatchGroupsKeys(t *testing.T) {
 	var leaving []store.Message
 	counts := map[[2]string]int64{}
@@ -35,6 +37,7 @@ func TestUpdatesBatchGroupsKeys(t *testing.T) {
 	}
 	seen := map[string]int{}
 	var runs []string
+	var last []byte
 	r := b.Reader()
 	for {
 		kind, k, _, ok, err := r.Next()
@@ -47,7 +50,10 @@ func TestUpdatesBatchGroupsKeys(t *testing.T) {
 		p := string(k[:2])
 		if len(runs) == 0 || runs[len(runs)-1] != p {
 			runs = append(runs, p)
+		} else if bytes.Compare(last, k) >= 0 {
+			t.Fatalf("key %q after %q", k, last)
 		}
+		last = append(last[:0], k...)
 		if (kind == pebble.InternalKeyKindSingleDelete) != (p == pQueue || p == pExpiry) {
 			t.Fatalf("key %q written as %v", k, kind)
 		}
