@@ -51,11 +51,11 @@ type Dispatcher struct {
 	now   func() time.Time
 
 	mu     sync.Mutex
-	routes map[string]*route // by app and device name
+	routes map[routeID]*route // by app and device name
 	// acking counts, by app and device name, the PUBACKs waiting in the
 	// ack stage for their delivery to be stored, whichever connection
 	// they came on (route.acking counts a route's own).
-	acking map[string]int
+	acking map[routeID]int
 
 	// Counts since start, for metrics.
 	published, delivered, expired atomic.Int64
@@ -143,10 +143,15 @@ func (r *route) addDurable(m store.Message) {
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
 func NewDispatcher(st store.Store, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{store: st, log: log, now: time.Now, routes: map[string]*route{}, idleFlushers: make(chan *route)}
+	return &Dispatcher{store: st, log: log, now: time.Now, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
 }
 
-func routeKey(app, dev string) string { return app + "\x00" + dev }
+// routeID names a device's route: a key of two strings, not one joined,
+// which cost an allocation per lookup (2% of the server in fan-out, with
+// the Pebble store's caches).
+type routeID struct{ app, dev string }
+
+func routeKey(app, dev string) routeID { return routeID{app, dev} }
 
 // Attach starts delivery to a connection that subscribed to msg. A
 // repeated SUBSCRIBE on the same connection sends what is pending and
@@ -675,7 +680,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	k := routeKey(app, dev)
 	d.mu.Lock()
 	if d.acking == nil {
-		d.acking = map[string]int{}
+		d.acking = map[routeID]int{}
 	}
 	d.acking[k]++
 	d.mu.Unlock()

@@ -29,7 +29,7 @@ type pendingCache struct {
 	counts countCache
 
 	mu  sync.Mutex
-	ids map[string]*queueIDs
+	ids map[devKey]*queueIDs
 	gen uint64 // last generation handed out
 }
 
@@ -106,7 +106,7 @@ func (c *pendingCache) cachedIDs(app, name string, limit int) ([]int64, bool, ui
 	e := c.ids[k]
 	if e == nil {
 		if c.ids == nil {
-			c.ids = map[string]*queueIDs{}
+			c.ids = map[devKey]*queueIDs{}
 		}
 		if len(c.ids) >= maxCached {
 			for victim := range c.ids { // map order is random enough for eviction
