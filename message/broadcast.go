@@ -23,6 +23,7 @@ type BroadcastStore interface {
 	BatchStore
 	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
 	FlagEpoch() (epoch uint64, ok bool)
+	PrepareStep(ctx context.Context, appKey string, msgs []store.BatchMessage, connected []bool) (any, error)
 	EnabledNames(ctx context.Context, appKey, tag string) ([]string, error)
 	ListMessages(ctx context.Context, appKey string, before int64, limit int) ([]store.Message, error)
 	CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error)
@@ -480,6 +481,11 @@ type chunkWork struct {
 	// false if it cannot tell).
 	epoch   uint64
 	epochOK bool
+	// prepared is what the store's PrepareStep returned for msgs: the
+	// part of the step's write that needs no lock (Pebble: encoding the
+	// messages and reading their devices' pending counts), done here in
+	// prepare's goroutine, not in stepRun's serial write stage.
+	prepared any
 }
 
 // prepare reads chunk n of b's targets and their devices, after taking
@@ -512,7 +518,9 @@ func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (c
 	}
 	devs = slices.DeleteFunc(devs, func(d store.Device) bool { return d.TimeCreate > b.TimeCreate })
 	msgs := make([]store.BatchMessage, 0, len(devs))
+	connected := make([]bool, 0, len(devs))
 	for _, d := range devs {
+		connected = append(connected, d.Status == 1) // 1: online
 		bm := br.svc.newMessage(b.AppKey, enabled(d), req, now)
 		if d.Flag != store.FlagEnabled {
 			m := &bm.Message
@@ -523,6 +531,9 @@ func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (c
 		msgs = append(msgs, bm)
 	}
 	w.msgs, w.devs = msgs, devs
+	if w.prepared, err = br.store.PrepareStep(ctx, b.AppKey, msgs, connected); err != nil {
+		return w, fmt.Errorf("broadcast %d: %w", b.ID, err)
+	}
 	return w, nil
 }
 
@@ -542,7 +553,7 @@ func (br *Broadcaster) write(ctx context.Context, b store.Broadcast, w chunkWork
 		// all that can be done.
 		br.log.Error("broadcast: a chunk of targets is missing", "app", b.AppKey, "broadcast", b.ID, "chunk", w.chunk)
 	}
-	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: w.chunk, Done: w.chunk+1 >= b.Chunks, Epoch: w.epoch, EpochOK: w.epochOK}
+	step := &store.BroadcastStep{AppKey: b.AppKey, ID: b.ID, Chunk: w.chunk, Done: w.chunk+1 >= b.Chunks, Epoch: w.epoch, EpochOK: w.epochOK, Prepared: w.prepared}
 	outcomes, err = br.store.CreateMessages(ctx, b.AppKey, w.msgs, nil, step)
 	if errors.Is(err, store.ErrVersionConflict) {
 		return nil, true, nil

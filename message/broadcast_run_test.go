@@ -224,3 +224,50 @@ func TestBroadcastCountReusedWhileFanningOut(t *testing.T) {
 	}
 	poll(c, store.BroadcastCancelled, 5, "the first poll after a cancel")
 }
+
+// preparingStore records what the fan-out tells PrepareStep.
+type preparingStore struct {
+	*pebble.Store
+	mu        sync.Mutex
+	calls     int
+	connected map[string]bool
+}
+
+func (s *preparingStore) PrepareStep(ctx context.Context, appKey string, msgs []store.BatchMessage, connected []bool) (any, error) {
+	s.mu.Lock()
+	s.calls++
+	for i, bm := range msgs {
+		s.connected[bm.Message.DeviceName] = connected[i]
+	}
+	s.mu.Unlock()
+	return s.Store.PrepareStep(ctx, appKey, msgs, connected)
+}
+
+// TestFanoutPreparesEachStep: every chunk's messages go through the
+// store's PrepareStep in the pipeline's preparing stage, each marked
+// connected as its device is (dev-1 online, the others not), so the store
+// keeps at hand only the messages a device will ack soon.
+func TestFanoutPreparesEachStep(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.st.UpdateDevice(context.Background(), "app", "dev-1", func(d *store.Device) error {
+		d.Status = 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := &preparingStore{Store: f.st, connected: map[string]bool{}}
+	b := runBroadcast(t, f, st)
+	if b.Queued != 51 {
+		t.Fatalf("queued %d, want 51", b.Queued)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.calls != 11 || len(st.connected) != 51 {
+		t.Fatalf("PrepareStep called %d times for %d devices; want 11 for 51", st.calls, len(st.connected))
+	}
+	for name, c := range st.connected {
+		if c != (name == "dev-1") {
+			t.Errorf("%s prepared as connected=%v", name, c)
+		}
+	}
+}
