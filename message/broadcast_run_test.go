@@ -129,11 +129,13 @@ type listCountingStore struct {
 	*pebble.Store
 	mu    sync.Mutex
 	lists int
+	from  int64 // first of the last count
 }
 
 func (s *listCountingStore) CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error) {
 	s.mu.Lock()
 	s.lists++
+	s.from = first
 	s.mu.Unlock()
 	return s.Store.CountBroadcast(ctx, appKey, id, first, last)
 }
@@ -212,17 +214,33 @@ func TestBroadcastCountReusedWhileFanningOut(t *testing.T) {
 	if _, err := br.step(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	poll(b, store.BroadcastDone, 1, "the first poll after the fan-out ended")
+	// The count made before the step is completed with the step's
+	// message, counted alone (CountBroadcast from the first msgid after
+	// the count).
+	st.mu.Lock()
+	st.from = 0
+	st.mu.Unlock()
+	poll(b, store.BroadcastDone, 2, "the first poll after the fan-out ended")
+	if _, stats, _ := br.Get(ctx, "app", b.ID); stats.Pending != 1 {
+		t.Fatalf("done broadcast counted %+v, want its one message pending", stats)
+	}
+	st.mu.Lock()
+	from := st.from
+	st.mu.Unlock()
+	if done, _ := f.st.GetBroadcast(ctx, "app", b.ID); from != done.FirstID {
+		t.Fatalf("the count after the fan-out ended read from msgid %d, want %d (only the messages since)", from, done.FirstID)
+	}
+	poll(b, store.BroadcastDone, 2, "a second poll after the fan-out ended")
 	clock = clock.Add(time.Second)
-	poll(b, store.BroadcastDone, 2, "a poll a second after the count")
-	poll(b, store.BroadcastDone, 3, "a poll after a quick count of a done broadcast")
+	poll(b, store.BroadcastDone, 3, "a poll a second after the count")
+	poll(b, store.BroadcastDone, 4, "a poll after a quick count of a done broadcast")
 
 	c := create()
-	poll(c, store.BroadcastFanningOut, 4, "first poll of another broadcast")
+	poll(c, store.BroadcastFanningOut, 5, "first poll of another broadcast")
 	if _, err := br.Cancel(ctx, "app", c.ID); err != nil {
 		t.Fatal(err)
 	}
-	poll(c, store.BroadcastCancelled, 5, "the first poll after a cancel")
+	poll(c, store.BroadcastCancelled, 6, "the first poll after a cancel")
 }
 
 // preparingStore records what the fan-out tells PrepareStep.
