@@ -14,7 +14,7 @@ import (
 // pending counts PrepareStep read while their generation holds (the
 // count in Pebble is changed behind the store's back after PrepareStep,
 // and the step's count follows the prepared one), and caches only the
-// messages to connected devices.
+// messages and the pending counts of connected devices.
 func TestPreparedStep(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
@@ -56,6 +56,12 @@ func TestPreparedStep(t *testing.T) {
 		if n := binary.BigEndian.Uint64(v); n != 8 {
 			t.Errorf("%s's count %d, want 8: the prepared 7 and the step's message", name, n)
 		}
+	}
+	if n, ok := s.pending.get("app", "d-1"); ok {
+		t.Errorf("the offline d-1's count is cached (%d)", n)
+	}
+	if n, ok := s.pending.get("app", "d-2"); !ok || n != 8 {
+		t.Errorf("the connected d-2's count cached %d %v, want 8", n, ok)
 	}
 	if s.msgs.get(101) != nil {
 		t.Error("the message to the offline d-1 is cached")

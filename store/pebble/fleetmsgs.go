@@ -213,9 +213,23 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		}
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
-	added := queuedIDs(msgs, outcomes)
-	for dev, n := range counts {
-		s.pending.put(appKey, dev, n, added[dev], nil)
+	// The counts of a broadcast's offline devices are dropped, not
+	// cached: nothing reads them soon (the next step of a broadcast reads
+	// its counts in PrepareStep), and a broadcast to 100,000 offline
+	// devices filled the cache with them.
+	var offline []string
+	for i, bm := range msgs {
+		if _, ok := counts[bm.Message.DeviceName]; ok && pre != nil && !pre.keep[i] {
+			offline = append(offline, bm.Message.DeviceName)
+			delete(counts, bm.Message.DeviceName)
+		}
+	}
+	s.pending.dropAll(appKey, offline)
+	if len(counts) > 0 {
+		added := queuedIDs(msgs, outcomes)
+		for dev, n := range counts {
+			s.pending.put(appKey, dev, n, added[dev], nil)
+		}
 	}
 	s.cacheCreated(appKey, msgs, outcomes, encoded, pre)
 	locked = false

@@ -119,6 +119,34 @@ func (c *pendingCache) drop(app, name string) {
 	}
 }
 
+// dropAll is drop for many devices of one app, each cache locked once
+// and each key made once: a broadcast step's offline devices, whose
+// counts the cache would only hold for nothing (putting 100 a step was a
+// quarter of the step's serial write).
+func (c *pendingCache) dropAll(app string, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	keys := make([]string, len(names))
+	for i, name := range names {
+		c.countGens[countGenSlot(app, name)].Add(1)
+		keys[i] = cacheKey(app, name)
+	}
+	c.counts.mu.Lock()
+	for _, k := range keys {
+		delete(c.counts.m, k)
+	}
+	c.counts.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if e := c.ids[k]; e != nil {
+			c.gen++
+			*e = queueIDs{gen: c.gen}
+		}
+	}
+}
+
 // cachedIDs returns the first limit ids of the device's queue if they
 // are known; otherwise the generation to pass to storeIDs with what a
 // read finds.
