@@ -1,6 +1,7 @@
 package message
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -479,7 +480,7 @@ func (br *Broadcaster) round(ctx context.Context, bs []store.Broadcast) []store.
 // second; one disabled since gets its message failed at once, as its
 // pending messages were when it was disabled (record 5, code 3003).
 func (br *Broadcaster) step(ctx context.Context, b store.Broadcast) (store.Broadcast, error) {
-	w, err := br.prepare(ctx, b, b.Chunk)
+	w, err := br.prepare(ctx, b, b.Chunk, nil)
 	if err != nil {
 		return b, err
 	}
@@ -514,8 +515,9 @@ type chunkWork struct {
 }
 
 // prepare reads chunk n of b's targets and their devices, after taking
-// their tokens of the pace, and makes their messages.
-func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (chunkWork, error) {
+// their tokens of the pace, and makes their messages; with turns, it
+// makes them (takes their msgids) in chunk n's turn.
+func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int, turns *chunkTurns) (chunkWork, error) {
 	w := chunkWork{chunk: n}
 	var names []string
 	if n < b.Chunks {
@@ -523,6 +525,10 @@ func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (c
 		names, err = br.store.BroadcastTargets(ctx, b.AppKey, b.ID, n)
 		if errors.Is(err, store.ErrNotFound) {
 			w.missing = true
+			if !turns.wait(n) {
+				return w, errTurnsStopped
+			}
+			turns.done(n)
 			return w, nil
 		}
 		if err != nil {
@@ -542,6 +548,9 @@ func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (c
 		return w, fmt.Errorf("targets of broadcast %d: %w", b.ID, err)
 	}
 	devs = slices.DeleteFunc(devs, func(d store.Device) bool { return d.TimeCreate > b.TimeCreate })
+	if !turns.wait(n) {
+		return w, errTurnsStopped
+	}
 	msgs := make([]store.BatchMessage, 0, len(devs))
 	connected := make([]bool, 0, len(devs))
 	for _, d := range devs {
@@ -555,6 +564,7 @@ func (br *Broadcaster) prepare(ctx context.Context, b store.Broadcast, n int) (c
 		bm.Message.Broadcast, bm.Full.Broadcast = b.ID, b.ID
 		msgs = append(msgs, bm)
 	}
+	turns.done(n)
 	w.msgs, w.devs = msgs, devs
 	if w.prepared, err = br.store.PrepareStep(ctx, b.AppKey, msgs, connected); err != nil {
 		return w, fmt.Errorf("broadcast %d: %w", b.ID, err)
@@ -612,38 +622,50 @@ func (br *Broadcaster) announce(ctx context.Context, b store.Broadcast, w chunkW
 }
 
 // stepRun reaches up to n chunks of b, one write each as step does, in
-// a pipeline: while one chunk is written, the next is read and made
-// into messages and the one before is announced, so the fan-out uses
-// more than one core. It stops early when b moves on or single sends
-// begin (the next round steps at the yield pace), and ends its turn
-// after fanoutRunTime; it returns b reread.
+// a pipeline: while one chunk is written, the next ones are read and made
+// into messages (by stepPreparers goroutines, chunk by chunk in turn)
+// and the one before is announced, so the fan-out uses more than one
+// core. It stops early when b moves on or single sends begin (the next
+// round steps at the yield pace), and ends its turn after
+// fanoutRunTime; it returns b reread.
 // A chunk made but not written when it stops is made again later, with
 // new msgids: nothing of it was stored.
 func (br *Broadcaster) stepRun(ctx context.Context, b store.Broadcast, n int) (store.Broadcast, error) {
 	prepCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	last := min(b.Chunk+n, b.Chunks)
-	ready := make(chan chunkWork, 1)
+	turns := newChunkTurns(b.Chunk)
+	ready := make([]chan chunkWork, stepPreparers)
+	var prepMu sync.Mutex
 	var prepErr error
-	go func() {
-		defer close(ready)
-		start := br.now()
-		for c := b.Chunk; c < last; c++ {
-			if c > b.Chunk && (br.sending() || br.now().Sub(start) > fanoutRunTime) {
-				return
+	start := br.now()
+	for k := range ready {
+		ready[k] = make(chan chunkWork, 1)
+		go func(out chan<- chunkWork) {
+			defer close(out)
+			for c := b.Chunk + k; c < last; c += stepPreparers {
+				if c > b.Chunk && (br.sending() || br.now().Sub(start) > fanoutRunTime) {
+					turns.stop()
+					return
+				}
+				w, err := br.prepare(prepCtx, b, c, turns)
+				if err != nil {
+					if !errors.Is(err, errTurnsStopped) {
+						prepMu.Lock()
+						prepErr = cmp.Or(prepErr, err)
+						prepMu.Unlock()
+					}
+					turns.stop()
+					return
+				}
+				select {
+				case out <- w:
+				case <-prepCtx.Done():
+					return
+				}
 			}
-			w, err := br.prepare(prepCtx, b, c)
-			if err != nil {
-				prepErr = err
-				return
-			}
-			select {
-			case ready <- w:
-			case <-prepCtx.Done():
-				return
-			}
-		}
-	}()
+		}(ready[k])
+	}
 	type written struct {
 		w        chunkWork
 		outcomes []int
@@ -659,17 +681,26 @@ func (br *Broadcaster) stepRun(ctx context.Context, b store.Broadcast, n int) (s
 	}()
 	var err error
 	stopped := false
-	for w := range ready {
-		if stopped {
-			continue // drained, so the preparer ends
+	// The chunks come in order, each from its preparer's channel; the
+	// first channel closed ends the run (its preparer stopped, and the
+	// chunks after it are not written).
+	for c := b.Chunk; c < last; c++ {
+		w, ok := <-ready[(c-b.Chunk)%stepPreparers]
+		if !ok {
+			break
 		}
 		outcomes, moved, werr := br.write(ctx, b, w)
 		if werr != nil || moved {
 			err, stopped = werr, true
-			stop()
-			continue
+			break
 		}
 		announced <- written{w, outcomes}
+	}
+	stop()
+	turns.stop()
+	for _, ch := range ready {
+		for range ch { // drained, so the preparers end
+		}
 	}
 	close(announced)
 	wg.Wait()
@@ -680,6 +711,66 @@ func (br *Broadcaster) stepRun(ctx context.Context, b store.Broadcast, n int) (s
 		return b, prepErr
 	}
 	return br.store.GetBroadcast(ctx, b.AppKey, b.ID)
+}
+
+// stepPreparers is how many goroutines of stepRun prepare chunks: one
+// could not keep up with the write stage once the step's encoding and
+// count reads moved into it (reading a chunk's devices alone was most of
+// the write's time).
+const stepPreparers = 2
+
+// errTurnsStopped ends a preparer whose turn will not come: the run
+// stopped.
+var errTurnsStopped = errors.New("fan-out run stopped")
+
+// chunkTurns has stepRun's preparers make their chunks' messages in
+// chunk order, so that msgids grow with the chunks as they are written
+// (a count made while a broadcast fans out holds the messages up to its
+// LastID then, and completes itself with those after: see countRest). A
+// nil *chunkTurns orders nothing.
+type chunkTurns struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	next    int
+	stopped bool
+}
+
+func newChunkTurns(first int) *chunkTurns {
+	t := &chunkTurns{next: first}
+	t.cond = sync.NewCond(&t.mu)
+	return t
+}
+
+// wait waits for chunk n's turn; false if the run stopped first.
+func (t *chunkTurns) wait(n int) bool {
+	if t == nil {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.next != n && !t.stopped {
+		t.cond.Wait()
+	}
+	return !t.stopped
+}
+
+// done ends chunk n's turn.
+func (t *chunkTurns) done(n int) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.next = n + 1
+	t.mu.Unlock()
+	t.cond.Broadcast()
+}
+
+// stop wakes every waiter with false.
+func (t *chunkTurns) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	t.mu.Unlock()
+	t.cond.Broadcast()
 }
 
 // wait takes n messages' tokens: from the yield pace while single sends

@@ -1,10 +1,12 @@
 package message
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -286,6 +288,37 @@ func TestFanoutPreparesEachStep(t *testing.T) {
 	for name, c := range st.connected {
 		if c != (name == "dev-1") {
 			t.Errorf("%s prepared as connected=%v", name, c)
+		}
+	}
+}
+
+// slowFirstChunkStore reads the first chunk's devices (d-00 to d-04)
+// slowly, so that the preparer of the second chunk has its devices first.
+type slowFirstChunkStore struct{ *pebble.Store }
+
+func (s *slowFirstChunkStore) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
+	if slices.Contains(names, "d-00") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s.Store.GetDevices(ctx, appKey, names)
+}
+
+// TestFanoutMsgidsFollowChunks: stepRun's preparers make their chunks'
+// messages in chunk order, so msgids grow with the targets as the chunks
+// are written, even when a later chunk's devices are read first (a count
+// made during the fan-out is completed with the messages after its
+// LastID).
+func TestFanoutMsgidsFollowChunks(t *testing.T) {
+	f := newFixture(t)
+	b := runBroadcast(t, f, &slowFirstChunkStore{f.st})
+	ms := broadcastMessages(t, f.st, b.ID)
+	if len(ms) != 51 {
+		t.Fatalf("%d messages, want 51", len(ms))
+	}
+	slices.SortFunc(ms, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })
+	for i := 1; i < len(ms); i++ {
+		if ms[i-1].DeviceName > ms[i].DeviceName {
+			t.Fatalf("message %d to %s has a lower msgid than %d to %s, of a later chunk", ms[i-1].ID, ms[i-1].DeviceName, ms[i].ID, ms[i].DeviceName)
 		}
 	}
 }
