@@ -51,7 +51,7 @@ type FanoutConfig struct {
 	// Rate is the most broadcast messages made per second, over all
 	// broadcasts of this node, while no single send is made; 0 takes
 	// DefaultFanoutRate, which is above what the fan-out reaches on two
-	// cores (50,000 to 60,000/s; it was 100,000, which the issue 15 budget
+	// cores (about 100,000/s; it was 100,000, which the issue 15 budget
 	// asks the fan-out to pass): a cap for larger machines, not a pace.
 	Rate int
 	// YieldRate is the most made per second while single sends are
