@@ -1,10 +1,12 @@
 package message
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -129,11 +131,13 @@ type listCountingStore struct {
 	*pebble.Store
 	mu    sync.Mutex
 	lists int
+	from  int64 // first of the last count
 }
 
 func (s *listCountingStore) CountBroadcast(ctx context.Context, appKey string, id, first, last int64) (store.BroadcastCounts, error) {
 	s.mu.Lock()
 	s.lists++
+	s.from = first
 	s.mu.Unlock()
 	return s.Store.CountBroadcast(ctx, appKey, id, first, last)
 }
@@ -212,15 +216,109 @@ func TestBroadcastCountReusedWhileFanningOut(t *testing.T) {
 	if _, err := br.step(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	poll(b, store.BroadcastDone, 1, "the first poll after the fan-out ended")
+	// The count made before the step is completed with the step's
+	// message, counted alone (CountBroadcast from the first msgid after
+	// the count).
+	st.mu.Lock()
+	st.from = 0
+	st.mu.Unlock()
+	poll(b, store.BroadcastDone, 2, "the first poll after the fan-out ended")
+	if _, stats, _ := br.Get(ctx, "app", b.ID); stats.Pending != 1 {
+		t.Fatalf("done broadcast counted %+v, want its one message pending", stats)
+	}
+	st.mu.Lock()
+	from := st.from
+	st.mu.Unlock()
+	if done, _ := f.st.GetBroadcast(ctx, "app", b.ID); from != done.FirstID {
+		t.Fatalf("the count after the fan-out ended read from msgid %d, want %d (only the messages since)", from, done.FirstID)
+	}
+	poll(b, store.BroadcastDone, 2, "a second poll after the fan-out ended")
 	clock = clock.Add(time.Second)
-	poll(b, store.BroadcastDone, 2, "a poll a second after the count")
-	poll(b, store.BroadcastDone, 3, "a poll after a quick count of a done broadcast")
+	poll(b, store.BroadcastDone, 3, "a poll a second after the count")
+	poll(b, store.BroadcastDone, 4, "a poll after a quick count of a done broadcast")
 
 	c := create()
-	poll(c, store.BroadcastFanningOut, 4, "first poll of another broadcast")
+	poll(c, store.BroadcastFanningOut, 5, "first poll of another broadcast")
 	if _, err := br.Cancel(ctx, "app", c.ID); err != nil {
 		t.Fatal(err)
 	}
-	poll(c, store.BroadcastCancelled, 5, "the first poll after a cancel")
+	poll(c, store.BroadcastCancelled, 6, "the first poll after a cancel")
+}
+
+// preparingStore records what the fan-out tells PrepareStep.
+type preparingStore struct {
+	*pebble.Store
+	mu        sync.Mutex
+	calls     int
+	connected map[string]bool
+}
+
+func (s *preparingStore) PrepareStep(ctx context.Context, appKey string, msgs []store.BatchMessage, connected []bool) (any, error) {
+	s.mu.Lock()
+	s.calls++
+	for i, bm := range msgs {
+		s.connected[bm.Message.DeviceName] = connected[i]
+	}
+	s.mu.Unlock()
+	return s.Store.PrepareStep(ctx, appKey, msgs, connected)
+}
+
+// TestFanoutPreparesEachStep: every chunk's messages go through the
+// store's PrepareStep in the pipeline's preparing stage, each marked
+// connected as its device is (dev-1 online, the others not), so the store
+// keeps at hand only the messages a device will ack soon.
+func TestFanoutPreparesEachStep(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.st.UpdateDevice(context.Background(), "app", "dev-1", func(d *store.Device) error {
+		d.Status = 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := &preparingStore{Store: f.st, connected: map[string]bool{}}
+	b := runBroadcast(t, f, st)
+	if b.Queued != 51 {
+		t.Fatalf("queued %d, want 51", b.Queued)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.calls != 11 || len(st.connected) != 51 {
+		t.Fatalf("PrepareStep called %d times for %d devices; want 11 for 51", st.calls, len(st.connected))
+	}
+	for name, c := range st.connected {
+		if c != (name == "dev-1") {
+			t.Errorf("%s prepared as connected=%v", name, c)
+		}
+	}
+}
+
+// slowFirstChunkStore reads the first chunk's devices (d-00 to d-04)
+// slowly, so that the preparer of the second chunk has its devices first.
+type slowFirstChunkStore struct{ *pebble.Store }
+
+func (s *slowFirstChunkStore) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
+	if slices.Contains(names, "d-00") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s.Store.GetDevices(ctx, appKey, names)
+}
+
+// TestFanoutMsgidsFollowChunks: stepRun's preparers make their chunks'
+// messages in chunk order, so msgids grow with the targets as the chunks
+// are written, even when a later chunk's devices are read first (a count
+// made during the fan-out is completed with the messages after its
+// LastID).
+func TestFanoutMsgidsFollowChunks(t *testing.T) {
+	f := newFixture(t)
+	b := runBroadcast(t, f, &slowFirstChunkStore{f.st})
+	ms := broadcastMessages(t, f.st, b.ID)
+	if len(ms) != 51 {
+		t.Fatalf("%d messages, want 51", len(ms))
+	}
+	slices.SortFunc(ms, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })
+	for i := 1; i < len(ms); i++ {
+		if ms[i-1].DeviceName > ms[i].DeviceName {
+			t.Fatalf("message %d to %s has a lower msgid than %d to %s, of a later chunk", ms[i-1].ID, ms[i-1].DeviceName, ms[i].ID, ms[i].DeviceName)
+		}
+	}
 }

@@ -53,6 +53,15 @@ type Fleet interface {
 	// written either way).
 	CreateMessages(ctx context.Context, appKey string, msgs []BatchMessage, seq *BatchSeq, step *BroadcastStep) ([]int, error)
 
+	// PrepareStep does ahead, for a broadcast step's msgs, whatever of
+	// its CreateMessages needs no lock, and returns it for
+	// BroadcastStep.Prepared (nil where a store does nothing ahead). It
+	// locks and writes nothing: what it read that may have changed before
+	// the step's write is read again there, so a step written with it
+	// stores what one written without it would. connected[i] says
+	// msgs[i]'s device was connected (nil: all were).
+	PrepareStep(ctx context.Context, appKey string, msgs []BatchMessage, connected []bool) (any, error)
+
 	// CreateBroadcast stores a new broadcast with its targets, the names
 	// of the devices it reaches as taken when it is accepted, in chunks
 	// (targets[i] is chunk i; b.Chunks must be len(targets)), recording
@@ -241,4 +250,8 @@ type BroadcastStep struct {
 	// device to exist without reading it again.
 	Epoch   uint64
 	EpochOK bool
+	// Prepared is what the store's PrepareStep (a store that has one)
+	// returned for the same messages, ahead of the write, or nil. A store
+	// ignores one it did not make for these messages.
+	Prepared any
 }

@@ -79,6 +79,11 @@ func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string,
 // under the store's lock.
 func (s *Store) FlagEpoch() (uint64, bool) { return s.flagEpoch.Load(), true }
 
+// PrepareStep is store.Fleet's: nothing is worth doing ahead in memory.
+func (s *Store) PrepareStep(context.Context, string, []store.BatchMessage, []bool) (any, error) {
+	return nil, nil
+}
+
 // GetDevices returns the app's devices of names that exist, in order.
 func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
 	if err := s.lock(ctx); err != nil {

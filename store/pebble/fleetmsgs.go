@@ -102,10 +102,17 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// The messages are encoded before any lock is taken, so the stripes
 	// are held only for the checks and the copy into the batch; only a
 	// queue-full form (a device holding MaxPending messages) is encoded
-	// under them.
-	encoded, now, err := s.encodeBatch(appKey, msgs)
-	if err != nil {
-		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	// under them. A broadcast step's were encoded by PrepareStep.
+	pre := preparedFor(step, msgs)
+	var encoded []encodedMsg
+	var now int64
+	if pre != nil {
+		encoded, now = pre.encoded, pre.now
+	} else {
+		var err error
+		if encoded, now, err = s.encodeBatch(appKey, msgs); err != nil {
+			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+		}
 	}
 	idx := make([]int, 0, len(msgs)+1)
 	for _, bm := range msgs {
@@ -139,9 +146,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// taken or after; with the epoch the same now, under their stripes,
 	// none was deleted since (see FlagEpoch).
 	found := step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch
-	var outcomes []int
-	var counts map[string]int64
-	outcomes, counts, err = s.batchOutcomes(appKey, msgs, found)
+	outcomes, counts, err := s.batchOutcomes(appKey, msgs, found, pre)
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +213,25 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		}
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
-	added := queuedIDs(msgs, outcomes)
-	for dev, n := range counts {
-		s.pending.put(appKey, dev, n, added[dev], nil)
+	// The counts of a broadcast's offline devices are dropped, not
+	// cached: nothing reads them soon (the next step of a broadcast reads
+	// its counts in PrepareStep), and a broadcast to 100,000 offline
+	// devices filled the cache with them.
+	var offline []string
+	for i, bm := range msgs {
+		if _, ok := counts[bm.Message.DeviceName]; ok && pre != nil && !pre.keep[i] {
+			offline = append(offline, bm.Message.DeviceName)
+			delete(counts, bm.Message.DeviceName)
+		}
 	}
-	s.cacheCreated(appKey, msgs, outcomes, encoded)
+	s.pending.dropAll(appKey, offline)
+	if len(counts) > 0 {
+		added := queuedIDs(msgs, outcomes)
+		for dev, n := range counts {
+			s.pending.put(appKey, dev, n, added[dev], nil)
+		}
+	}
+	s.cacheCreated(appKey, msgs, outcomes, encoded, pre)
 	locked = false
 	unlock()
 	if step == nil || seq != nil {
@@ -265,8 +284,9 @@ func (s *Store) syncLazy() error {
 // message, and returns the pending counts of the devices that gain queue
 // entries. What the caches do not hold (whether a device exists, its
 // pending count) is read in one pass over each index; with found, every
-// device is known to exist.
-func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bool) ([]int, map[string]int64, error) {
+// device is known to exist, and a count pre read that still holds is
+// not read again.
+func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bool, pre *preparedStep) ([]int, map[string]int64, error) {
 	type state struct {
 		exists bool
 		count  int64
@@ -288,7 +308,9 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 		} else {
 			devKeys, devNames = append(devKeys, key(pDevice, appKey, name)), append(devNames, name)
 		}
-		if c, ok := s.pending.get(appKey, name); ok {
+		if c, ok := pre.count(s, appKey, name); ok {
+			st.count = c
+		} else if c, ok := s.pending.get(appKey, name); ok {
 			st.count = c
 		} else {
 			countKeys, countNames = append(countKeys, key(pCount, appKey, name)), append(countNames, name)

@@ -232,10 +232,11 @@ func (s *Store) verifyCached(id int64, e *cachedMsg) {
 // cacheCreated caches the messages a CreateMessages call stored in their
 // pending form (BatchStored), as encoded; the caller holds their devices'
 // stripes and the batch is applied. A queue-full form is left out: it is
-// not pending, so no PUBACK writes it next.
-func (s *Store) cacheCreated(appKey string, msgs []store.BatchMessage, outcomes []int, encoded []encodedMsg) {
+// not pending, so no PUBACK writes it next. With pre, only those it
+// keeps are cached.
+func (s *Store) cacheCreated(appKey string, msgs []store.BatchMessage, outcomes []int, encoded []encodedMsg, pre *preparedStep) {
 	for i, bm := range msgs {
-		if outcomes[i] != store.BatchStored {
+		if outcomes[i] != store.BatchStored || pre != nil && !pre.keep[i] {
 			continue
 		}
 		k := msgKey(bm.Message.ID)

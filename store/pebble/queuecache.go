@@ -3,6 +3,7 @@ package pebble
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/devmsg/devmsg/store"
 )
@@ -31,6 +32,26 @@ type pendingCache struct {
 	mu  sync.Mutex
 	ids map[devKey]*queueIDs
 	gen uint64 // last generation handed out
+
+	// countGens changes, slot by slot, with every put and drop, under
+	// the device's stripe: a count read without the stripe still holds
+	// under it when its device's slot is what it was before the read
+	// (countGen).
+	countGens [countGenSlots]atomic.Uint64
+}
+
+// countGenSlots is how many slots countGens has: devices share a slot
+// at random, and a shared slot only makes a read count be read again.
+const countGenSlots = 1 << 14
+
+// countGen returns the generation of the device's count: a count read
+// after it was taken is still the device's count while it is the same.
+func (c *pendingCache) countGen(app, name string) uint64 {
+	return c.countGens[countGenSlot(app, name)].Load()
+}
+
+func countGenSlot(app, name string) uint32 {
+	return fnvString(fnvString(fnvString(fnvOffset, "c"), app), name) % countGenSlots
 }
 
 // queueIDs is a device's cached queue: its first msgids in order, all of
@@ -54,6 +75,7 @@ func (c *pendingCache) get(app, name string) (int64, bool) { return c.counts.get
 // put records that a write left the device's queue with n messages,
 // having added the msgids added and removed those removed.
 func (c *pendingCache) put(app, name string, n int64, added, removed []int64) {
+	c.countGens[countGenSlot(app, name)].Add(1)
 	c.counts.put(app, name, n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,12 +109,41 @@ func (c *pendingCache) put(app, name string, n int64, added, removed []int64) {
 
 // drop forgets the device's count and ids.
 func (c *pendingCache) drop(app, name string) {
+	c.countGens[countGenSlot(app, name)].Add(1)
 	c.counts.drop(app, name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.ids[cacheKey(app, name)]; e != nil {
 		c.gen++
 		*e = queueIDs{gen: c.gen}
+	}
+}
+
+// dropAll is drop for many devices of one app, each cache locked once
+// and each key made once: a broadcast step's offline devices, whose
+// counts the cache would only hold for nothing (putting 100 a step was a
+// quarter of the step's serial write).
+func (c *pendingCache) dropAll(app string, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	keys := make([]string, len(names))
+	for i, name := range names {
+		c.countGens[countGenSlot(app, name)].Add(1)
+		keys[i] = cacheKey(app, name)
+	}
+	c.counts.mu.Lock()
+	for _, k := range keys {
+		delete(c.counts.m, k)
+	}
+	c.counts.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if e := c.ids[k]; e != nil {
+			c.gen++
+			*e = queueIDs{gen: c.gen}
+		}
 	}
 }
 

@@ -30,6 +30,7 @@ var fleetTests = []struct {
 	{"Broadcasts", testBroadcasts},
 	{"BroadcastSteps", testBroadcastSteps},
 	{"BroadcastStepEpoch", testBroadcastStepEpoch},
+	{"BroadcastStepPrepared", testBroadcastStepPrepared},
 }
 
 // tagged creates the app's devices, each name with its tags.
@@ -667,4 +668,48 @@ func testBroadcastStepEpoch(t *testing.T, s store.Store) {
 	}
 	_, err = s.GetMessage(ctx, "app", 102)
 	wantErr(t, "message to a device deleted after the step's epoch", err, store.ErrNotFound)
+}
+
+// testBroadcastStepPrepared: a step written with what PrepareStep
+// returned counts the sends made to its devices after PrepareStep (a
+// store may read the pending counts ahead only if it reads again those
+// that changed): one fills dev-1's queue, so the step's message to it is
+// stored as queue-full, and dev-2's queue keeps both.
+func testBroadcastStepPrepared(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3")
+	must(t, s.CreateBroadcast(ctx, newBroadcast("app", 100), someTargets, 0, nil))
+	var fill []store.BatchMessage
+	for i := int64(1); i < store.MaxPending; i++ {
+		fill = append(fill, batchMsg(i, "app", "dev-1", store.StatePending))
+	}
+	_, err := s.CreateMessages(ctx, "app", fill, nil, nil)
+	must(t, err)
+	msgs := []store.BatchMessage{batchMsg(2001, "app", "dev-1", store.StatePending), batchMsg(2002, "app", "dev-2", store.StatePending)}
+	prepared, err := s.PrepareStep(ctx, "app", msgs, []bool{false, true})
+	must(t, err)
+	must(t, s.CreateMessage(ctx, msg(1500, "app", "dev-1", store.StatePending), 0, nil))
+	must(t, s.CreateMessage(ctx, msg(1501, "app", "dev-2", store.StatePending), 0, nil))
+	epoch, ok := s.FlagEpoch()
+	out, err := s.CreateMessages(ctx, "app", msgs, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Epoch: epoch, EpochOK: ok, Prepared: prepared})
+	must(t, err)
+	if !slices.Equal(out, []int{store.BatchFull, store.BatchStored}) {
+		t.Fatalf("outcomes %v, want dev-1's queue full and dev-2's message stored", out)
+	}
+	p, err := s.PendingMessages(ctx, "app", "dev-1", store.MaxPending+10)
+	must(t, err)
+	if len(p) != store.MaxPending {
+		t.Fatalf("dev-1 has %d pending, want %d", len(p), store.MaxPending)
+	}
+	must(t, checkPending(s, "app", "dev-2", 1501, 2002))
+	// Both sends are counted: dev-2 takes MaxPending-2 more, not -1.
+	fill = fill[:0]
+	for i := int64(3001); i < 3001+store.MaxPending-1; i++ {
+		fill = append(fill, batchMsg(i, "app", "dev-2", store.StatePending))
+	}
+	out, err = s.CreateMessages(ctx, "app", fill, nil, nil)
+	must(t, err)
+	if out[len(out)-2] != store.BatchStored || out[len(out)-1] != store.BatchFull {
+		t.Fatalf("dev-2's last two outcomes %v, want stored then full", out[len(out)-2:])
+	}
 }

@@ -1,0 +1,72 @@
+package pebble
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// TestPreparedStep: a step written with PrepareStep's result takes the
+// pending counts PrepareStep read while their generation holds (the
+// count in Pebble is changed behind the store's back after PrepareStep,
+// and the step's count follows the prepared one), and caches only the
+// messages and the pending counts of connected devices.
+func TestPreparedStep(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d-1", Secret: "s"}, {Name: "d-2", Secret: "s"}})
+	must(err)
+	b := store.Broadcast{ID: 100, AppKey: "app", All: true, Body: "fw", TTL: 60, TimeCreate: 1, Targets: 2, Chunks: 1, State: store.BroadcastFanningOut}
+	must(s.CreateBroadcast(ctx, b, [][]string{{"d-1", "d-2"}}, 0, nil))
+	setCount := func(name string, n int64) {
+		must(s.db.Set(key(pCount, "app", name), be64(n), pebble.Sync))
+	}
+	for _, name := range []string{"d-1", "d-2"} {
+		setCount(name, 7)
+		s.pending.drop("app", name)
+	}
+	var msgs []store.BatchMessage
+	for i, dev := range []string{"d-1", "d-2"} {
+		m := store.Message{ID: int64(101 + i), AppKey: "app", DeviceName: dev, Body: "fw", TTL: 60, TimeCreate: 1, ExpireTime: 61, State: store.StatePending, Broadcast: 100}
+		msgs = append(msgs, store.BatchMessage{Message: m, Full: m})
+	}
+	prepared, err := s.PrepareStep(ctx, "app", msgs, []bool{false, true})
+	must(err)
+	setCount("d-1", 500)
+	setCount("d-2", 500)
+	epoch, _ := s.FlagEpoch()
+	out, err := s.CreateMessages(ctx, "app", msgs, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Done: true, Epoch: epoch, EpochOK: true, Prepared: prepared})
+	must(err)
+	if out[0] != store.BatchStored || out[1] != store.BatchStored {
+		t.Fatalf("outcomes %v", out)
+	}
+	for _, name := range []string{"d-1", "d-2"} {
+		v, err := s.get(key(pCount, "app", name))
+		must(err)
+		if n := binary.BigEndian.Uint64(v); n != 8 {
+			t.Errorf("%s's count %d, want 8: the prepared 7 and the step's message", name, n)
+		}
+	}
+	if n, ok := s.pending.get("app", "d-1"); ok {
+		t.Errorf("the offline d-1's count is cached (%d)", n)
+	}
+	if n, ok := s.pending.get("app", "d-2"); !ok || n != 8 {
+		t.Errorf("the connected d-2's count cached %d %v, want 8", n, ok)
+	}
+	if s.msgs.get(101) != nil {
+		t.Error("the message to the offline d-1 is cached")
+	}
+	if s.msgs.get(102) == nil {
+		t.Error("the message to the connected d-2 is not cached")
+	}
+}
