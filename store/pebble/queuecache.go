@@ -127,7 +127,7 @@ func (c *pendingCache) dropAll(app string, names []string) {
 	if len(names) == 0 {
 		return
 	}
-	keys := make([]string, len(names))
+	keys := make([]devKey, len(names))
 	for i, name := range names {
 		c.countGens[countGenSlot(app, name)].Add(1)
 		keys[i] = cacheKey(app, name)
