@@ -43,7 +43,7 @@ func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.M
 	if err != nil {
 		return settled, fmt.Errorf("read the flags again: %w", err)
 	}
-	now := map[string]store.Device{}
+	now := make(map[string]store.Device, len(devs))
 	for _, d := range devs {
 		now[d.Name] = d
 	}
@@ -76,7 +76,7 @@ func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.M
 // device); a device gone meanwhile is left out.
 func (s *Service) readEach(ctx context.Context, app string) func([]string) ([]store.Device, error) {
 	return func(names []string) ([]store.Device, error) {
-		var out []store.Device
+		out := make([]store.Device, 0, len(names))
 		for _, n := range names {
 			d, err := s.store.GetDevice(ctx, app, n)
 			if errors.Is(err, store.ErrNotFound) {

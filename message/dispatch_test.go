@@ -394,3 +394,14 @@ func TestDispatcherSkipsBarrierForNotifiedMessages(t *testing.T) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
 }
+
+// TestRouteLookupDoesNotAllocate: a route is found without joining the
+// app key and device name into a new string (a real app key and name are
+// longer than the 32 bytes Go joins on the stack).
+func TestRouteLookupDoesNotAllocate(t *testing.T) {
+	d := NewDispatcher(nil, slog.New(slog.DiscardHandler))
+	app, dev := "app-0123456789abcdef0123456789", "device-0123456789"
+	if n := testing.AllocsPerRun(100, func() { d.Online(app, dev) }); n != 0 {
+		t.Fatalf("route lookup: %v allocations", n)
+	}
+}

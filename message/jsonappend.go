@@ -50,6 +50,38 @@ func appendBatchResult(b []byte, r BatchResult) []byte {
 	return append(b, '}')
 }
 
+// appendDeviceResult appends BatchResult{DeviceName: name, Code: code,
+// MsgID: msgid, Message: "device " + strconv.Quote(name) + after} as
+// appendBatchResult would, without making the message: a batch send
+// writes two such answers per message (its queue-full and device-gone
+// answers, store.BatchMessage.Answers), rarely sent, and quoting and
+// joining them was 2% of the server's CPU in fan-out.
+func appendDeviceResult(b []byte, name string, code int, msgid int64, after string) []byte {
+	if !plainJSON(name) || !plainJSON(after) {
+		return appendBatchResult(b, BatchResult{DeviceName: name, Code: code, MsgID: msgid, Message: "device " + strconv.Quote(name) + after})
+	}
+	b = append(append(append(b, `{"device_name":"`...), name...), `","code":`...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	if msgid != 0 {
+		b = append(b, `,"msgid":`...)
+		b = strconv.AppendInt(b, msgid, 10)
+	}
+	b = append(append(append(b, `,"message":"device \"`...), name...), `\"`...)
+	return append(append(b, after...), `"}`...)
+}
+
+// plainJSON reports whether s is written as is between quotes by both
+// strconv.Quote and json.Marshal: printable ASCII other than the quote,
+// the backslash and the HTML characters.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
 // appendPayload appends p as json.Marshal(p) would.
 func appendPayload(b []byte, p payload) []byte {
 	b = append(b, `{"msgid":`...)

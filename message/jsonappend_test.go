@@ -3,7 +3,10 @@ package message
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"testing"
+
+	"github.com/devmsg/devmsg/errdefs"
 )
 
 var jsonStrings = []string{
@@ -31,6 +34,18 @@ func TestAppendersMatchMarshal(t *testing.T) {
 				t.Errorf("result %+v: got %s, want %s", r, got, want)
 			}
 		}
+		if got, want := errdefs.NotFound("device", s).Error(), "device "+strconv.Quote(s)+" not found"; got != want {
+			t.Errorf("device-gone message %q, appendDeviceResult writes %q", got, want)
+		}
+		for _, after := range []string{queueFullAnswer, " not found", " odd: \"<&>\"\n"} {
+			for _, id := range []int64{0, 1234567890123} {
+				r := BatchResult{DeviceName: s, Code: ErrCodeQueueFull, MsgID: id, Message: "device " + strconv.Quote(s) + after}
+				want, _ := json.Marshal(r)
+				if got := appendDeviceResult(nil, s, r.Code, id, after); !bytes.Equal(got, want) {
+					t.Errorf("device result %+v: got %s, want %s", r, got, want)
+				}
+			}
+		}
 		p := payload{MsgID: "123", Body: s, SentTime: 1764000000, ExpireTime: -5}
 		want, _ = json.Marshal(p)
 		if got := appendPayload(nil, p); !bytes.Equal(got, want) {
@@ -48,6 +63,9 @@ func TestAppendersDoNotAllocate(t *testing.T) {
 	p := payload{MsgID: "1234567890123", Body: "1764000000123456789", SentTime: 1764000000, ExpireTime: 1764003600}
 	if n := testing.AllocsPerRun(100, func() { buf = appendBatchResult(buf[:0], r) }); n != 0 {
 		t.Errorf("appendBatchResult: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { buf = appendDeviceResult(buf[:0], r.DeviceName, r.Code, r.MsgID, queueFullAnswer) }); n != 0 {
+		t.Errorf("appendDeviceResult: %v allocations", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { buf = appendPayload(buf[:0], p) }); n != 0 {
 		t.Errorf("appendPayload: %v allocations", n)

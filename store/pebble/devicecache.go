@@ -18,10 +18,14 @@ const maxCached = 1 << 18
 // staler than the database.
 type cache[V any] struct {
 	mu sync.RWMutex
-	m  map[string]V
+	m  map[devKey]V
 }
 
-func cacheKey(app, name string) string { return app + "\x00" + name }
+// devKey is a cache's key: two strings, not one joined, which cost an
+// allocation per lookup (2% of the server in fan-out).
+type devKey struct{ app, name string }
+
+func cacheKey(app, name string) devKey { return devKey{app, name} }
 
 func (c *cache[V]) get(app, name string) (V, bool) {
 	c.mu.RLock()
@@ -34,7 +38,7 @@ func (c *cache[V]) put(app, name string, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = make(map[string]V)
+		c.m = make(map[devKey]V)
 	}
 	k := cacheKey(app, name)
 	if _, ok := c.m[k]; !ok && len(c.m) >= maxCached {

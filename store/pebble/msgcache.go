@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/devmsg/devmsg/store"
 )
@@ -15,6 +16,10 @@ const (
 	msgCacheShards    = 16
 	msgCacheShardSize = 4096
 )
+
+// msgCacheHold is how long a full msgCache keeps a pending message rather
+// than make room for a newer one.
+const msgCacheHold = 10 * time.Second
 
 // msgCache holds the stored state of the messages written last, so that
 // the write that follows (in fan-out: the PUBACK's, milliseconds after the
@@ -32,23 +37,41 @@ const (
 // message's old state after other keys of its write (the queue entry's
 // deletion) are visible in Pebble, which Pebble alone never shows.
 //
-// It holds pending messages only (keep), at most the last 65,536 put
-// (about 1 KiB each with their records): in fan-out the PUBACKs come a few
-// thousand messages behind the sends, more while the deliveries catch up
-// with a burst. Each shard forgets its oldest entries first (a ring of
-// msgids in insertion order); forgetting is always safe.
+// It holds pending messages only (keep), at most 65,536 (about 1 KiB each
+// with their records): in fan-out the PUBACKs come a few thousand
+// messages behind the sends, more while the deliveries catch up with a
+// burst. When a shard is full it forgets its oldest entry only if that
+// was put msgCacheHold ago or more, and otherwise does not take the new
+// one: the PUBACKs come in send order, so behind a backlog larger than
+// the cache, forgetting the oldest first forgot every message just before
+// its PUBACK (every ack write read Pebble twice), where keeping them
+// serves the oldest 65,536 of the backlog, and the next as those leave.
+// A message whose device never answers is forgotten after msgCacheHold.
+// Forgetting is always safe.
 type msgCache struct {
 	shards [msgCacheShards]msgCacheShard
 	// noVerify turns verifyMsgCache off for a test that changes Pebble
 	// behind the cache's back.
 	noVerify bool
+	// now is the clock of msgCacheHold, time.Now's if nil (tests set it).
+	now func() time.Time
 }
 
 type msgCacheShard struct {
 	mu   sync.Mutex
 	byID map[int64]*cachedMsg
-	ring []int64 // msgids in insertion order, msgCacheShardSize at most
-	next int     // where the next insertion goes once ring is full
+	// order holds the messages put in order, from order[head]; an
+	// entry whose message was dropped or put again since is skipped.
+	order []putAt
+	head  int
+	seq   uint64 // of the last message put
+}
+
+// putAt is one put of a message, seq its number in its shard.
+type putAt struct {
+	id  int64
+	seq uint64
+	at  time.Time
 }
 
 // cachedMsg is one message as stored: raw is its value in Pebble and m
@@ -56,6 +79,7 @@ type msgCacheShard struct {
 type cachedMsg struct {
 	raw []byte
 	m   store.Message
+	seq uint64 // the put that brought the message into its shard
 }
 
 func (c *msgCache) shard(id int64) *msgCacheShard {
@@ -70,7 +94,8 @@ func (c *msgCache) get(id int64) *cachedMsg {
 	return sh.byID[id]
 }
 
-// put records that message id is now stored as raw, decoded m. The caller
+// put records that message id is now stored as raw, decoded m, unless
+// the shard is full of messages put less than msgCacheHold ago. The caller
 // holds the device's stripe and its write is applied; neither raw nor m
 // may be changed afterwards.
 func (c *msgCache) put(id int64, raw []byte, m store.Message) {
@@ -81,18 +106,45 @@ func (c *msgCache) put(id int64, raw []byte, m store.Message) {
 	if sh.byID == nil {
 		sh.byID = make(map[int64]*cachedMsg)
 	}
-	if _, ok := sh.byID[id]; ok {
+	if old, ok := sh.byID[id]; ok {
+		e.seq = old.seq
 		sh.byID[id] = e
 		return
 	}
-	if len(sh.ring) < msgCacheShardSize {
-		sh.ring = append(sh.ring, id)
-	} else {
-		delete(sh.byID, sh.ring[sh.next])
-		sh.ring[sh.next] = id
-		sh.next = (sh.next + 1) % msgCacheShardSize
+	now := time.Now()
+	if c.now != nil {
+		now = c.now()
 	}
+	for len(sh.byID) >= msgCacheShardSize {
+		p := sh.order[sh.head]
+		if cur := sh.byID[p.id]; cur != nil && cur.seq == p.seq {
+			if now.Sub(p.at) < msgCacheHold {
+				return // the oldest is recent: its PUBACK is still to come
+			}
+			delete(sh.byID, p.id)
+		}
+		sh.order[sh.head] = putAt{}
+		sh.head++
+	}
+	sh.seq++
+	e.seq = sh.seq
 	sh.byID[id] = e
+	sh.order = append(sh.order, putAt{id: id, seq: e.seq, at: now})
+	if len(sh.order)-sh.head > 2*msgCacheShardSize {
+		sh.compact()
+	}
+}
+
+// compact drops from order the puts of messages since dropped or put
+// again: without a full shard nothing else takes them out.
+func (sh *msgCacheShard) compact() {
+	live := make([]putAt, 0, len(sh.byID)+msgCacheShardSize/4)
+	for _, p := range sh.order[sh.head:] {
+		if cur := sh.byID[p.id]; cur != nil && cur.seq == p.seq {
+			live = append(live, p)
+		}
+	}
+	sh.order, sh.head = live, 0
 }
 
 // keep puts message id if it is pending, and drops it otherwise: only a

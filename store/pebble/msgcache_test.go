@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -68,21 +69,57 @@ func TestAckWriteReadsCachedMessage(t *testing.T) {
 // TestMsgCacheForgetsOldest checks the cache's bound: a shard holds its
 // newest msgCacheShardSize messages, and putting a message again does not
 // take a second place.
-func TestMsgCacheForgetsOldest(t *testing.T) {
+// TestMsgCacheKeepsOldestWhileRecent: a full shard keeps the messages it
+// holds rather than take newer ones, until the oldest has been held
+// msgCacheHold; then it forgets the oldest first.
+func TestMsgCacheKeepsOldestWhileRecent(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := msgCache{now: func() time.Time { return now }}
+	id := func(i int) int64 { return int64(i) * msgCacheShards } // all in shard 0
+	for i := range msgCacheShardSize + 10 {
+		c.put(id(i), nil, store.Message{ID: id(i)})
+		c.put(id(i), nil, store.Message{ID: id(i), Body: "again"})
+	}
+	for i := range msgCacheShardSize + 10 {
+		if e := c.get(id(i)); (e != nil) != (i < msgCacheShardSize) {
+			t.Fatalf("message %d cached: %v, want %v", i, e != nil, i < msgCacheShardSize)
+		} else if e != nil && e.m.Body != "again" {
+			t.Fatalf("message %d cached as first put", i)
+		}
+	}
+	// A PUBACK's write takes the oldest out: a newer message gets its place.
+	c.drop(id(0))
+	c.put(id(msgCacheShardSize+10), nil, store.Message{})
+	if c.get(id(msgCacheShardSize+10)) == nil {
+		t.Fatal("message not cached with room made")
+	}
+	now = now.Add(msgCacheHold)
+	for i := msgCacheShardSize + 11; i < msgCacheShardSize+16; i++ {
+		c.put(id(i), nil, store.Message{})
+	}
+	for i := range msgCacheShardSize + 16 {
+		want := i >= 6 && i < msgCacheShardSize || i >= msgCacheShardSize+10
+		if e := c.get(id(i)); (e != nil) != want {
+			t.Fatalf("after %v, message %d cached: %v, want %v", msgCacheHold, i, e != nil, want)
+		}
+	}
+	if n := len(c.shard(0).byID); n != msgCacheShardSize {
+		t.Fatalf("shard holds %d messages, want %d", n, msgCacheShardSize)
+	}
+}
+
+// TestMsgCacheOrderStaysBounded: messages put and dropped (sent and
+// acknowledged) without the shard ever filling leave no trail.
+func TestMsgCacheOrderStaysBounded(t *testing.T) {
 	var c msgCache
-	for i := range int64(msgCacheShardSize + 10) {
-		c.put(i*msgCacheShards, nil, store.Message{ID: i * msgCacheShards})
-		c.put(i*msgCacheShards, nil, store.Message{ID: i * msgCacheShards, Body: "again"})
+	for i := range int64(10 * msgCacheShardSize) {
+		c.put(i*msgCacheShards, nil, store.Message{})
+		if i >= 100 {
+			c.drop((i - 100) * msgCacheShards)
+		}
 	}
 	sh := c.shard(0)
-	if len(sh.byID) != msgCacheShardSize || len(sh.ring) != msgCacheShardSize {
-		t.Fatalf("shard holds %d messages in a ring of %d, want %d", len(sh.byID), len(sh.ring), msgCacheShardSize)
-	}
-	for i := range int64(msgCacheShardSize + 10) {
-		if e := c.get(i * msgCacheShards); (e != nil) != (i >= 10) {
-			t.Fatalf("message %d cached: %v, want %v", i*msgCacheShards, e != nil, i >= 10)
-		} else if e != nil && e.m.Body != "again" {
-			t.Fatalf("message %d cached as first put", i*msgCacheShards)
-		}
+	if n := len(sh.order) - sh.head; n > 2*msgCacheShardSize || len(sh.byID) != 100 {
+		t.Fatalf("shard holds %d messages in an order of %d", len(sh.byID), n)
 	}
 }

@@ -30,7 +30,7 @@ type pendingCache struct {
 	counts countCache
 
 	mu  sync.Mutex
-	ids map[string]*queueIDs
+	ids map[devKey]*queueIDs
 	gen uint64 // last generation handed out
 
 	// countGens changes, slot by slot, with every put and drop, under
@@ -127,7 +127,7 @@ func (c *pendingCache) dropAll(app string, names []string) {
 	if len(names) == 0 {
 		return
 	}
-	keys := make([]string, len(names))
+	keys := make([]devKey, len(names))
 	for i, name := range names {
 		c.countGens[countGenSlot(app, name)].Add(1)
 		keys[i] = cacheKey(app, name)
@@ -157,7 +157,7 @@ func (c *pendingCache) cachedIDs(app, name string, limit int) ([]int64, bool, ui
 	e := c.ids[k]
 	if e == nil {
 		if c.ids == nil {
-			c.ids = map[string]*queueIDs{}
+			c.ids = map[devKey]*queueIDs{}
 		}
 		if len(c.ids) >= maxCached {
 			for victim := range c.ids { // map order is random enough for eviction

@@ -147,3 +147,15 @@ func TestPendingCacheRace(t *testing.T) {
 		t.Fatal("ids cached after drop")
 	}
 }
+
+// TestCacheLookupDoesNotAllocate: a device's cached state is found
+// without joining its app key and name into a new string (a real app key
+// and name are longer than the 32 bytes Go joins on the stack).
+func TestCacheLookupDoesNotAllocate(t *testing.T) {
+	var c deviceCache
+	app, name := "app-0123456789abcdef0123456789", "device-0123456789"
+	c.put(app, name, store.Device{Name: name})
+	if n := testing.AllocsPerRun(100, func() { c.get(app, name) }); n != 0 {
+		t.Fatalf("cache lookup: %v allocations", n)
+	}
+}

@@ -144,22 +144,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		counts[dk] = max(n-int64(len(ids)), 0)
 	}
 	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
-		for _, m := range p.leaving {
-			if err := unqueue(b, m); err != nil {
-				return err
-			}
-		}
-		for dk, n := range counts {
-			if err := set(b, key(pCount, dk[0], dk[1]), be64(n)); err != nil {
-				return err
-			}
-		}
-		for _, e := range p.kvs {
-			if err := set(b, e.k, e.v); err != nil {
-				return err
-			}
-		}
-		return nil
+		return fillUpdates(b, p.leaving, counts, p.kvs)
 	})
 	if err != nil {
 		for dk := range counts {
@@ -211,8 +196,15 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 		m       store.Message
 		records int // records the message had before the call
 	}
-	p := &updatePlan{errs: slices.Clone(readErrs), removed: map[[2]string][]int64{}}
-	changed := map[int64]*change{}
+	p := &updatePlan{
+		errs:    slices.Clone(readErrs),
+		done:    make([]int, 0, len(updates)),
+		order:   make([]int64, 0, len(msgs)),
+		removed: map[[2]string][]int64{},
+		kvs:     make([]kv, 0, 2*len(msgs)),
+		stored:  make([]cachedMsg, 0, len(msgs)),
+	}
+	changed := make(map[int64]*change, len(msgs))
 	for i, u := range updates {
 		if p.errs[i] != nil {
 			continue
@@ -228,9 +220,10 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 			cur = c.m
 		}
 		// fn works on its own copy of the records, so a failing fn
-		// leaves cur as it was.
+		// leaves cur as it was; the copy has room for the record an
+		// update adds.
 		next := cur
-		next.Records = append([]store.Record(nil), cur.Records...)
+		next.Records = append(make([]store.Record, 0, len(cur.Records)+1), cur.Records...)
 		_, out, err := store.ApplyUpdate(&next, u.ID, u.AppKey, u.Fn)
 		if err != nil {
 			p.errs[i] = err
