@@ -49,6 +49,9 @@ type Dispatcher struct {
 	store store.Store
 	log   *slog.Logger
 	now   func() time.Time
+	// maxHold bounds how long a flush holds announced messages for the
+	// PUBACKs of those in flight (defaultMaxHold; see hold).
+	maxHold time.Duration
 
 	mu     sync.Mutex
 	routes map[routeID]*route // by app and device name
@@ -80,8 +83,11 @@ type route struct {
 	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
 	// holding says announced messages wait in durable for the PUBACKs
-	// of those in flight (see flushNotified); the last PUBACK flushes.
-	holding bool
+	// of those in flight (see flushNotified); the last PUBACK flushes,
+	// or holdTimer d.maxHold after holdSince, whichever comes first.
+	holding   bool
+	holdSince time.Time
+	holdTimer *time.Timer
 	// acking counts this connection's PUBACKs waiting in the ack stage.
 	acking int
 	// seen is the highest msgid a queue read found or flushNotified
@@ -143,7 +149,7 @@ func (r *route) addDurable(m store.Message) {
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
 func NewDispatcher(st store.Store, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{store: st, log: log, now: time.Now, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
+	return &Dispatcher{store: st, log: log, now: time.Now, maxHold: defaultMaxHold, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
 }
 
 // routeID names a device's route: a key of two strings, not one joined,
@@ -263,6 +269,31 @@ func (d *Dispatcher) start(r *route) {
 	default:
 		go d.runFlusher(r)
 	}
+}
+
+// defaultMaxHold is the longest flushNotified holds a device's announced
+// messages for the PUBACKs of those in flight. Without a bound, a device
+// slow to acknowledge, or one that never acknowledges a message (its
+// packet id stays in flight until the connection ends, even after the
+// message expires), would get nothing more until it did; with it, what
+// gathered goes out together at most this late.
+const defaultMaxHold = 50 * time.Millisecond
+
+// hold reports whether r's announced messages still wait for a PUBACK:
+// from the first flush that holds them for at most d.maxHold, after
+// which a timer flushes r. The caller holds r.mu.
+func (d *Dispatcher) hold(r *route) bool {
+	now := time.Now()
+	if r.holding {
+		return now.Sub(r.holdSince) < d.maxHold
+	}
+	r.holding, r.holdSince = true, now
+	if r.holdTimer == nil {
+		r.holdTimer = time.AfterFunc(d.maxHold, func() { d.start(r) })
+	} else {
+		r.holdTimer.Reset(d.maxHold)
+	}
+	return true
 }
 
 // payload is the JSON a device receives on msg (DESIGN.md section 3).
@@ -435,20 +466,18 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		r.durableMu.Unlock()
 		return false
 	}
-	if _, batches := r.conn.(allConn); batches && n > 0 && len(r.inflight) > 0 {
+	if _, batches := r.conn.(allConn); batches && n > 0 && len(r.inflight) > 0 && d.hold(r) {
 		// Wait for the PUBACKs of what is in flight, as TCP's Nagle
 		// waits for ACKs, and send what gathered meanwhile with one
 		// write: one write(2) per message was 12 to 17% of the server's
 		// CPU in fan-out, where a flush found a message in flight half
-		// the time. It costs a message at most the PUBACK's round trip,
-		// and a device that does not PUBACK gets one message, not a
-		// window of them. Holding more than Window is left to a read
-		// (addDurable). Only a connection that writes several messages
-		// at once gains from it.
-		r.holding = true
+		// the time. It costs a message at most d.maxHold. Holding more
+		// than Window is left to a read (addDurable). Only a connection
+		// that writes several messages at once gains from it.
 		r.durableMu.Unlock()
 		return true
 	}
+	r.holding = false
 	// Taken only now that they go: a Message is large, and half the
 	// flushes in fan-out held theirs.
 	msgs := make([]store.Message, 0, n)

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // allRecConn is a conn that sends several messages at once, and records
@@ -47,6 +48,7 @@ func (c *allRecConn) writes() []int {
 // go out with one write, in msgid order.
 func TestDispatcherSendsAnnouncedAfterPUBACKsInOneWrite(t *testing.T) {
 	f := newFixture(t)
+	f.d.maxHold = time.Hour // the PUBACK, not the bound, ends the hold here
 	c := &allRecConn{}
 	f.d.Attach(c, "app", "dev-1")
 	f.d.mu.Lock()
@@ -78,5 +80,22 @@ func TestDispatcherSendsAnnouncedAfterPUBACKsInOneWrite(t *testing.T) {
 	}
 	if got := c.writes(); !slices.Equal(got, []int{1, 3}) {
 		t.Errorf("messages per write %v, want [1 3]", got)
+	}
+}
+
+// TestHeldMessagesGoWithoutPUBACK checks that the hold is bounded: a
+// device that never acknowledges its first message still gets the
+// messages sent after it, together, without a PUBACK or a queue read.
+func TestHeldMessagesGoWithoutPUBACK(t *testing.T) {
+	f := newFixture(t)
+	f.d.maxHold = 20 * time.Millisecond
+	c := &allRecConn{}
+	f.d.Attach(c, "app", "dev-1")
+	first := f.send(t, 60)
+	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 })
+	later := []int64{f.send(t, 60), f.send(t, 60)}
+	eventually(t, "the held messages sent without a PUBACK", func() bool { return len(c.received()) == 3 })
+	if got, want := c.received(), append([]int64{first}, later...); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
 	}
 }
