@@ -33,6 +33,28 @@ func openTest(t *testing.T, opts ...Option) *Store {
 	return s
 }
 
+// openTestApp opens a store holding app "app" with the named devices, and
+// returns it with a must that fails the test on an error.
+func openTestApp(t *testing.T, devices ...string) (*Store, func(error)) {
+	t.Helper()
+	s := openTest(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	must(s.CreateApp(ctx, store.App{Key: "app", Name: "a"}))
+	devs := make([]store.Device, len(devices))
+	for i, name := range devices {
+		devs[i] = store.Device{Name: name, Secret: "s"}
+	}
+	_, err := s.CreateDevices(ctx, "app", devs)
+	must(err)
+	return s, must
+}
+
 func countKeys(t *testing.T, s *Store, prefix string) int {
 	t.Helper()
 	n := 0

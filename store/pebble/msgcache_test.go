@@ -22,24 +22,15 @@ func init() { verifyMsgCache = true }
 // messages. What they write is what Pebble then holds, and the delivered
 // messages leave the cache.
 func TestAckWriteReadsCachedMessage(t *testing.T) {
-	s := openTest(t)
+	s, must := openTestApp(t, "dev-1")
 	s.msgs.noVerify = true
 	ctx := context.Background()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(s.CreateApp(ctx, store.App{Key: "app", Name: "a"}))
-	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}})
-	must(err)
 	pending := func(id int64) store.Message {
 		return store.Message{ID: id, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
 			ExpireTime: 1 << 40, State: store.StatePending, Records: []store.Record{{Type: store.RecordTargetValid}}}
 	}
 	must(s.CreateMessage(ctx, pending(1), 0, nil))
-	_, err = s.CreateMessages(ctx, "app", []store.BatchMessage{{Message: pending(2)}}, nil, nil)
+	_, err := s.CreateMessages(ctx, "app", []store.BatchMessage{{Message: pending(2)}}, nil, nil)
 	must(err)
 	for _, id := range []int64{1, 2} {
 		must(s.db.Delete(msgKey(id), pebble.Sync))

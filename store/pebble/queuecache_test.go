@@ -16,17 +16,8 @@ import (
 // delivered messages), also after the store's own writes changed the
 // queue: they bring the cached ids up to date rather than dropping them.
 func TestPendingIDsFromMemory(t *testing.T) {
-	s := openTest(t)
+	s, must := openTestApp(t, "dev-1")
 	ctx := context.Background()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(s.CreateApp(ctx, store.App{Key: "app", Name: "a"}))
-	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}})
-	must(err)
 	m := func(id int64) store.Message {
 		return store.Message{ID: id, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60, ExpireTime: 1 << 40, State: store.StatePending}
 	}
@@ -77,22 +68,13 @@ func TestPendingIDsFromMemory(t *testing.T) {
 // a long queue leave enough for the next calls, and that a head run short
 // is read again.
 func TestPendingIDsReadAhead(t *testing.T) {
-	s := openTest(t)
+	s, must := openTestApp(t, "dev-1")
 	ctx := context.Background()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(s.CreateApp(ctx, store.App{Key: "app", Name: "a"}))
-	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}})
-	must(err)
 	var batch []store.BatchMessage
 	for id := int64(1); id <= 10; id++ {
 		batch = append(batch, store.BatchMessage{Message: store.Message{ID: id, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60, ExpireTime: 1 << 40, State: store.StatePending}})
 	}
-	_, err = s.CreateMessages(ctx, "app", batch, nil, nil)
+	_, err := s.CreateMessages(ctx, "app", batch, nil, nil)
 	must(err)
 	if ids, _ := s.PendingIDs(ctx, "app", "dev-1", 3); !slices.Equal(ids, []int64{1, 2, 3}) {
 		t.Fatalf("first read %v", ids)

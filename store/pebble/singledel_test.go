@@ -17,17 +17,8 @@ import (
 // and expiry entries once the memtable is flushed: no tombstone for the
 // compactions to carry down the levels.
 func TestUnqueuedEntriesLeaveNoTombstones(t *testing.T) {
-	s := openTest(t)
+	s, must := openTestApp(t, "dev-1", "dev-2")
 	ctx := context.Background()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(s.CreateApp(ctx, store.App{Key: "app", Name: "a"}))
-	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}, {Name: "dev-2", Secret: "s"}})
-	must(err)
 	pending := func(id int64, dev string) store.Message {
 		return store.Message{ID: id, AppKey: "app", DeviceName: dev, Body: "b", TTL: 60,
 			ExpireTime: 1 << 40, State: store.StatePending, Records: []store.Record{{Type: store.RecordTargetValid}}}
@@ -37,7 +28,7 @@ func TestUnqueuedEntriesLeaveNoTombstones(t *testing.T) {
 	must(s.CreateMessage(ctx, pending(100, "dev-2"), 0, nil))
 	must(s.db.Flush())
 	must(s.CreateMessage(ctx, pending(1, "dev-1"), 0, nil))
-	_, err = s.CreateMessages(ctx, "app", []store.BatchMessage{{Message: pending(2, "dev-1")}, {Message: pending(3, "dev-2")}}, nil, nil)
+	_, err := s.CreateMessages(ctx, "app", []store.BatchMessage{{Message: pending(2, "dev-1")}, {Message: pending(3, "dev-2")}}, nil, nil)
 	must(err)
 	deliver := func(m *store.Message) error {
 		m.State = store.StateDelivered

@@ -15,17 +15,8 @@ import (
 // that a message changed between that and the stripes is updated again
 // from what is stored then.
 func TestUpdateMessagesPlansOutsideStripes(t *testing.T) {
-	s := openTest(t)
+	s, must := openTestApp(t, "dev-1")
 	ctx := context.Background()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(s.CreateApp(ctx, store.App{Key: "app", Name: "a"}))
-	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}})
-	must(err)
 	must(s.CreateMessage(ctx, store.Message{ID: 1, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
 		ExpireTime: 1 << 40, State: store.StatePending, Records: []store.Record{{Type: store.RecordTargetValid}}}, 0, nil))
 	stripe := &s.locks[deviceStripe("app", "dev-1")]
