@@ -50,14 +50,7 @@ func TestDispatcherReadsOnlyMessagesItSends(t *testing.T) {
 	f.d.Attach(c, "app", "dev-1")
 	// Each send waits for the flushes before it to end: a flush under way
 	// may read the next message before its send announces it.
-	idle := func() bool {
-		f.d.mu.Lock()
-		r := f.d.routes[routeKey("app", "dev-1")]
-		f.d.mu.Unlock()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return !r.running
-	}
+	idle := f.idle
 	eventually(t, "the first flush done", idle)
 	if n := counted.scans.Load(); n != 1 {
 		t.Fatalf("%d queue reads for a new connection, want 1", n)
@@ -193,11 +186,7 @@ func TestDispatcherKeepsOrderBehindBacklog(t *testing.T) {
 	f.d.Acked(c, "app", "dev-1", Window+1) // the resend of sent[0]
 	sent = append(sent, late)
 	for _, id := range sent[1:] {
-		eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
-		c.mu.Lock()
-		pid := c.pids[id]
-		c.mu.Unlock()
-		f.d.Acked(c, "app", "dev-1", pid)
+		f.ack(t, c, id)
 	}
 	if got, want := c.received(), slices.Insert(slices.Clone(sent), Window, sent[0]); !slices.Equal(got, want) {
 		t.Fatalf("received %v, want %v: in send order, the freed message again", got, want)
@@ -245,14 +234,7 @@ func TestDispatcherSendsLateLowerIDWithoutRead(t *testing.T) {
 	f.d.store = counted
 	c := &conn{}
 	f.d.Attach(c, "app", "dev-1")
-	f.d.mu.Lock()
-	r := f.d.routes[routeKey("app", "dev-1")]
-	f.d.mu.Unlock()
-	idle := func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return !r.running
-	}
+	idle := f.idle
 	eventually(t, "the first flush done", idle)
 	base := f.svc.ids.Next()
 	var msgs []store.Message
@@ -335,14 +317,7 @@ func TestDispatcherKeepsAnnouncedBehindBacklog(t *testing.T) {
 	f.d.store = counted
 	c := &conn{}
 	f.d.Attach(c, "app", "dev-1")
-	f.d.mu.Lock()
-	r := f.d.routes[routeKey("app", "dev-1")]
-	f.d.mu.Unlock()
-	idle := func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return !r.running
-	}
+	r, idle := f.route(), f.idle
 	// The connection's first flush reads the queue: done before the
 	// first send, it cannot read a message its Notify has not announced
 	// yet.
@@ -360,11 +335,7 @@ func TestDispatcherKeepsAnnouncedBehindBacklog(t *testing.T) {
 		t.Fatalf("%d messages read before any PUBACK, want 0", n)
 	}
 	for i, id := range sent {
-		eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
-		c.mu.Lock()
-		pid := c.pids[id]
-		c.mu.Unlock()
-		f.d.Acked(c, "app", "dev-1", pid)
+		f.ack(t, c, id)
 		if i%8 == 7 { // PUBACKs stored a few at a time, as under load
 			eventually(t, "the PUBACKs stored", func() bool {
 				r.mu.Lock()

@@ -78,6 +78,31 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// route returns dev-1's route.
+func (f *fixture) route() *route {
+	f.d.mu.Lock()
+	defer f.d.mu.Unlock()
+	return f.d.routes[routeKey("app", "dev-1")]
+}
+
+// idle reports whether no flush of dev-1's route is under way.
+func (f *fixture) idle() bool {
+	r := f.route()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.running
+}
+
+// ack sends c's PUBACK of message id once c has received it.
+func (f *fixture) ack(t *testing.T, c *conn, id int64) {
+	t.Helper()
+	eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
+	c.mu.Lock()
+	pid := c.pids[id]
+	c.mu.Unlock()
+	f.d.Acked(c, "app", "dev-1", pid)
+}
+
 func (f *fixture) send(t *testing.T, ttl int64) int64 {
 	t.Helper()
 	dev, err := f.st.GetDevice(context.Background(), "app", "dev-1")
@@ -128,11 +153,7 @@ func TestDispatcherDeliversInOrderWithinWindow(t *testing.T) {
 	}
 	// Each PUBACK delivers its message and frees a slot for the next.
 	for i, id := range sent {
-		eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
-		c.mu.Lock()
-		pid := c.pids[id]
-		c.mu.Unlock()
-		f.d.Acked(c, "app", "dev-1", pid)
+		f.ack(t, c, id)
 		eventually(t, "the delivery stored", func() bool { st, _ := f.state(t, id); return st == store.StateDelivered })
 		if _, types := f.state(t, id); !slices.Equal(types, []int{0, 2, 4}) {
 			t.Fatalf("message %d after PUBACK: %v", i, types)

@@ -36,14 +36,7 @@ func TestFlushesReuseTheirGoroutine(t *testing.T) {
 		f.send(t, 60)
 		eventually(t, "the message sent", func() bool { return len(c.received()) == i+1 })
 		// Wait for the flush to end, so the next one needs a goroutine.
-		eventually(t, "the flush done", func() bool {
-			f.d.mu.Lock()
-			r := f.d.routes[routeKey("app", "dev-1")]
-			f.d.mu.Unlock()
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return !r.running
-		})
+		eventually(t, "the flush done", f.idle)
 	}
 	c.mu.Lock()
 	n := len(c.goroutines)

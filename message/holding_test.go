@@ -51,14 +51,7 @@ func TestDispatcherSendsAnnouncedAfterPUBACKsInOneWrite(t *testing.T) {
 	f.d.maxHold = time.Hour // the PUBACK, not the bound, ends the hold here
 	c := &allRecConn{}
 	f.d.Attach(c, "app", "dev-1")
-	f.d.mu.Lock()
-	r := f.d.routes[routeKey("app", "dev-1")]
-	f.d.mu.Unlock()
-	idle := func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return !r.running
-	}
+	idle := f.idle
 	eventually(t, "the first flush done", idle)
 	first := f.send(t, 60)
 	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 && idle() })

@@ -28,20 +28,27 @@ func (p *pausedStore) GetApp(ctx context.Context, key string) (store.App, error)
 	return app, err
 }
 
-// A Get that read the app before an Update and caches it after must not
-// hide the update: the switch-on of an app's callbacks, returned to the
-// admin, would be unseen by the callback router for TTL, and its records
-// dropped ("switch off").
-func TestGetOverlappingUpdateDoesNotCacheOldApp(t *testing.T) {
+// openWithApp opens a Pebble store holding app "k".
+func openWithApp(t *testing.T) store.Store {
+	t.Helper()
 	st, err := pebble.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	ctx := context.Background()
-	if err := st.CreateApp(ctx, store.App{Key: "k", Name: "a"}); err != nil {
+	if err := st.CreateApp(context.Background(), store.App{Key: "k", Name: "a"}); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// A Get that read the app before an Update and caches it after must not
+// hide the update: the switch-on of an app's callbacks, returned to the
+// admin, would be unseen by the callback router for TTL, and its records
+// dropped ("switch off").
+func TestGetOverlappingUpdateDoesNotCacheOldApp(t *testing.T) {
+	st := openWithApp(t)
+	ctx := context.Background()
 	ps := &pausedStore{Store: st, read: make(chan struct{}), release: make(chan struct{})}
 	c := New(ps, time.Now)
 	read := ps.read
@@ -85,15 +92,8 @@ func (p *slowUpdate) UpdateApp(ctx context.Context, key string, fn func(*store.A
 // Two Updates at once: the cache must end with the later write, not with
 // the one whose Update returned last.
 func TestUpdatesOutOfOrderKeepTheLaterWrite(t *testing.T) {
-	st, err := pebble.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openWithApp(t)
 	ctx := context.Background()
-	if err := st.CreateApp(ctx, store.App{Key: "k", Name: "a"}); err != nil {
-		t.Fatal(err)
-	}
 	ps := &slowUpdate{Store: st, wrote: make(chan struct{}), release: make(chan struct{})}
 	c := New(ps, time.Now)
 	wrote := ps.wrote
