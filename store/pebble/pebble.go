@@ -148,7 +148,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		// flushed every 25,000 messages and, as the store was small,
 		// rewrote the whole of the last level at every fourth flush: the
 		// compactions took a third of the CPU of a broadcast and 11% of a
-		// fan-out. Now a burst of that size is flushed once and compacted
+		// fan-out. Now a burst of that size fills about one memtable and is compacted
 		// after it, in fewer, larger compactions (BENCHMARKS.md, "Pebble's
 		// memtable and L0 threshold"). The cost: up to two memtables of
 		// memory (128 MiB) beside the block cache, and a longer WAL to
