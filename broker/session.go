@@ -113,28 +113,11 @@ func (s *Session) Subscribed(topic string) bool {
 // (reported by Handler.Acked); the broker keeps no copy, so redelivery is
 // the caller's business.
 func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error) {
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
-		TopicName:   s.prefix + topic,
-		Payload:     payload,
-	}
-	if qos > 0 {
-		id, err := s.takePacketID()
-		if err != nil {
-			return 0, err
-		}
-		pk.PacketID = id
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.holding {
-		s.held = append(s.held, pk)
-		return pk.PacketID, nil
-	}
-	if err := s.write(pk); err != nil {
+	ids, err := s.PublishAll(topic, [][]byte{payload}, qos)
+	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	return pk.PacketID, nil
+	return ids[0], nil
 }
 
 // PublishAll is Publish for several payloads, sent in order with one
@@ -172,16 +155,6 @@ func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint1
 		return nil, err
 	}
 	return ids, nil
-}
-
-// write sends pk; the caller holds wmu.
-func (s *Session) write(pk packets.Packet) error {
-	s.setWriteDeadline()
-	if err := s.cl.WritePacket(pk); err != nil {
-		s.writeFailed(err, pk)
-		return err
-	}
-	return nil
 }
 
 // writeAll sends pks in one write; the caller holds wmu.
@@ -228,13 +201,8 @@ func (s *Session) release() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.holding = false
-	for i, pk := range s.held {
-		if s.write(pk) != nil {
-			for _, rest := range s.held[i+1:] {
-				s.releasePacketID(rest.PacketID)
-			}
-			break
-		}
+	if len(s.held) > 0 {
+		_ = s.writeAll(s.held) // a failure ends the connection
 	}
 	s.held = nil
 }
