@@ -22,7 +22,8 @@ import (
 func fillUpdates(b *pebble.Batch, leaving []store.Message, counts map[[2]string]int64, kvs []kv) error {
 	dels := make([][]byte, 0, 2*len(leaving))
 	for _, m := range leaving {
-		dels = append(dels, queueKey(m.AppKey, m.DeviceName, m.ID), expiryKey(m.ExpireTime, m.ID))
+		ks := unqueueKeys(m)
+		dels = append(dels, ks[:]...)
 	}
 	slices.SortFunc(dels, bytes.Compare)
 	sets := make([]kv, 0, len(counts)+len(kvs))
@@ -35,7 +36,7 @@ func fillUpdates(b *pebble.Batch, leaving []store.Message, counts map[[2]string]
 	slices.SortStableFunc(sets, func(x, y kv) int { return bytes.Compare(x.k, y.k) })
 	// The removals and the sets are under prefixes of their own, so
 	// each is one run of keys in order.
-	for _, k := range dels {
+	for _, k := range dels { // SingleDeletes, as unqueue's
 		if err := b.SingleDelete(k, nil); err != nil {
 			return err
 		}

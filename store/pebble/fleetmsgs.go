@@ -409,19 +409,17 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 	buf := make([]byte, 0, keys+(1+kept)*(320+len(m.Params)+len(appKey)+len(m.DeviceName)+len(m.CallbackURL))+len(m.Body))
 	if m.State == store.StatePending {
 		start := len(buf)
-		buf = append(append(append(append(buf, pQueue...), appKey...), 0), m.DeviceName...)
-		buf = binary.BigEndian.AppendUint64(append(buf, 0), uint64(m.ID))
+		buf = appendQueueKey(buf, appKey, m.DeviceName, m.ID)
 		q := buf[start:len(buf):len(buf)]
 		start = len(buf)
-		buf = binary.BigEndian.AppendUint64(append(buf, pExpiry...), uint64(max(m.ExpireTime, 0)))
-		buf = binary.BigEndian.AppendUint64(buf, uint64(m.ID))
+		buf = appendExpiryKey(buf, m.ExpireTime, m.ID)
 		kvs = append(kvs, kv{q, nil}, kv{buf[start:len(buf):len(buf)], nil})
 	}
 	start := len(buf)
-	buf = binary.BigEndian.AppendUint64(append(buf, pMsg...), uint64(m.ID))
+	buf = appendMsgKey(buf, m.ID)
 	mk := buf[start:len(buf):len(buf)]
 	start = len(buf)
-	buf = binary.BigEndian.AppendUint64(append(append(append(buf, pAppMsg...), appKey...), 0), uint64(m.ID))
+	buf = appendAppMsgKey(buf, appKey, m.ID)
 	ak := buf[start:len(buf):len(buf)]
 	start = len(buf)
 	buf, err := appendMessageWith(buf, &m, memo)

@@ -70,13 +70,23 @@ func be64(v int64) []byte {
 	return b[:]
 }
 
-func msgKey(id int64) []byte { return binary.BigEndian.AppendUint64([]byte(pMsg), uint64(id)) }
+func msgKey(id int64) []byte { return appendMsgKey(nil, id) }
+
+// appendMsgKey appends msgKey(id) to b. The append forms let a batch
+// encode a message's keys into one buffer (encodeForm); each key has
+// this one definition, which matters for a SingleDelete (unqueue) to
+// meet the very key that was Set.
+func appendMsgKey(b []byte, id int64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, pMsg...), uint64(id))
+}
 
 // expiryKey is the expiry index key of a pending message. Times before
 // 1970 are filed under 0, as for seqExpKey.
-func expiryKey(expire, id int64) []byte {
-	k := binary.BigEndian.AppendUint64([]byte(pExpiry), uint64(max(expire, 0)))
-	return binary.BigEndian.AppendUint64(k, uint64(id))
+func expiryKey(expire, id int64) []byte { return appendExpiryKey(nil, expire, id) }
+
+func appendExpiryKey(b []byte, expire, id int64) []byte {
+	b = binary.BigEndian.AppendUint64(append(b, pExpiry...), uint64(max(expire, 0)))
+	return binary.BigEndian.AppendUint64(b, uint64(id))
 }
 
 func outboxKey(seq int64) []byte { return binary.BigEndian.AppendUint64([]byte(pOutbox), uint64(seq)) }
@@ -85,12 +95,18 @@ func seqKey(app string, seq int64) []byte {
 	return binary.BigEndian.AppendUint64(key(pSeq, app, ""), uint64(seq))
 }
 
-func appMsgKey(app string, id int64) []byte {
-	return binary.BigEndian.AppendUint64(key(pAppMsg, app, ""), uint64(id))
+func appMsgKey(app string, id int64) []byte { return appendAppMsgKey(nil, app, id) }
+
+func appendAppMsgKey(b []byte, app string, id int64) []byte {
+	b = append(append(append(b, pAppMsg...), app...), 0)
+	return binary.BigEndian.AppendUint64(b, uint64(id))
 }
 
-func queueKey(app, device string, id int64) []byte {
-	return binary.BigEndian.AppendUint64(key(pQueue, app, device, ""), uint64(id))
+func queueKey(app, device string, id int64) []byte { return appendQueueKey(nil, app, device, id) }
+
+func appendQueueKey(b []byte, app, device string, id int64) []byte {
+	b = append(append(append(append(b, pQueue...), app...), 0), device...)
+	return binary.BigEndian.AppendUint64(append(b, 0), uint64(id))
 }
 
 // seqExpKey is the expiry index key of an entry. Expiry times before 1970

@@ -23,8 +23,16 @@ import (
 // before a SingleDelete of the same key (Pebble turns the pair into a
 // Delete).
 func unqueue(b *pebble.Batch, m store.Message) error {
-	if err := b.SingleDelete(queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
-		return err
+	for _, k := range unqueueKeys(m) {
+		if err := b.SingleDelete(k, nil); err != nil {
+			return err
+		}
 	}
-	return b.SingleDelete(expiryKey(m.ExpireTime, m.ID), nil)
+	return nil
+}
+
+// unqueueKeys returns the keys unqueue deletes, for a write that orders
+// its keys itself (fillUpdates).
+func unqueueKeys(m store.Message) [2][]byte {
+	return [2][]byte{queueKey(m.AppKey, m.DeviceName, m.ID), expiryKey(m.ExpireTime, m.ID)}
 }
