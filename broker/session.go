@@ -126,11 +126,12 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 // each. On an error none of them was sent.
 func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint16, error) {
 	pks := make([]packets.Packet, len(payloads))
+	name := s.prefix + topic
 	var ids []uint16
 	for i, p := range payloads {
 		pks[i] = packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
-			TopicName:   s.prefix + topic,
+			TopicName:   name,
 			Payload:     p,
 		}
 		if qos > 0 {

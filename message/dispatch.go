@@ -692,6 +692,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	flush := ok && r.holding && len(r.inflight) == 0
 	if flush {
 		r.holding = false
+		r.holdTimer.Stop() // its flush would find nothing held
 	}
 	r.mu.Unlock()
 	if flush {
