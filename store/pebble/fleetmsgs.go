@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -427,20 +426,12 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 		return nil, fmt.Errorf("encode message %d: %w", m.ID, err)
 	}
 	kvs = append(kvs, kv{mk, buf[start:len(buf):len(buf)]}, kv{ak, nil})
-	id := strconv.FormatInt(m.ID, 10) + "-"
 	seq := first
 	for r := range m.Records {
 		if !f.keeps(m.Records[r].Type) {
 			continue
 		}
-		e := store.OutboxEntry{
-			Seq:         seq,
-			ID:          id + strconv.Itoa(r),
-			AppKey:      appKey,
-			CallbackURL: m.CallbackURL,
-			Time:        now,
-			Record:      m.Filled(m.Records[r]),
-		}
+		e := outboxEntry(&m, r, seq, now)
 		start := len(buf)
 		if buf, err = appendOutboxEntryWith(buf, &e, memo); err != nil {
 			return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)

@@ -214,19 +214,26 @@ func (s *Store) addOutbox(b *pebble.Batch, m store.Message, from int) error {
 		if !f.keeps(m.Records[i].Type) {
 			continue
 		}
-		e := store.OutboxEntry{
-			Seq:         s.outboxSeq.Add(1),
-			ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(i),
-			AppKey:      m.AppKey,
-			CallbackURL: m.CallbackURL,
-			Time:        s.now().UnixMilli(),
-			Record:      m.Filled(m.Records[i]),
-		}
+		e := outboxEntry(&m, i, s.outboxSeq.Add(1), s.now().UnixMilli())
 		if err := setJSON(b, outboxKey(e.Seq), e); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// outboxEntry is record r of m as outbox entry seq, made at now (Unix
+// ms): the one place the outbox's entries are made (addOutbox,
+// planUpdates, encodeForm).
+func outboxEntry(m *store.Message, r int, seq, now int64) store.OutboxEntry {
+	return store.OutboxEntry{
+		Seq:         seq,
+		ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(r),
+		AppKey:      m.AppKey,
+		CallbackURL: m.CallbackURL,
+		Time:        now,
+		Record:      m.Filled(m.Records[r]),
+	}
 }
 
 // UpdateMessage applies fn to the message under its device's lock; see

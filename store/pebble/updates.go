@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -261,14 +260,7 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 			if !f.keeps(c.m.Records[r].Type) {
 				continue
 			}
-			e := store.OutboxEntry{
-				Seq:         s.outboxSeq.Add(1),
-				ID:          strconv.FormatInt(id, 10) + "-" + strconv.Itoa(r),
-				AppKey:      c.m.AppKey,
-				CallbackURL: c.m.CallbackURL,
-				Time:        now,
-				Record:      c.m.Filled(c.m.Records[r]),
-			}
+			e := outboxEntry(&c.m, r, s.outboxSeq.Add(1), now)
 			data, err := appendOutboxEntry(nil, &e)
 			if err != nil {
 				return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
