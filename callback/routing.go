@@ -1,16 +1,8 @@
 package callback
 
 import (
-	"slices"
-
 	"github.com/devmsg/devmsg/store"
 )
-
-// sends reports whether the app's settings send records of type typ: all
-// types when none are chosen (DESIGN.md section 4).
-func sends(cb store.CallbackSettings, typ int) bool {
-	return cb.Types == nil || slices.Contains(cb.Types, typ)
-}
 
 // target returns where a record goes: the message's temporary URL when
 // it is one of the app's configured URLs, else the default URL, else ""
@@ -35,7 +27,7 @@ func route(cb *store.CallbackSettings, h store.OutboxHead, r *store.OutboxRoute)
 		return "no app"
 	case !cb.Enabled:
 		return "switch off"
-	case !sends(*cb, h.Type):
+	case !cb.Sends(h.Type):
 		return "type not selected"
 	}
 	if r.URL = target(*cb, h.CallbackURL); r.URL == "" {

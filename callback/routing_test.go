@@ -25,7 +25,7 @@ func TestRouting(t *testing.T) {
 		{"no URLs: nowhere", store.CallbackSettings{}, 2, "https://b.example/cb", true, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := sends(c.cb, c.typ); got != c.sends {
+			if got := c.cb.Sends(c.typ); got != c.sends {
 				t.Errorf("sends = %v, want %v", got, c.sends)
 			}
 			if got := target(c.cb, c.temp); got != c.target {

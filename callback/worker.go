@@ -703,7 +703,7 @@ func (s *sender) current(entries []store.OutboxEntry) (_ []store.OutboxEntry, ok
 	if reason == "" {
 		keep = entries[:0:0]
 		for _, e := range entries {
-			if sends(cb, e.Record.Type) {
+			if cb.Sends(e.Record.Type) {
 				keep = append(keep, e)
 			} else {
 				drop = append(drop, e.Seq)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -88,6 +89,13 @@ type CallbackSettings struct {
 type CallbackURL struct {
 	URL     string `json:"url"`
 	Default bool   `json:"default"`
+}
+
+// Sends reports whether records of type typ are selected: all types when
+// none are chosen (DESIGN.md section 4). The callback router and the embedded store's outbox
+// filter both decide by it.
+func (c CallbackSettings) Sends(typ int) bool {
+	return c.Types == nil || slices.Contains(c.Types, typ)
 }
 
 // Has reports whether u is one of the configured URLs.

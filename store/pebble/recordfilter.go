@@ -1,7 +1,6 @@
 package pebble
 
 import (
-	"slices"
 	"sync"
 
 	"github.com/devmsg/devmsg/store"
@@ -29,7 +28,7 @@ func (f recordFilter) keeps(typ int) bool {
 	if !f.known {
 		return true
 	}
-	return f.cb.Enabled && len(f.cb.URLs) > 0 && (f.cb.Types == nil || slices.Contains(f.cb.Types, typ))
+	return f.cb.Enabled && len(f.cb.URLs) > 0 && f.cb.Sends(typ)
 }
 
 // kept counts the records of rs that go to the outbox.
