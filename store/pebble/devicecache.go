@@ -50,10 +50,15 @@ func (c *cache[V]) put(app, name string, v V) {
 	c.m[k] = v
 }
 
-func (c *cache[V]) drop(app, name string) {
+func (c *cache[V]) drop(app, name string) { c.dropAll(app, []string{name}) }
+
+// dropAll is drop for several devices of one app, under one lock.
+func (c *cache[V]) dropAll(app string, names []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, cacheKey(app, name))
+	for _, name := range names {
+		delete(c.m, cacheKey(app, name))
+	}
 }
 
 // Compile-time shapes of the two caches the Store holds.

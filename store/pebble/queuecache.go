@@ -108,39 +108,24 @@ func (c *pendingCache) put(app, name string, n int64, added, removed []int64) {
 }
 
 // drop forgets the device's count and ids.
-func (c *pendingCache) drop(app, name string) {
-	c.countGens[countGenSlot(app, name)].Add(1)
-	c.counts.drop(app, name)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.ids[cacheKey(app, name)]; e != nil {
-		c.gen++
-		*e = queueIDs{gen: c.gen}
-	}
-}
+func (c *pendingCache) drop(app, name string) { c.dropAll(app, []string{name}) }
 
-// dropAll is drop for many devices of one app, each cache locked once
-// and each key made once: a broadcast step's offline devices, whose
-// counts the cache would only hold for nothing (putting 100 a step was a
-// quarter of the step's serial write).
+// dropAll is drop for many devices of one app, each cache locked once:
+// a broadcast step's offline devices, whose counts the cache would only
+// hold for nothing (putting 100 a step was a quarter of the step's
+// serial write).
 func (c *pendingCache) dropAll(app string, names []string) {
 	if len(names) == 0 {
 		return
 	}
-	keys := make([]devKey, len(names))
-	for i, name := range names {
+	for _, name := range names {
 		c.countGens[countGenSlot(app, name)].Add(1)
-		keys[i] = cacheKey(app, name)
 	}
-	c.counts.mu.Lock()
-	for _, k := range keys {
-		delete(c.counts.m, k)
-	}
-	c.counts.mu.Unlock()
+	c.counts.dropAll(app, names)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, k := range keys {
-		if e := c.ids[k]; e != nil {
+	for _, name := range names {
+		if e := c.ids[cacheKey(app, name)]; e != nil {
 			c.gen++
 			*e = queueIDs{gen: c.gen}
 		}
