@@ -239,7 +239,8 @@ func (s *Store) cacheCreated(appKey string, msgs []store.BatchMessage, outcomes 
 		if outcomes[i] != store.BatchStored || pre != nil && !pre.keep[i] {
 			continue
 		}
-		k := msgKey(bm.Message.ID)
+		var kb [len(pMsg) + 8]byte // no allocation under the stripes
+		k := appendMsgKey(kb[:0], bm.Message.ID)
 		for _, e := range encoded[i].stored {
 			if bytes.Equal(e.k, k) {
 				m := cloneMessage(bm.Message)
