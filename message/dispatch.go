@@ -688,6 +688,12 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	r.mu.Lock()
 	id, ok := r.inflight[pid]
 	delete(r.inflight, pid)
+	// The route's count first, the device's second (and the reverse in
+	// storeAcks), so that a flush of r never sees its own PUBACKs in
+	// the device's count without them in its own: ackingElsewhere.
+	if ok {
+		r.acking++
+	}
 	// The last PUBACK sends what flushNotified held for it.
 	flush := ok && r.holding && len(r.inflight) == 0
 	if flush {
@@ -701,12 +707,6 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	if !ok {
 		return // a PUBACK of a property publish
 	}
-	// The route's count first, the device's second (and the reverse in
-	// storeAcks), so that a flush of r never sees its own PUBACKs in
-	// the device's count without them in its own: ackingElsewhere.
-	r.mu.Lock()
-	r.acking++
-	r.mu.Unlock()
 	k := routeKey(app, dev)
 	d.mu.Lock()
 	if d.acking == nil {
