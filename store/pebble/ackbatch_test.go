@@ -17,12 +17,10 @@ import (
 // removal and set in it.
 func TestUpdatesBatchGroupsKeys(t *testing.T) {
 	var leaving []store.Message
-	counts := map[[2]string]int64{}
 	var kvs []kv
 	for i := range int64(5) {
 		dev := fmt.Sprintf("dev%d", 4-i)
 		leaving = append(leaving, store.Message{AppKey: "app", DeviceName: dev, ID: 100 + i, ExpireTime: 1000 - i})
-		counts[[2]string{"app", dev}] = i
 		kvs = append(kvs, kv{msgKey(100 + i), []byte("m")}, kv{outboxKey(7 + i), []byte("o")})
 	}
 	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
@@ -32,7 +30,7 @@ func TestUpdatesBatchGroupsKeys(t *testing.T) {
 	defer db.Close()
 	b := db.NewBatch()
 	defer b.Close()
-	if err := fillUpdates(b, leaving, counts, kvs); err != nil {
+	if err := fillUpdates(b, leaving, kvs); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]int{}
@@ -59,10 +57,10 @@ func TestUpdatesBatchGroupsKeys(t *testing.T) {
 		}
 		seen[p]++
 	}
-	if len(runs) != 5 {
+	if len(runs) != 4 {
 		t.Fatalf("batch keys in runs %v, want each prefix once", runs)
 	}
-	for _, p := range []string{pQueue, pExpiry, pCount, pMsg, pOutbox} {
+	for _, p := range []string{pQueue, pExpiry, pMsg, pOutbox} {
 		if seen[p] != 5 {
 			t.Fatalf("%d keys under %s, want 5", seen[p], p)
 		}

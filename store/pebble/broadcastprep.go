@@ -2,7 +2,6 @@ package pebble
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/devmsg/devmsg/store"
@@ -52,7 +51,6 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
 	p := &preparedStep{msgs: msgs, encoded: encoded, now: now, counts: make(map[string]preparedCount, len(msgs)), keep: make([]bool, len(msgs))}
-	var keys [][]byte
 	var names []string
 	for i, bm := range msgs {
 		p.keep[i] = connected == nil || connected[i]
@@ -66,16 +64,12 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 		// The generation is taken before the read, so a write of the
 		// count that the read may have missed changes it.
 		p.counts[name] = preparedCount{gen: s.pending.countGen(appKey, name)}
-		keys, names = append(keys, key(pCount, appKey, name)), append(names, name)
+		names = append(names, name)
 	}
-	err = s.seekEach(key(pCount, appKey, ""), keys, func(i int, v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("counter of %q has %d bytes, want 8", names[i], len(v))
-		}
+	err = s.countQueues(appKey, names, func(i int, n int64) {
 		c := p.counts[names[i]]
-		c.count = int64(binary.BigEndian.Uint64(v))
+		c.count = n
 		p.counts[names[i]] = c
-		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)

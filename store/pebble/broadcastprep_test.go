@@ -2,7 +2,6 @@ package pebble
 
 import (
 	"context"
-	"encoding/binary"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -11,9 +10,10 @@ import (
 )
 
 // TestPreparedStep: a step written with PrepareStep's result takes the
-// pending counts PrepareStep read while their generation holds (the
-// count in Pebble is changed behind the store's back after PrepareStep,
-// and the step's count follows the prepared one), and caches only the
+// pending counts PrepareStep counted while their generation holds (a
+// queue entry is added behind the store's back after PrepareStep, which
+// fills both queues to store.MaxPending, and the step still stores its
+// messages, counting from the prepared MaxPending-1), and caches only the
 // messages and the pending counts of connected devices.
 func TestPreparedStep(t *testing.T) {
 	ctx := context.Background()
@@ -28,11 +28,17 @@ func TestPreparedStep(t *testing.T) {
 	must(err)
 	b := store.Broadcast{ID: 100, AppKey: "app", All: true, Body: "fw", TTL: 60, TimeCreate: 1, Targets: 2, Chunks: 1, State: store.BroadcastFanningOut}
 	must(s.CreateBroadcast(ctx, b, [][]string{{"d-1", "d-2"}}, 0, nil))
-	setCount := func(name string, n int64) {
-		must(s.db.Set(key(pCount, "app", name), be64(n), pebble.Sync))
+	// queue adds queue entries from..to-1 (msgids from 10,000, clear of
+	// the step's), bare: the count comes from the queue entries alone.
+	queue := func(name string, from, to int64) {
+		b := s.db.NewBatch()
+		for id := 10_000 + from; id < 10_000+to; id++ {
+			must(b.Set(queueKey("app", name, id), nil, nil))
+		}
+		must(b.Commit(pebble.Sync))
 	}
 	for _, name := range []string{"d-1", "d-2"} {
-		setCount(name, 7)
+		queue(name, 1, store.MaxPending)
 		s.pending.drop("app", name)
 	}
 	var msgs []store.BatchMessage
@@ -42,26 +48,19 @@ func TestPreparedStep(t *testing.T) {
 	}
 	prepared, err := s.PrepareStep(ctx, "app", msgs, []bool{false, true})
 	must(err)
-	setCount("d-1", 500)
-	setCount("d-2", 500)
+	queue("d-1", store.MaxPending, store.MaxPending+1)
+	queue("d-2", store.MaxPending, store.MaxPending+1)
 	epoch, _ := s.FlagEpoch()
 	out, err := s.CreateMessages(ctx, "app", msgs, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Done: true, Epoch: epoch, EpochOK: true, Prepared: prepared})
 	must(err)
 	if out[0] != store.BatchStored || out[1] != store.BatchStored {
-		t.Fatalf("outcomes %v", out)
-	}
-	for _, name := range []string{"d-1", "d-2"} {
-		v, err := s.get(key(pCount, "app", name))
-		must(err)
-		if n := binary.BigEndian.Uint64(v); n != 8 {
-			t.Errorf("%s's count %d, want 8: the prepared 7 and the step's message", name, n)
-		}
+		t.Fatalf("outcomes %v, want both stored on the prepared counts", out)
 	}
 	if n, ok := s.pending.get("app", "d-1"); ok {
 		t.Errorf("the offline d-1's count is cached (%d)", n)
 	}
-	if n, ok := s.pending.get("app", "d-2"); !ok || n != 8 {
-		t.Errorf("the connected d-2's count cached %d %v, want 8", n, ok)
+	if n, ok := s.pending.get("app", "d-2"); !ok || n != store.MaxPending {
+		t.Errorf("the connected d-2's count cached %d %v, want %d: the prepared %d and the step's message", n, ok, store.MaxPending, store.MaxPending-1)
 	}
 	if s.msgs.get(101) != nil {
 		t.Error("the message to the offline d-1 is cached")

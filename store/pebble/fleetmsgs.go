@@ -157,7 +157,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// stripe is after it in the WAL, so no crash keeps that write
 	// without this one.
 	err = s.writeLazy(func(batch *pebble.Batch) error {
-		all := make([]kv, 0, len(msgs)*5)
+		all := make([]kv, 0, len(msgs)*4)
 		for i, bm := range msgs {
 			m := bm.Message
 			if outcomes[i] == store.BatchGone {
@@ -171,9 +171,6 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 				}
 			}
 			all = append(all, kvs...)
-			if n, ok := counts[m.DeviceName]; ok && outcomes[i] == store.BatchStored && m.State == store.StatePending {
-				all = append(all, kv{key(pCount, appKey, m.DeviceName), be64(n)})
-			}
 			if step != nil {
 				b.Queued++
 				if b.FirstID == 0 || m.ID < b.FirstID {
@@ -248,7 +245,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 // message's four keys under four prefixes in turn sent every insert
 // searching from the top (a tenth of a broadcast's CPU). Grouped, the
 // chunk's message, index and expiry keys follow each other in msgid
-// order, and its queue and count keys in device order, as its targets
+// order, and its queue keys in device order, as its targets
 // are sorted: most inserts land next to the one before.
 func inKeyOrder(kvs []kv) []kv {
 	// A counting sort: a stable comparison sort of a chunk's 500 entries
@@ -282,7 +279,8 @@ func (s *Store) syncLazy() error {
 // batchOutcomes decides, under the devices' stripes, what becomes of each
 // message, and returns the pending counts of the devices that gain queue
 // entries. What the caches do not hold (whether a device exists, its
-// pending count) is read in one pass over each index; with found, every
+// pending count) is read in one pass over the devices and one over their
+// queues (countQueues); with found, every
 // device is known to exist, and a count pre read that still holds is
 // not read again.
 func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bool, pre *preparedStep) ([]int, map[string]int64, error) {
@@ -291,7 +289,7 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 		count  int64
 	}
 	devs := map[string]*state{}
-	var devKeys, countKeys [][]byte
+	var devKeys [][]byte
 	var devNames, countNames []string
 	for _, bm := range msgs {
 		name := bm.Message.DeviceName
@@ -312,7 +310,7 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 		} else if c, ok := s.pending.get(appKey, name); ok {
 			st.count = c
 		} else {
-			countKeys, countNames = append(countKeys, key(pCount, appKey, name)), append(countNames, name)
+			countNames = append(countNames, name)
 		}
 	}
 	err := s.seekEach(key(pDevice, appKey, ""), devKeys, func(i int, _ []byte) error {
@@ -322,12 +320,13 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 	if err != nil {
 		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
 	}
-	err = s.seekEach(key(pCount, appKey, ""), countKeys, func(i int, v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("counter of %q has %d bytes, want 8", countNames[i], len(v))
+	// Counted under the stripes, so the counts are cached (learn); those
+	// of devices that turn out not to exist are not.
+	err = s.countQueues(appKey, countNames, func(i int, n int64) {
+		devs[countNames[i]].count = n
+		if devs[countNames[i]].exists {
+			s.pending.learn(appKey, countNames[i], n)
 		}
-		devs[countNames[i]].count = int64(binary.BigEndian.Uint64(v))
-		return nil
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
@@ -364,7 +363,7 @@ type kv struct{ k, v []byte }
 type encodedMsg struct {
 	// stored is the message in its stored form with its index entries,
 	// its queue and expiry entries when pending and its records' outbox
-	// entries (not the pending count).
+	// entries.
 	stored []kv
 	// first is the first outbox Seq the message holds; its queue-full
 	// form, encoded only when it is the one stored (seldom), uses the

@@ -27,7 +27,6 @@ func TestChunkKeysInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		kvs = append(kvs, enc...)
-		kvs = append(kvs, kv{key(pCount, "app", m.DeviceName), be64(1)})
 	}
 	got := inKeyOrder(kvs)
 	for i := 1; i < len(got); i++ {

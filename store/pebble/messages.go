@@ -28,7 +28,6 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 		return err
 	}
 	var count int64
-	ck := key(pCount, m.AppKey, m.DeviceName)
 	if m.State == store.StatePending {
 		// Under the device's lock, so a DeleteDevice cannot leave a queue
 		// entry behind for a later device of the same name.
@@ -40,9 +39,7 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 			}
 		}
 		var err error
-		if c, ok := s.pending.get(m.AppKey, m.DeviceName); ok {
-			count = c
-		} else if count, err = s.count(ck); err != nil {
+		if count, err = s.pendingCount(m.AppKey, m.DeviceName); err != nil {
 			return fmt.Errorf("create message %d: %w", m.ID, err)
 		}
 		if count >= store.MaxPending {
@@ -55,9 +52,6 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 	}
 	err = s.write(func(b *pebble.Batch) error {
 		if m.State == store.StatePending {
-			if err := set(b, ck, be64(count+1)); err != nil {
-				return err
-			}
 			if err := set(b, queueKey(m.AppKey, m.DeviceName, m.ID), nil); err != nil {
 				return err
 			}
@@ -86,21 +80,6 @@ func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64,
 		s.pending.put(m.AppKey, m.DeviceName, count+1, []int64{m.ID}, nil)
 	}
 	return nil
-}
-
-// count reads a pending counter; an absent one is 0.
-func (s *Store) count(k []byte) (int64, error) {
-	v, err := s.get(k)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	if len(v) != 8 {
-		return 0, fmt.Errorf("counter %q has %d bytes, want 8", k, len(v))
-	}
-	return int64(binary.BigEndian.Uint64(v)), nil
 }
 
 // GetMessage returns the app's message or store.ErrNotFound, also when the
@@ -264,19 +243,13 @@ func (s *Store) UpdateMessage(ctx context.Context, appKey string, id int64, fn f
 		return store.Message{}, err
 	}
 	var count int64
-	ck := key(pCount, appKey, dev)
 	if leaving {
-		if c, ok := s.pending.get(appKey, dev); ok {
-			count = c
-		} else if count, err = s.count(ck); err != nil {
+		if count, err = s.pendingCount(appKey, dev); err != nil {
 			return store.Message{}, fmt.Errorf("update message %d: %w", id, err)
 		}
 	}
 	err = s.write(func(b *pebble.Batch) error {
 		if leaving {
-			if err := set(b, ck, be64(max(count-1, 0))); err != nil {
-				return err
-			}
 			if err := unqueue(b, before); err != nil {
 				return err
 			}

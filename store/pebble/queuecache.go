@@ -72,6 +72,11 @@ const readAhead = 2
 
 func (c *pendingCache) get(app, name string) (int64, bool) { return c.counts.get(app, name) }
 
+// learn records the device's count as counted from its queue (see
+// pendingCount), under the device's stripe: no write changed the queue,
+// so neither the generation nor the cached ids change.
+func (c *pendingCache) learn(app, name string, n int64) { c.counts.put(app, name, n) }
+
 // put records that a write left the device's queue with n messages,
 // having added the msgids added and removed those removed.
 func (c *pendingCache) put(app, name string, n int64, added, removed []int64) {

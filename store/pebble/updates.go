@@ -134,16 +134,14 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}
 	counts := make(map[[2]string]int64, len(p.removed))
 	for dk, ids := range p.removed {
-		n, ok := s.pending.get(dk[0], dk[1])
-		if !ok {
-			if n, err = s.count(key(pCount, dk[0], dk[1])); err != nil {
-				return nil, fmt.Errorf("update message %d: %w", ids[0], err)
-			}
+		n, err := s.pendingCount(dk[0], dk[1])
+		if err != nil {
+			return nil, fmt.Errorf("update message %d: %w", ids[0], err)
 		}
 		counts[dk] = max(n-int64(len(ids)), 0)
 	}
 	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
-		return fillUpdates(b, p.leaving, counts, p.kvs)
+		return fillUpdates(b, p.leaving, p.kvs)
 	})
 	if err != nil {
 		for dk := range counts {
