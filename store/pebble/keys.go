@@ -18,7 +18,10 @@ const (
 	// that increase with time (DESIGN.md section 2). Keying by msgid lets a
 	// later delivery or retraction remove an entry without a lookup.
 	pQueue = "q/"
-	pCount = "c/" // c/<app>\0<device> → int64 pending count, so a send need not count the queue
+	// c/<app>\0<device> → int64: the device's pending count, as builds
+	// before 2026-11-25 stored it. Nothing reads it now (queuecount.go);
+	// DeleteDevice deletes it.
+	pCount = "c/"
 	pSeq   = "n/" // n/<app>\0<seq> → SeqEntry
 	// x/<expires ms><app>\0<seq> → empty. Expiry index for the sweeper.
 	// An entry replaced after expiry leaves its old index key behind; the
