@@ -60,7 +60,12 @@ func (s *Store) lockStripes(idx []int) (unlock func()) {
 // counted in committing until it is published and in lazyWrites after,
 // so a Barrier that could see it syncs first.
 func (s *Store) writeLazy(fill func(b *pebble.Batch) error) error {
-	b := s.db.NewBatch()
+	return s.writeLazyOn(s.db.NewBatch(), fill)
+}
+
+// writeLazyOn is writeLazy adding to b, a batch of s's database (which
+// it closes), what fill adds.
+func (s *Store) writeLazyOn(b *pebble.Batch, fill func(b *pebble.Batch) error) error {
 	defer b.Close()
 	if err := fill(b); err != nil {
 		return err
@@ -156,8 +161,24 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// (unless a step: see store.Fleet); a write that read it under a
 	// stripe is after it in the WAL, so no crash keeps that write
 	// without this one.
-	err = s.writeLazy(func(batch *pebble.Batch) error {
-		all := make([]kv, 0, len(msgs)*5)
+	// A step whose every message is stored as it was prepared writes the
+	// batch PrepareStep filled with them; only the counts and the step
+	// are added here.
+	batch := pre.takeBatch()
+	if batch != nil && slices.ContainsFunc(outcomes, func(o int) bool { return o != store.BatchStored }) {
+		batch.Close()
+		batch = nil
+	}
+	prebuilt := batch != nil
+	if !prebuilt {
+		batch = s.db.NewBatch()
+	}
+	err = s.writeLazyOn(batch, func(batch *pebble.Batch) error {
+		perMsg := 5 // its entries and its count
+		if prebuilt {
+			perMsg = 1 // its count
+		}
+		all := make([]kv, 0, len(msgs)*perMsg)
 		for i, bm := range msgs {
 			m := bm.Message
 			if outcomes[i] == store.BatchGone {
@@ -170,9 +191,11 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 					return err
 				}
 			}
-			all = append(all, kvs...)
+			if !prebuilt {
+				all = append(all, kvs...)
+			}
 			if n, ok := counts[m.DeviceName]; ok && outcomes[i] == store.BatchStored && m.State == store.StatePending {
-				all = append(all, kv{key(pCount, appKey, m.DeviceName), be64(n)})
+				all = append(all, kv{pre.countKey(appKey, m.DeviceName), be64(n)})
 			}
 			if step != nil {
 				b.Queued++
@@ -182,7 +205,12 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 				b.LastID = max(b.LastID, m.ID)
 			}
 		}
-		for _, e := range inKeyOrder(all) {
+		if !prebuilt {
+			// Prebuilt, all is the counts alone, in the chunk's device
+			// order.
+			all = inKeyOrder(all)
+		}
+		for _, e := range all {
 			if err := set(batch, e.k, e.v); err != nil {
 				return err
 			}
@@ -290,7 +318,7 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 		exists bool
 		count  int64
 	}
-	devs := map[string]*state{}
+	devs := make(map[string]*state, len(msgs))
 	var devKeys, countKeys [][]byte
 	var devNames, countNames []string
 	for _, bm := range msgs {
@@ -333,7 +361,7 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
 	}
 	outcomes := make([]int, len(msgs))
-	counts := map[string]int64{}
+	counts := make(map[string]int64, len(msgs))
 	for i, bm := range msgs {
 		m := bm.Message
 		if m.State != store.StatePending {
