@@ -139,7 +139,8 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	}
 	var b store.Broadcast
 	if step != nil {
-		if err := s.getJSON(broadcastKey(appKey, step.ID), &b); err != nil {
+		var err error
+		if b, err = s.stepped.get(s, appKey, step.ID); err != nil {
 			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
 		}
 		if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
@@ -238,7 +239,11 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		for dev := range counts {
 			s.pending.drop(appKey, dev) // the batch may or may not have landed
 		}
+		s.stepped.forget()
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	if step != nil {
+		s.stepped.set(appKey, b)
 	}
 	// The counts of a broadcast's offline devices are dropped, not
 	// cached: nothing reads them soon (the next step of a broadcast reads
@@ -470,6 +475,37 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 	return kvs, nil
 }
 
+// steppedBroadcast is a broadcast as the last step written under bcMu
+// left it, so that the next step need not read and decode it again (a
+// thirtieth of a fan-out's serial write). Broadcasts are written only
+// under bcMu, by CreateMessages' steps, CreateBroadcast and
+// UpdateBroadcast; the last two forget it.
+type steppedBroadcast struct {
+	ok  bool
+	app string
+	b   store.Broadcast
+}
+
+// get returns the app's broadcast id, from s's database unless it is
+// the one held; the caller holds bcMu.
+func (c *steppedBroadcast) get(s *Store, appKey string, id int64) (store.Broadcast, error) {
+	if c.ok && c.app == appKey && c.b.ID == id {
+		return c.b, nil
+	}
+	var b store.Broadcast
+	err := s.getJSON(broadcastKey(appKey, id), &b)
+	return b, err
+}
+
+// set holds b, the app's broadcast as just written; the caller holds
+// bcMu.
+func (c *steppedBroadcast) set(appKey string, b store.Broadcast) {
+	*c = steppedBroadcast{ok: true, app: appKey, b: b}
+}
+
+// forget drops what c holds; the caller holds bcMu.
+func (c *steppedBroadcast) forget() { *c = steppedBroadcast{} }
+
 // putBroadcast adds b and its place in the active index to batch.
 func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
 	if err := setJSON(batch, broadcastKey(b.AppKey, b.ID), b); err != nil {
@@ -489,6 +525,7 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets 
 	defer s.exit()
 	s.bcMu.Lock()
 	defer s.bcMu.Unlock()
+	s.stepped.forget()
 	if seq != nil {
 		defer s.lock2(seqStripe(b.AppKey, seqNo), seqStripe(b.AppKey, seqNo))()
 		if err := s.checkSeqFree(b.AppKey, seqNo, seq); err != nil {
@@ -576,6 +613,7 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 	defer s.exit()
 	s.bcMu.Lock()
 	defer s.bcMu.Unlock()
+	s.stepped.forget()
 	var b store.Broadcast
 	if err := s.getJSON(broadcastKey(appKey, id), &b); err != nil {
 		return store.Broadcast{}, err
