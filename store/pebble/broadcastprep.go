@@ -51,18 +51,6 @@ func (p *preparedStep) takeBatch() *pebble.Batch {
 type preparedCount struct {
 	gen   uint64
 	count int64
-	key   []byte // the count's key
-}
-
-// countKey returns the key of the device's pending count, the one p
-// made if it has it.
-func (p *preparedStep) countKey(appKey, name string) []byte {
-	if p != nil {
-		if c, ok := p.counts[name]; ok {
-			return c.key
-		}
-	}
-	return key(pCount, appKey, name)
 }
 
 // PrepareStep encodes msgs, as a broadcast step will write them, and
@@ -94,9 +82,8 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 		}
 		// The generation is taken before the read, so a write of the
 		// count that the read may have missed changes it.
-		k := key(pCount, appKey, name)
-		p.counts[name] = preparedCount{gen: s.pending.countGen(appKey, name), key: k}
-		keys, names = append(keys, k), append(names, name)
+		p.counts[name] = preparedCount{gen: s.pending.countGen(appKey, name)}
+		keys, names = append(keys, key(pCount, appKey, name)), append(names, name)
 	}
 	err = s.seekEach(key(pCount, appKey, ""), keys, func(i int, v []byte) error {
 		if len(v) != 8 {

@@ -196,7 +196,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 				all = append(all, kvs...)
 			}
 			if n, ok := counts[m.DeviceName]; ok && outcomes[i] == store.BatchStored && m.State == store.StatePending {
-				all = append(all, kv{pre.countKey(appKey, m.DeviceName), be64(n)})
+				all = append(all, kv{key(pCount, appKey, m.DeviceName), be64(n)})
 			}
 			if step != nil {
 				b.Queued++
@@ -239,7 +239,9 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		for dev := range counts {
 			s.pending.drop(appKey, dev) // the batch may or may not have landed
 		}
-		s.stepped.forget()
+		if step != nil {
+			s.stepped.forget() // under bcMu, as a step holds it
+		}
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
 	if step != nil {
