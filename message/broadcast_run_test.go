@@ -376,3 +376,66 @@ func TestFanoutMsgidsFollowChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestBroadcastCountCompletedWhileFanningOut: while a broadcast fans out,
+// a poll within a second of the last count counts only the messages made
+// since it and adds them, so the counts include every message made and
+// the poll that first sees the broadcast done has only the last step's
+// to count (it counted all 100,000 of a bench broadcast, on the path of
+// the answer that said done); a poll with nothing new counts nothing.
+func TestBroadcastCountCompletedWhileFanningOut(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.svc.now = time.Now
+	if _, err := f.st.CreateDevices(ctx, "app", []store.Device{{Name: "dev-2", Secret: "s"}, {Name: "dev-3", Secret: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	st := &listCountingStore{Store: f.st}
+	br := NewBroadcaster(f.svc, st, FanoutConfig{Chunk: 1}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := time.Now()
+	br.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	b, err := br.Create(ctx, f.app, Target{All: true}, SendRequest{Body: "fw", TTL: 60}, 0, func(int64, int64) *store.SeqEntry { return nil })
+	if err != nil || b.Chunks != 3 {
+		t.Fatalf("create: %+v %v", b, err)
+	}
+	poll := func(wantCounts int, wantPending int64, wantFrom func(store.Broadcast) int64, why string) store.Broadcast {
+		t.Helper()
+		got, stats, err := br.Get(ctx, "app", b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.mu.Lock()
+		lists, from := st.lists, st.from
+		st.mu.Unlock()
+		if lists != wantCounts || stats.Pending != wantPending {
+			t.Fatalf("%s: %d counts and %d pending, want %d and %d", why, lists, stats.Pending, wantCounts, wantPending)
+		}
+		if wantFrom != nil && from != wantFrom(got) {
+			t.Fatalf("%s: counted from msgid %d, want %d", why, from, wantFrom(got))
+		}
+		return got
+	}
+	poll(1, 0, nil, "first poll")
+	var firstID int64
+	for i := range 2 {
+		before := b
+		if b, err = br.step(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			firstID = b.FirstID
+		}
+		poll(2+i, int64(1+i), func(now store.Broadcast) int64 {
+			if before.LastID == 0 {
+				return firstID
+			}
+			return before.LastID + 1
+		}, fmt.Sprintf("a poll after step %d", i))
+	}
+	poll(3, 2, nil, "a poll with no message made since the last")
+	before := b
+	if b, err = br.step(ctx, b); err != nil || b.State != store.BroadcastDone {
+		t.Fatalf("last step: %+v %v", b, err)
+	}
+	poll(4, 3, func(store.Broadcast) int64 { return before.LastID + 1 }, "the first poll after the fan-out ended")
+}
