@@ -102,7 +102,14 @@ func TestPreparedStepOutcomesOtherThanStored(t *testing.T) {
 	prepared, err := s.PrepareStep(ctx, "app", msgs, nil)
 	must(err)
 	must(s.DeleteDevice(ctx, "app", "d-1"))
-	must(s.db.Set(key(pCount, "app", "d-2"), be64(store.MaxPending), pebble.Sync))
+	// d-2's queue is filled behind the store's back: its count and its
+	// entries, whichever the store goes by.
+	full := s.db.NewBatch()
+	must(full.Set(key(pCount, "app", "d-2"), be64(store.MaxPending), nil))
+	for id := range int64(store.MaxPending) {
+		must(full.Set(appendQueueKey(nil, "app", "d-2", 10_000+id), nil, nil))
+	}
+	must(full.Commit(pebble.Sync))
 	s.pending.drop("app", "d-2")
 	out, err := s.CreateMessages(ctx, "app", msgs, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Done: true, Epoch: epoch, EpochOK: true, Prepared: prepared})
 	must(err)
