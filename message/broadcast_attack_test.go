@@ -142,7 +142,9 @@ func TestBroadcastConcurrentPollsShareACount(t *testing.T) {
 
 // disablingStore disables dev-1 the way PATCH flag=1 does (the flag, then
 // its pending messages failed) right after the fan-out read the chunk's
-// devices, before it writes their messages.
+// devices (or, with no flag changed since the broadcast was accepted,
+// found them unchanged without reading them), before it writes their
+// messages.
 type disablingStore struct {
 	*pebble.Store
 	f    *fixture
@@ -151,20 +153,32 @@ type disablingStore struct {
 
 func (s *disablingStore) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
 	devs, err := s.Store.GetDevices(ctx, appKey, names)
-	if err != nil || s.done {
+	if err != nil {
 		return devs, err
+	}
+	return devs, s.disable(ctx, appKey)
+}
+
+func (s *disablingStore) PrepareStep(ctx context.Context, appKey string, msgs []store.BatchMessage, connected []bool) (any, error) {
+	if err := s.disable(ctx, appKey); err != nil {
+		return nil, err
+	}
+	return s.Store.PrepareStep(ctx, appKey, msgs, connected)
+}
+
+// disable disables dev-1 the first time it is called.
+func (s *disablingStore) disable(ctx context.Context, appKey string) error {
+	if s.done {
+		return nil
 	}
 	s.done = true
 	if _, err := s.Store.UpdateDevice(ctx, appKey, "dev-1", func(d *store.Device) error {
 		d.Flag = store.FlagDisabled
 		return nil
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.f.d.FailPending(ctx, appKey, "dev-1", ErrCodeDeviceDisabled, "device disabled"); err != nil {
-		return nil, err
-	}
-	return devs, nil
+	return s.f.d.FailPending(ctx, appKey, "dev-1", ErrCodeDeviceDisabled, "device disabled")
 }
 
 // TestBroadcastDisabledMidChunkNotLeftPending (found by the issue 15

@@ -15,44 +15,53 @@ import (
 	"github.com/devmsg/devmsg/store/pebble"
 )
 
-// readCountingStore counts the fan-out's device reads and, after read
-// number disableAfter, disables device disable the way PATCH flag=1
-// does (the flag, then its pending messages failed).
+// readCountingStore counts the fan-out's device reads and its chunks
+// (PrepareStep), and as chunk number disableAfter is prepared (after its
+// devices were read or found unchanged, before its write) disables device
+// disable the way PATCH flag=1 does (the flag, then its pending messages
+// failed).
 type readCountingStore struct {
 	*pebble.Store
 	f            *fixture
 	disable      string
 	disableAfter int
 
-	mu    sync.Mutex
-	reads int
+	mu     sync.Mutex
+	reads  int
+	chunks int
 }
 
 func (s *readCountingStore) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
-	devs, err := s.Store.GetDevices(ctx, appKey, names)
 	s.mu.Lock()
 	s.reads++
-	now := s.reads == s.disableAfter
 	s.mu.Unlock()
-	if err != nil || !now {
-		return devs, err
+	return s.Store.GetDevices(ctx, appKey, names)
+}
+
+func (s *readCountingStore) PrepareStep(ctx context.Context, appKey string, msgs []store.BatchMessage, connected []bool) (any, error) {
+	s.mu.Lock()
+	s.chunks++
+	now := s.chunks == s.disableAfter
+	s.mu.Unlock()
+	if now {
+		if _, err := s.Store.UpdateDevice(ctx, appKey, s.disable, func(d *store.Device) error {
+			d.Flag = store.FlagDisabled
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		if err := s.f.d.FailPending(ctx, appKey, s.disable, ErrCodeDeviceDisabled, "device disabled"); err != nil {
+			return nil, err
+		}
 	}
-	if _, err := s.Store.UpdateDevice(ctx, appKey, s.disable, func(d *store.Device) error {
-		d.Flag = store.FlagDisabled
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := s.f.d.FailPending(ctx, appKey, s.disable, ErrCodeDeviceDisabled, "device disabled"); err != nil {
-		return nil, err
-	}
-	return devs, nil
+	return s.Store.PrepareStep(ctx, appKey, msgs, connected)
 }
 
 // runBroadcast makes 50 devices besides dev-1 and fans out a broadcast to
 // all 51 in chunks of 5 (eleven chunks, pipelined: no single sends) on
-// st, and returns it when done.
-func runBroadcast(t *testing.T, f *fixture, st BroadcastStore) store.Broadcast {
+// st, and returns it when done. accepted, if not nil, runs after the
+// broadcast is accepted, before its fan-out starts.
+func runBroadcast(t *testing.T, f *fixture, st BroadcastStore, accepted ...func()) store.Broadcast {
 	t.Helper()
 	ctx := context.Background()
 	f.svc.now = time.Now
@@ -69,6 +78,9 @@ func runBroadcast(t *testing.T, f *fixture, st BroadcastStore) store.Broadcast {
 	if err != nil || b.Targets != 51 || b.Chunks != 11 {
 		t.Fatalf("create: %+v %v", b, err)
 	}
+	for _, fn := range accepted {
+		fn()
+	}
 	if err := br.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +93,56 @@ func runBroadcast(t *testing.T, f *fixture, st BroadcastStore) store.Broadcast {
 	return b
 }
 
-// TestFanoutReadsDevicesOnceWhenNoFlagChanged: with no device disabled or
-// deleted while a chunk is made and written (the store's FlagEpoch the
-// same), the fan-out does not read the chunk's devices again after the
-// write: one read per chunk, not two.
-func TestFanoutReadsDevicesOnceWhenNoFlagChanged(t *testing.T) {
+// TestFanoutReadsNoDevicesWhenNoFlagChangedSinceAcceptance: with no
+// device disabled or deleted since the broadcast was accepted here (the
+// store's FlagEpoch as it was before its targets were listed), every
+// target is still the enabled device listed, and the fan-out reads none
+// of them: reading a chunk's devices was a third of a 100,000-device
+// broadcast's preparing.
+func TestFanoutReadsNoDevicesWhenNoFlagChangedSinceAcceptance(t *testing.T) {
 	f := newFixture(t)
 	st := &readCountingStore{Store: f.st, f: f}
 	b := runBroadcast(t, f, st)
 	if b.Queued != 51 {
 		t.Fatalf("queued %d, want 51", b.Queued)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.reads != 0 || st.chunks != 11 {
+		t.Fatalf("the fan-out read devices %d times in %d chunks; want none (no flag changed since acceptance)", st.reads, st.chunks)
+	}
+	for _, m := range broadcastMessages(t, f.st, b.ID) {
+		if m.State != store.StatePending {
+			t.Errorf("message to %s is %s, want pending", m.DeviceName, m.State)
+		}
+	}
+}
+
+// TestFanoutReadsDevicesOnceWhenNoFlagChanged: with a device's flag
+// changed after the broadcast was accepted (dev-1 disabled), the fan-out
+// reads each chunk's devices, and dev-1's message is failed (3003); with
+// no flag changed while a chunk is made and written, it does not read
+// them again after the write: one read per chunk, not two.
+func TestFanoutReadsDevicesOnceWhenNoFlagChanged(t *testing.T) {
+	f := newFixture(t)
+	st := &readCountingStore{Store: f.st, f: f}
+	b := runBroadcast(t, f, st, func() {
+		if _, err := f.st.UpdateDevice(context.Background(), "app", "dev-1", func(d *store.Device) error {
+			d.Flag = store.FlagDisabled
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if b.Queued != 51 {
+		t.Fatalf("queued %d, want 51", b.Queued)
+	}
+	for _, m := range broadcastMessages(t, f.st, b.ID) {
+		failed := m.State == store.StateFailed && m.Records[len(m.Records)-1].Error != nil &&
+			m.Records[len(m.Records)-1].Error.Code == ErrCodeDeviceDisabled
+		if failed != (m.DeviceName == "dev-1") {
+			t.Errorf("message to %s is %s (%+v)", m.DeviceName, m.State, m.Records)
+		}
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -104,7 +156,7 @@ func TestFanoutReadsDevicesOnceWhenNoFlagChanged(t *testing.T) {
 // before it, ends with its broadcast message failed (3003), not pending.
 func TestFanoutPipelineDisabledMidRunNotLeftPending(t *testing.T) {
 	f := newFixture(t)
-	// Chunk 4 holds d-20 to d-24; the fifth read is its devices.
+	// Chunk 4 holds d-20 to d-24; it is the fifth prepared.
 	st := &readCountingStore{Store: f.st, f: f, disable: "d-23", disableAfter: 5}
 	b := runBroadcast(t, f, st)
 	if b.Queued != 51 {
@@ -265,8 +317,9 @@ func (s *preparingStore) PrepareStep(ctx context.Context, appKey string, msgs []
 
 // TestFanoutPreparesEachStep: every chunk's messages go through the
 // store's PrepareStep in the pipeline's preparing stage, each marked
-// connected as its device is (dev-1 online, the others not), so the store
-// keeps at hand only the messages a device will ack soon.
+// connected as its device is (dev-1 connected and subscribed, the others
+// not), so the store keeps at hand only the messages a device will ack
+// soon.
 func TestFanoutPreparesEachStep(t *testing.T) {
 	f := newFixture(t)
 	if _, err := f.st.UpdateDevice(context.Background(), "app", "dev-1", func(d *store.Device) error {
@@ -275,6 +328,7 @@ func TestFanoutPreparesEachStep(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	f.d.Attach(&conn{}, "app", "dev-1")
 	st := &preparingStore{Store: f.st, connected: map[string]bool{}}
 	b := runBroadcast(t, f, st)
 	if b.Queued != 51 {
@@ -292,20 +346,20 @@ func TestFanoutPreparesEachStep(t *testing.T) {
 	}
 }
 
-// slowFirstChunkStore reads the first chunk's devices (d-00 to d-04)
-// slowly, so that the preparer of the second chunk has its devices first.
+// slowFirstChunkStore reads the first chunk's targets (d-00 to d-04)
+// slowly, so that the preparer of the second chunk has its targets first.
 type slowFirstChunkStore struct{ *pebble.Store }
 
-func (s *slowFirstChunkStore) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
-	if slices.Contains(names, "d-00") {
+func (s *slowFirstChunkStore) BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error) {
+	if n == 0 {
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s.Store.GetDevices(ctx, appKey, names)
+	return s.Store.BroadcastTargets(ctx, appKey, id, n)
 }
 
 // TestFanoutMsgidsFollowChunks: stepRun's preparers make their chunks'
 // messages in chunk order, so msgids grow with the targets as the chunks
-// are written, even when a later chunk's devices are read first (a count
+// are written, even when a later chunk's targets are read first (a count
 // made during the fan-out is completed with the messages after its
 // LastID).
 func TestFanoutMsgidsFollowChunks(t *testing.T) {
@@ -321,4 +375,67 @@ func TestFanoutMsgidsFollowChunks(t *testing.T) {
 			t.Fatalf("message %d to %s has a lower msgid than %d to %s, of a later chunk", ms[i-1].ID, ms[i-1].DeviceName, ms[i].ID, ms[i].DeviceName)
 		}
 	}
+}
+
+// TestBroadcastCountCompletedWhileFanningOut: while a broadcast fans out,
+// a poll within a second of the last count counts only the messages made
+// since it and adds them, so the counts include every message made and
+// the poll that first sees the broadcast done has only the last step's
+// to count (it counted all 100,000 of a bench broadcast, on the path of
+// the answer that said done); a poll with nothing new counts nothing.
+func TestBroadcastCountCompletedWhileFanningOut(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.svc.now = time.Now
+	if _, err := f.st.CreateDevices(ctx, "app", []store.Device{{Name: "dev-2", Secret: "s"}, {Name: "dev-3", Secret: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	st := &listCountingStore{Store: f.st}
+	br := NewBroadcaster(f.svc, st, FanoutConfig{Chunk: 1}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := time.Now()
+	br.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	b, err := br.Create(ctx, f.app, Target{All: true}, SendRequest{Body: "fw", TTL: 60}, 0, func(int64, int64) *store.SeqEntry { return nil })
+	if err != nil || b.Chunks != 3 {
+		t.Fatalf("create: %+v %v", b, err)
+	}
+	poll := func(wantCounts int, wantPending int64, wantFrom func(store.Broadcast) int64, why string) store.Broadcast {
+		t.Helper()
+		got, stats, err := br.Get(ctx, "app", b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.mu.Lock()
+		lists, from := st.lists, st.from
+		st.mu.Unlock()
+		if lists != wantCounts || stats.Pending != wantPending {
+			t.Fatalf("%s: %d counts and %d pending, want %d and %d", why, lists, stats.Pending, wantCounts, wantPending)
+		}
+		if wantFrom != nil && from != wantFrom(got) {
+			t.Fatalf("%s: counted from msgid %d, want %d", why, from, wantFrom(got))
+		}
+		return got
+	}
+	poll(1, 0, nil, "first poll")
+	var firstID int64
+	for i := range 2 {
+		before := b
+		if b, err = br.step(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			firstID = b.FirstID
+		}
+		poll(2+i, int64(1+i), func(now store.Broadcast) int64 {
+			if before.LastID == 0 {
+				return firstID
+			}
+			return before.LastID + 1
+		}, fmt.Sprintf("a poll after step %d", i))
+	}
+	poll(3, 2, nil, "a poll with no message made since the last")
+	before := b
+	if b, err = br.step(ctx, b); err != nil || b.State != store.BroadcastDone {
+		t.Fatalf("last step: %+v %v", b, err)
+	}
+	poll(4, 3, func(store.Broadcast) int64 { return before.LastID + 1 }, "the first poll after the fan-out ended")
 }

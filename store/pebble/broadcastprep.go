@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -28,6 +30,21 @@ type preparedStep struct {
 	// forgotten them; caching them only pushed out the entries of the
 	// messages being delivered.
 	keep []bool
+	// batch holds every message's stored entries (encodedMsg.stored),
+	// in inKeyOrder, for the write to add the counts and the step to when
+	// every message is stored as prepared; nil once taken. Filling it
+	// was a fifth of the step's serial write.
+	batch *pebble.Batch
+}
+
+// takeBatch returns p's batch, nil if p is nil or it was taken.
+func (p *preparedStep) takeBatch() *pebble.Batch {
+	if p == nil {
+		return nil
+	}
+	b := p.batch
+	p.batch = nil
+	return b
 }
 
 type preparedCount struct {
@@ -73,6 +90,21 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 	})
 	if err != nil {
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	n := 0
+	for i := range encoded {
+		n += len(encoded[i].stored)
+	}
+	all := make([]kv, 0, n)
+	for i := range encoded {
+		all = append(all, encoded[i].stored...)
+	}
+	p.batch = s.db.NewBatch()
+	for _, e := range inKeyOrder(all) {
+		if err := set(p.batch, e.k, e.v); err != nil {
+			p.batch.Close()
+			return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
+		}
 	}
 	return p, nil
 }

@@ -2,6 +2,8 @@ package pebble
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -67,5 +69,64 @@ func TestPreparedStep(t *testing.T) {
 	}
 	if s.msgs.get(102) == nil {
 		t.Error("the message to the connected d-2 is not cached")
+	}
+}
+
+// TestPreparedStepOutcomesOtherThanStored: a step prepared (its batch
+// filled with every message as pending) whose devices changed before the
+// write (d-1 deleted, d-2's queue full) stores what a step written
+// without PrepareStep would: nothing for d-1, the queue-full form for
+// d-2, the pending message for d-3, and no queue entry for d-1 or d-2.
+func TestPreparedStepOutcomesOtherThanStored(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d-1", Secret: "s"}, {Name: "d-2", Secret: "s"}, {Name: "d-3", Secret: "s"}})
+	must(err)
+	b := store.Broadcast{ID: 100, AppKey: "app", All: true, Body: "fw", TTL: 60, TimeCreate: 1, Targets: 3, Chunks: 1, State: store.BroadcastFanningOut}
+	must(s.CreateBroadcast(ctx, b, [][]string{{"d-1", "d-2", "d-3"}}, 0, nil))
+	var msgs []store.BatchMessage
+	for i, dev := range []string{"d-1", "d-2", "d-3"} {
+		m := store.Message{ID: int64(101 + i), AppKey: "app", DeviceName: dev, Body: "fw", TTL: 60, TimeCreate: 1, ExpireTime: 61, State: store.StatePending, Broadcast: 100}
+		full := m
+		full.State = store.StateFailed
+		msgs = append(msgs, store.BatchMessage{Message: m, Full: full})
+	}
+	epoch, _ := s.FlagEpoch()
+	prepared, err := s.PrepareStep(ctx, "app", msgs, nil)
+	must(err)
+	must(s.DeleteDevice(ctx, "app", "d-1"))
+	// d-2's queue is filled behind the store's back: its count and its
+	// entries, whichever the store goes by.
+	full := s.db.NewBatch()
+	must(full.Set(key(pCount, "app", "d-2"), be64(store.MaxPending), nil))
+	for id := range int64(store.MaxPending) {
+		must(full.Set(appendQueueKey(nil, "app", "d-2", 10_000+id), nil, nil))
+	}
+	must(full.Commit(pebble.Sync))
+	s.pending.drop("app", "d-2")
+	out, err := s.CreateMessages(ctx, "app", msgs, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Done: true, Epoch: epoch, EpochOK: true, Prepared: prepared})
+	must(err)
+	if want := []int{store.BatchGone, store.BatchFull, store.BatchStored}; !slices.Equal(out, want) {
+		t.Fatalf("outcomes %v, want %v", out, want)
+	}
+	if _, err := s.GetMessage(ctx, "app", 101); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the deleted d-1's message: %v, want not found", err)
+	}
+	if m, err := s.GetMessage(ctx, "app", 102); err != nil || m.State != store.StateFailed {
+		t.Errorf("d-2's message %+v %v, want its queue-full form", m, err)
+	}
+	if m, err := s.GetMessage(ctx, "app", 103); err != nil || m.State != store.StatePending {
+		t.Errorf("d-3's message %+v %v, want pending", m, err)
+	}
+	for _, k := range [][]byte{appendQueueKey(nil, "app", "d-1", 101), appendQueueKey(nil, "app", "d-2", 102)} {
+		if ok, err := s.exists(k); err != nil || ok {
+			t.Errorf("queue entry %q: %v %v, want none", k, ok, err)
+		}
 	}
 }

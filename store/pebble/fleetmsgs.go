@@ -60,7 +60,12 @@ func (s *Store) lockStripes(idx []int) (unlock func()) {
 // counted in committing until it is published and in lazyWrites after,
 // so a Barrier that could see it syncs first.
 func (s *Store) writeLazy(fill func(b *pebble.Batch) error) error {
-	b := s.db.NewBatch()
+	return s.writeLazyOn(s.db.NewBatch(), fill)
+}
+
+// writeLazyOn is writeLazy adding to b, a batch of s's database (which
+// it closes), what fill adds.
+func (s *Store) writeLazyOn(b *pebble.Batch, fill func(b *pebble.Batch) error) error {
 	defer b.Close()
 	if err := fill(b); err != nil {
 		return err
@@ -134,7 +139,8 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	}
 	var b store.Broadcast
 	if step != nil {
-		if err := s.getJSON(broadcastKey(appKey, step.ID), &b); err != nil {
+		var err error
+		if b, err = s.stepped.get(s, appKey, step.ID); err != nil {
 			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
 		}
 		if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
@@ -156,8 +162,22 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// (unless a step: see store.Fleet); a write that read it under a
 	// stripe is after it in the WAL, so no crash keeps that write
 	// without this one.
-	err = s.writeLazy(func(batch *pebble.Batch) error {
-		all := make([]kv, 0, len(msgs)*4)
+	// A step whose every message is stored as it was prepared writes the
+	// batch PrepareStep filled with them; only the step is added here.
+	batch := pre.takeBatch()
+	if batch != nil && slices.ContainsFunc(outcomes, func(o int) bool { return o != store.BatchStored }) {
+		batch.Close()
+		batch = nil
+	}
+	prebuilt := batch != nil
+	if !prebuilt {
+		batch = s.db.NewBatch()
+	}
+	err = s.writeLazyOn(batch, func(batch *pebble.Batch) error {
+		var all []kv
+		if !prebuilt {
+			all = make([]kv, 0, len(msgs)*4)
+		}
 		for i, bm := range msgs {
 			m := bm.Message
 			if outcomes[i] == store.BatchGone {
@@ -170,7 +190,9 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 					return err
 				}
 			}
-			all = append(all, kvs...)
+			if !prebuilt {
+				all = append(all, kvs...)
+			}
 			if step != nil {
 				b.Queued++
 				if b.FirstID == 0 || m.ID < b.FirstID {
@@ -179,7 +201,11 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 				b.LastID = max(b.LastID, m.ID)
 			}
 		}
-		for _, e := range inKeyOrder(all) {
+		if !prebuilt {
+			// Prebuilt, all is empty: the batch holds the messages.
+			all = inKeyOrder(all)
+		}
+		for _, e := range all {
 			if err := set(batch, e.k, e.v); err != nil {
 				return err
 			}
@@ -207,7 +233,13 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		for dev := range counts {
 			s.pending.drop(appKey, dev) // the batch may or may not have landed
 		}
+		if step != nil {
+			s.stepped.forget() // under bcMu, as a step holds it
+		}
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	if step != nil {
+		s.stepped.set(appKey, b)
 	}
 	// The counts of a broadcast's offline devices are dropped, not
 	// cached: nothing reads them soon (the next step of a broadcast reads
@@ -288,7 +320,7 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 		exists bool
 		count  int64
 	}
-	devs := map[string]*state{}
+	devs := make(map[string]*state, len(msgs))
 	var devKeys [][]byte
 	var devNames, countNames []string
 	for _, bm := range msgs {
@@ -332,7 +364,7 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
 	}
 	outcomes := make([]int, len(msgs))
-	counts := map[string]int64{}
+	counts := make(map[string]int64, len(msgs))
 	for i, bm := range msgs {
 		m := bm.Message
 		if m.State != store.StatePending {
@@ -441,6 +473,37 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 	return kvs, nil
 }
 
+// steppedBroadcast is a broadcast as the last step written under bcMu
+// left it, so that the next step need not read and decode it again (a
+// thirtieth of a fan-out's serial write). Broadcasts are written only
+// under bcMu, by CreateMessages' steps, CreateBroadcast and
+// UpdateBroadcast; the last two forget it.
+type steppedBroadcast struct {
+	ok  bool
+	app string
+	b   store.Broadcast
+}
+
+// get returns the app's broadcast id, from s's database unless it is
+// the one held; the caller holds bcMu.
+func (c *steppedBroadcast) get(s *Store, appKey string, id int64) (store.Broadcast, error) {
+	if c.ok && c.app == appKey && c.b.ID == id {
+		return c.b, nil
+	}
+	var b store.Broadcast
+	err := s.getJSON(broadcastKey(appKey, id), &b)
+	return b, err
+}
+
+// set holds b, the app's broadcast as just written; the caller holds
+// bcMu.
+func (c *steppedBroadcast) set(appKey string, b store.Broadcast) {
+	*c = steppedBroadcast{ok: true, app: appKey, b: b}
+}
+
+// forget drops what c holds; the caller holds bcMu.
+func (c *steppedBroadcast) forget() { *c = steppedBroadcast{} }
+
 // putBroadcast adds b and its place in the active index to batch.
 func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
 	if err := setJSON(batch, broadcastKey(b.AppKey, b.ID), b); err != nil {
@@ -460,6 +523,7 @@ func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets 
 	defer s.exit()
 	s.bcMu.Lock()
 	defer s.bcMu.Unlock()
+	s.stepped.forget()
 	if seq != nil {
 		defer s.lock2(seqStripe(b.AppKey, seqNo), seqStripe(b.AppKey, seqNo))()
 		if err := s.checkSeqFree(b.AppKey, seqNo, seq); err != nil {
@@ -547,6 +611,7 @@ func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn
 	defer s.exit()
 	s.bcMu.Lock()
 	defer s.bcMu.Unlock()
+	s.stepped.forget()
 	var b store.Broadcast
 	if err := s.getJSON(broadcastKey(appKey, id), &b); err != nil {
 		return store.Broadcast{}, err

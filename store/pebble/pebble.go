@@ -74,7 +74,10 @@ type Store struct {
 	deadMu      sync.Mutex // serialises dead-letter filing and redelivery
 	metaMu      sync.Mutex // serialises CreateMeta with the other meta writes
 	// bcMu serialises the writes of broadcasts (taken before any stripe).
-	bcMu    sync.Mutex
+	bcMu sync.Mutex
+	// stepped is the broadcast the last step wrote (fleetmsgs.go),
+	// under bcMu.
+	stepped steppedBroadcast
 	devices deviceCache
 	// pending caches each device's pending-queue count; it is read and
 	// written only under the device's lock, like the counter key itself.
