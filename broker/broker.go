@@ -82,9 +82,16 @@ type Config struct {
 	// service publishes to; Handler.Subscribed reports SUBSCRIBEs that
 	// match them and Session.Subscribed answers for them.
 	ServiceTopics []string
+	// WriteTimeout bounds each write to a device (default WriteTimeout):
+	// a device that stops reading loses its connection rather than hold
+	// the caller of a delivery or a property push.
+	WriteTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = WriteTimeout
+	}
 	if c.MaxPacketSize == 0 {
 		c.MaxPacketSize = DefaultMaxPacketSize
 	}
@@ -196,7 +203,9 @@ type Broker struct {
 const ConnectTimeout = 10 * time.Second
 
 // connectDeadline gives every accepted connection ConnectTimeout to
-// connect; mochi replaces the deadline with the keepalive's after CONNECT.
+// connect; mochi replaces the read deadline with the keepalive's after
+// CONNECT, and sets the write deadline ahead of each write
+// (Config.WriteTimeout, patch 7 in PATCHES.md).
 type connectDeadline struct{ net.Listener }
 
 func (l connectDeadline) Accept() (net.Conn, error) {
@@ -234,6 +243,7 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 		Capabilities:             caps,
 		ClientNetWriteBufferSize: cfg.WriteBufferSize,
 		ClientNetReadBufferSize:  cfg.ReadBufferSize,
+		WriteTimeout:             cfg.WriteTimeout,
 		Logger:                   slog.New(demoteWarnings{log.Handler()}).With("component", "mqtt"),
 		SysTopicResendInterval:   1 << 30, // no $SYS topics: devices may not read them anyway
 	})

@@ -12,7 +12,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// WriteTimeout bounds one write to a device.
+// WriteTimeout bounds one write to a device unless Config.WriteTimeout
+// sets another bound.
 const WriteTimeout = 10 * time.Second
 
 // ErrNoPacketID means every packet id of a session is waiting for a PUBACK.
@@ -160,22 +161,11 @@ func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint1
 
 // writeAll sends pks in one write; the caller holds wmu.
 func (s *Session) writeAll(pks []packets.Packet) error {
-	s.setWriteDeadline()
 	if err := s.cl.WritePackets(pks); err != nil {
 		s.writeFailed(err, pks...)
 		return err
 	}
 	return nil
-}
-
-// setWriteDeadline bounds the next write. A device that stops reading
-// must not hold the caller (a REST request pushing properties, a
-// delivery) for longer than WriteTimeout. mochi moves the deadline only
-// when the device sends something.
-func (s *Session) setWriteDeadline() {
-	if c := s.cl.Net.Conn; c != nil {
-		_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	}
 }
 
 // writeFailed frees the packet ids of pks, which were not sent, and ends

@@ -112,6 +112,19 @@ func (c *wsConn) Read(p []byte) (int, error) {
 	}
 }
 
+// SetWriteDeadline bounds the websocket's writes: gorilla sets the
+// connection's write deadline to its own before every frame, so setting
+// the connection's (the embedded net.Conn) would be overwritten.
+func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+
+// SetDeadline is SetReadDeadline and SetWriteDeadline.
+func (c *wsConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
 func (c *wsConn) Write(p []byte) (int, error) {
 	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err

@@ -138,6 +138,7 @@ type ClientConnection struct {
 	bconn    *bufio.Reader // a buffered net.Conn for reading packets
 	outbuf   *bytes.Buffer // a buffer for writing packets
 	holdAcks bool          // acks wait in outbuf: more packets are being read (see readBuffered); guarded by the client's lock
+	writeBy  time.Time     // the write deadline last set (armWrite); guarded by the client's lock
 	Remote   string        // the remote address of the client
 	Listener string        // listener id of the client
 	Inline   bool          // if true, the client is the built-in 'inline' embedded client
@@ -315,7 +316,11 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 	}
 }
 
-// refreshDeadline refreshes the read/write deadline for the net.Conn connection.
+// refreshDeadline refreshes the read deadline for the net.Conn connection.
+// Only the read deadline: keepalive is about what the client sends, and
+// moving the write deadline here (as upstream does, with SetDeadline)
+// cleared or stretched the bound of a write blocked meanwhile on a
+// client that stopped reading (see armWrite).
 func (cl *Client) refreshDeadline(keepalive uint16) {
 	var expiry time.Time // nil time can be used to disable deadline if keepalive = 0
 	if keepalive > 0 {
@@ -323,8 +328,27 @@ func (cl *Client) refreshDeadline(keepalive uint16) {
 	}
 
 	if cl.Net.Conn != nil {
-		_ = cl.Net.Conn.SetDeadline(expiry) // [MQTT-3.1.2-22]
+		_ = cl.Net.Conn.SetReadDeadline(expiry) // [MQTT-3.1.2-22]
 	}
+}
+
+// armWrite sets the write deadline ahead of a write to the connection, to
+// Options.WriteTimeout from now, unless the one set before is still at
+// least nine tenths of it away: setting a deadline costs more than the
+// clock read, and a busy connection writes many times a second, so it
+// is set about once a tenth of the timeout, and a write gets between
+// 0.9 and 1 times the timeout. The caller holds the client's lock.
+func (cl *Client) armWrite() {
+	t := cl.ops.options.WriteTimeout
+	if t <= 0 {
+		return
+	}
+	now := time.Now()
+	if cl.Net.writeBy.Sub(now) >= t-t/10 {
+		return
+	}
+	cl.Net.writeBy = now.Add(t)
+	_ = cl.Net.Conn.SetWriteDeadline(cl.Net.writeBy)
 }
 
 // NextPacketID returns the next available (unused) packet id for the client.
@@ -692,6 +716,7 @@ func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 		}
 		if len(cl.State.outbound) == 0 {
 			if cl.Net.outbuf == nil {
+				cl.armWrite()
 				return buf.WriteTo(cl.Net.Conn)
 			}
 
@@ -704,6 +729,7 @@ func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 		// there are more writes in the queue
 		if cl.Net.outbuf == nil {
 			if buf.Len() >= cl.ops.options.ClientNetWriteBufferSize {
+				cl.armWrite()
 				return buf.WriteTo(cl.Net.Conn)
 			}
 			cl.Net.outbuf = new(bytes.Buffer)
@@ -761,6 +787,7 @@ func (cl *Client) flushOutbuf() (err error) {
 		return
 	}
 
+	cl.armWrite()
 	_, err = cl.Net.outbuf.WriteTo(cl.Net.Conn)
 	if err == nil {
 		cl.Net.outbuf = nil

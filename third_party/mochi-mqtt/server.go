@@ -129,6 +129,12 @@ type Options struct {
 	// Enable Inline client to allow direct subscribing and publishing from the parent codebase,
 	// with negligible performance difference (disabled by default to prevent confusion in statistics).
 	InlineClient bool `yaml:"inline_client" json:"inline_client"`
+
+	// WriteTimeout bounds each write to a client: a write that cannot
+	// finish in it fails and ends the connection. 0: no bound. (devmsg
+	// patch 7; the deadline is renewed when less than nine tenths of it
+	// is left, so a write gets between 0.9 and 1 times it.)
+	WriteTimeout time.Duration `yaml:"write_timeout" json:"write_timeout"`
 }
 
 // Server is an MQTT broker server. It should be created with server.New()
