@@ -271,3 +271,32 @@ func TestPublishAll(t *testing.T) {
 		t.Errorf("packet ids %v not distinct", ids)
 	}
 }
+
+// TestPublishTopicNames checks the kept topic name: publishes alternating
+// between topics each carry their own, and one repeated costs no
+// allocation.
+func TestPublishTopicNames(t *testing.T) {
+	b, addr := startBroker(t, Config{}, &pubHandler{})
+	rc, code := rawConnect(t, addr, 4, "app/dev", "secret")
+	if code != 0 {
+		t.Fatalf("CONNACK %#x", code)
+	}
+	waitUntil(t, "session", func() bool { return b.Session("app", "dev") != nil })
+	s := b.Session("app", "dev")
+	topics := []string{"msg", "msg", "prop", "msg"}
+	for i, topic := range topics {
+		if _, err := s.PublishAll(topic, [][]byte{[]byte{'0' + byte(i)}, []byte("x")}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, topic := range topics {
+		for range 2 {
+			if pk := rc.read(packets.Publish); pk.TopicName != "d/app/dev/"+topic {
+				t.Errorf("publish %d: topic %s, want d/app/dev/%s", i, pk.TopicName, topic)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { s.topicName("msg") }); n != 0 {
+		t.Errorf("topicName of the last topic: %v allocations", n)
+	}
+}

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,11 +43,14 @@ type Session struct {
 	// Since is when the broker accepted the session.
 	Since time.Time
 
-	b       *Broker
-	cl      *mqtt.Client
-	end     atomic.Int32 // an End, set before Handler.Disconnected
-	prefix  string       // d/{app}/{device}/
-	limiter *rate.Limiter
+	b      *Broker
+	cl     *mqtt.Client
+	end    atomic.Int32 // an End, set before Handler.Disconnected
+	prefix string       // d/{app}/{device}/
+	// lastTopic is the last topic published on, with the prefix
+	// (topicName).
+	lastTopic atomic.Pointer[topicNamed]
+	limiter   *rate.Limiter
 	// subLimiter limits SUBSCRIBEs; subThrottled says the one being
 	// processed is over it (set by hook.OnSubscribe).
 	subLimiter   *rate.Limiter
@@ -126,9 +130,19 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 // ids at QoS 1: a device's waiting messages cost one write(2), not one
 // each. On an error none of them was sent.
 func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint16, error) {
-	pks := make([]packets.Packet, len(payloads))
-	name := s.prefix + topic
+	pksp := packetSlices.Get().(*[]packets.Packet)
+	defer func() {
+		clear(*pksp) // drop the payloads
+		*pksp = (*pksp)[:0]
+		packetSlices.Put(pksp)
+	}()
+	pks := slices.Grow(*pksp, len(payloads))[:len(payloads)]
+	*pksp = pks
+	name := s.topicName(topic)
 	var ids []uint16
+	if qos > 0 {
+		ids = make([]uint16, 0, len(payloads))
+	}
 	for i, p := range payloads {
 		pks[i] = packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
@@ -157,6 +171,26 @@ func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint1
 		return nil, err
 	}
 	return ids, nil
+}
+
+// packetSlices holds PublishAll's packet slices for reuse: a packet is
+// 800 bytes, and every delivery flush made a slice of them. Nothing
+// keeps the slice past PublishAll (held copies the packets).
+var packetSlices = sync.Pool{New: func() any { return new([]packets.Packet) }}
+
+// topicNamed is a topic with the session's prefix.
+type topicNamed struct{ topic, name string }
+
+// topicName returns s.prefix+topic, kept for the topic asked last:
+// deliveries publish on one topic, and the joined name was an
+// allocation per flush.
+func (s *Session) topicName(topic string) string {
+	if t := s.lastTopic.Load(); t != nil && t.topic == topic {
+		return t.name
+	}
+	t := &topicNamed{topic, s.prefix + topic}
+	s.lastTopic.Store(t)
+	return t.name
 }
 
 // writeAll sends pks in one write; the caller holds wmu.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -480,11 +479,18 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 	r.holding = false
 	// Taken only now that they go: a Message is large, and half the
 	// flushes in fan-out held theirs.
-	msgs := make([]store.Message, 0, n)
+	msgsp := flushSlices.Get().(*[]store.Message)
+	defer func() {
+		clear(*msgsp) // drop the bodies
+		*msgsp = (*msgsp)[:0]
+		flushSlices.Put(msgsp)
+	}()
+	msgs := slices.Grow(*msgsp, n)
 	for id, m := range r.durable {
 		msgs = append(msgs, m)
 		delete(r.durable, id)
 	}
+	*msgsp = msgs
 	r.durableMu.Unlock()
 	slices.SortFunc(msgs, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })
 	now := d.now().Unix()
@@ -543,6 +549,11 @@ func (r *route) forgetHandled(ids []int64, complete bool) {
 	}
 }
 
+// flushSlices holds flushNotified's message slices for reuse: a
+// Message is 168 bytes, and every flush made a slice of them. Nothing
+// keeps the slice past the flush (a publish records only the id).
+var flushSlices = sync.Pool{New: func() any { return new([]store.Message) }}
+
 // publish sends m on r's connection and records it in flight; false when
 // the connection is going away (its successor starts over). The caller
 // holds r.mu, so Acked cannot see the PUBACK before the packet id is
@@ -559,7 +570,7 @@ func (d *Dispatcher) publish(r *route, m store.Message) bool {
 
 // devicePayload is what the device receives for m.
 func devicePayload(m store.Message) []byte {
-	return appendPayload(make([]byte, 0, len(m.Body)+96), payload{strconv.FormatInt(m.ID, 10), m.Body, m.TimeCreate, m.ExpireTime})
+	return appendDevicePayload(make([]byte, 0, len(m.Body)+96), m)
 }
 
 // recordSent records message id in flight on r with packet id pid. Under r.mu.
@@ -590,10 +601,7 @@ func (d *Dispatcher) publishAll(r *route, msgs []store.Message) bool {
 		}
 		return true
 	}
-	payloads := make([][]byte, len(msgs))
-	for i, m := range msgs {
-		payloads[i] = devicePayload(m)
-	}
+	payloads := devicePayloads(msgs)
 	pids, err := c.PublishAll(TopicMsg, payloads, 1)
 	if err != nil {
 		d.log.Debug("publish messages", "app", r.app, "device", r.dev, "msgids", len(msgs), "err", err)

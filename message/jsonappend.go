@@ -3,6 +3,8 @@ package message
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/devmsg/devmsg/store"
 )
 
 // The JSON that every message of a fan-out costs, written by hand:
@@ -82,15 +84,36 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// appendPayload appends p as json.Marshal(p) would.
-func appendPayload(b []byte, p payload) []byte {
-	b = append(b, `{"msgid":`...)
-	b = appendJSONString(b, p.MsgID)
-	b = append(b, `,"msg_body":`...)
-	b = appendJSONString(b, p.Body)
+// appendDevicePayload appends what the device receives for m, as
+// json.Marshal writes its payload (the id a decimal string), without
+// making the id's string.
+func appendDevicePayload(b []byte, m store.Message) []byte {
+	b = append(b, `{"msgid":"`...)
+	b = strconv.AppendInt(b, m.ID, 10)
+	b = append(b, `","msg_body":`...)
+	b = appendJSONString(b, m.Body)
 	b = append(b, `,"sent_time":`...)
-	b = strconv.AppendInt(b, p.SentTime, 10)
+	b = strconv.AppendInt(b, m.TimeCreate, 10)
 	b = append(b, `,"expire_time":`...)
-	b = strconv.AppendInt(b, p.ExpireTime, 10)
+	b = strconv.AppendInt(b, m.ExpireTime, 10)
 	return append(b, '}')
+}
+
+// devicePayloads is devicePayload for each of msgs, written into one
+// buffer: one allocation per flush rather than one per message. Each
+// payload is capped at its end, so nothing appended to one reaches the
+// next.
+func devicePayloads(msgs []store.Message) [][]byte {
+	size := 0
+	for _, m := range msgs {
+		size += len(m.Body) + 96
+	}
+	buf := make([]byte, 0, size)
+	payloads := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		start := len(buf)
+		buf = appendDevicePayload(buf, m)
+		payloads[i] = buf[start:len(buf):len(buf)]
+	}
+	return payloads
 }
