@@ -19,15 +19,7 @@ import (
 // messages and the pending counts of connected devices.
 func TestPreparedStep(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d-1", Secret: "s"}, {Name: "d-2", Secret: "s"}})
-	must(err)
+	s, must := openTestApp(t, "d-1", "d-2")
 	b := store.Broadcast{ID: 100, AppKey: "app", All: true, Body: "fw", TTL: 60, TimeCreate: 1, Targets: 2, Chunks: 1, State: store.BroadcastFanningOut}
 	must(s.CreateBroadcast(ctx, b, [][]string{{"d-1", "d-2"}}, 0, nil))
 	// queue adds queue entries from..to-1 (msgids from 10,000, clear of
@@ -79,15 +71,7 @@ func TestPreparedStep(t *testing.T) {
 // d-2, the pending message for d-3, and no queue entry for d-1 or d-2.
 func TestPreparedStepOutcomesOtherThanStored(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d-1", Secret: "s"}, {Name: "d-2", Secret: "s"}, {Name: "d-3", Secret: "s"}})
-	must(err)
+	s, must := openTestApp(t, "d-1", "d-2", "d-3")
 	b := store.Broadcast{ID: 100, AppKey: "app", All: true, Body: "fw", TTL: 60, TimeCreate: 1, Targets: 3, Chunks: 1, State: store.BroadcastFanningOut}
 	must(s.CreateBroadcast(ctx, b, [][]string{{"d-1", "d-2", "d-3"}}, 0, nil))
 	var msgs []store.BatchMessage

@@ -13,18 +13,8 @@ import (
 // step conflicts and writes nothing. The steps before it add up.
 func TestStepAfterCancelConflicts(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	names := []string{"d-1", "d-2", "d-3"}
-	for _, n := range names {
-		_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: n, Secret: "s"}})
-		must(err)
-	}
+	s, must := openTestApp(t, names...)
 	b := store.Broadcast{ID: 100, AppKey: "app", All: true, Body: "fw", TTL: 60, TimeCreate: 1, Targets: 3, Chunks: 3, State: store.BroadcastFanningOut}
 	must(s.CreateBroadcast(ctx, b, [][]string{{"d-1"}, {"d-2"}, {"d-3"}}, 0, nil))
 	step := func(chunk int) error {
