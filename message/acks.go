@@ -101,7 +101,7 @@ func (d *Dispatcher) storeAcks(batch []ack) {
 		updates[i] = store.MessageUpdate{AppKey: a.r.app, ID: a.id, Fn: deliver}
 	}
 	errs, err := d.store.UpdateMessages(context.Background(), updates)
-	kicks := map[*route]bool{}
+	kicks, starts := map[*route]bool{}, map[*route]bool{}
 	for i, a := range batch {
 		e := err
 		if e == nil {
@@ -118,17 +118,20 @@ func (d *Dispatcher) storeAcks(batch []ack) {
 			app, dev := a.r.app, a.r.dev
 			time.AfterFunc(retryAfterStoreError, func() { d.Wake(app, dev) })
 		}
-		a.r.mu.Lock()
-		delete(a.r.sent, a.id)
-		if a.r.backlog {
+		switch kick, deferred := a.r.ackedStored(a.id); {
+		case kick:
 			kicks[a.r] = true
+		case deferred:
+			starts[a.r] = true // to applyAcked after the flush under way
 		}
-		a.r.mu.Unlock()
 		if cur := d.acked(a); cur != nil {
 			kicks[cur] = true
 		}
 	}
 	for r := range kicks {
 		d.kick(r)
+	}
+	for r := range starts {
+		d.start(r)
 	}
 }

@@ -212,14 +212,10 @@ func TestDispatcherIgnoresLateNotify(t *testing.T) {
 	eventually(t, "the PUBACK stored", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return len(r.sent) == 0 && !r.running
+		return len(r.sent) == 0 && r.idle()
 	})
 	f.d.Notify(m) // late
-	eventually(t, "the flush done", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return !r.running
-	})
+	eventually(t, "the flush done", r.idle)
 	if got := c.received(); !slices.Equal(got, []int64{m.ID}) {
 		t.Fatalf("received %v, want %d once", got, m.ID)
 	}

@@ -75,12 +75,23 @@ type route struct {
 	app, dev string
 	conn     Conn
 
+	// mu is held by a flush from its queue read to its last write to the
+	// device, which waits up to the broker's write timeout when the
+	// device stops reading: what every device's work goes through
+	// (start, the ack stage) takes runMu, ackedMu or atomics instead.
 	mu       sync.Mutex
 	inflight map[uint16]int64   // packet id → msgid
 	sent     map[int64]struct{} // msgids sent on this connection
-	running  bool               // a flush is under way
-	again    bool               // flush once more when it ends
 	backlog  bool               // the last flush left messages unsent
+
+	runMu   sync.Mutex
+	running bool // a flush is under way; under runMu
+	again   bool // flush once more when it ends; under runMu
+
+	// acked holds msgids whose delivery the ack stage stored while a
+	// flush held mu; the next flush forgets them from sent (applyAcked).
+	ackedMu sync.Mutex
+	acked   []int64
 	// holding says announced messages wait in durable for the PUBACKs
 	// of those in flight (see flushNotified); the last PUBACK flushes,
 	// or holdTimer d.maxHold after holdSince, whichever comes first.
@@ -88,7 +99,7 @@ type route struct {
 	holdSince time.Time
 	holdTimer *time.Timer
 	// acking counts this connection's PUBACKs waiting in the ack stage.
-	acking int
+	acking atomic.Int32
 	// seen is the highest msgid a queue read found or flushNotified
 	// sent.
 	seen int64
@@ -254,14 +265,14 @@ func (d *Dispatcher) kick(r *route) {
 // start has the route flush: at once unless a flush is under way, else
 // once more after it.
 func (d *Dispatcher) start(r *route) {
-	r.mu.Lock()
+	r.runMu.Lock()
 	if r.running {
 		r.again = true
-		r.mu.Unlock()
+		r.runMu.Unlock()
 		return
 	}
 	r.running = true
-	r.mu.Unlock()
+	r.runMu.Unlock()
 	// An idle flusher takes it if one waits (see runFlusher).
 	select {
 	case d.idleFlushers <- r:
@@ -317,6 +328,7 @@ type payload struct {
 func (d *Dispatcher) flush(r *route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.applyAcked()
 	if !r.scan.Swap(false) && d.flushNotified(r) {
 		return
 	}
@@ -405,6 +417,47 @@ func (d *Dispatcher) flush(r *route) {
 		if !l.announced {
 			r.addReadSent(m.ID)
 		}
+	}
+}
+
+// ackedStored records that message id's delivery is stored: it leaves
+// sent, freeing its place in the window, and the route flushes again if
+// its window was full. The ack stage calls it for every device, so it
+// never waits for a flush that holds r.mu (one blocked writing to a
+// device that stopped reading held every device's PUBACKs up to the
+// write timeout): a flush under way gets the id by applyAcked and is
+// made to run once more. kick: the window was full, so the caller has
+// the route read its queue; deferred: the id waits for applyAcked, so
+// the caller starts a flush (start) to apply it.
+func (r *route) ackedStored(id int64) (kick, deferred bool) {
+	if r.mu.TryLock() {
+		delete(r.sent, id)
+		kick = r.backlog
+		r.mu.Unlock()
+		return kick, false
+	}
+	r.ackedMu.Lock()
+	r.acked = append(r.acked, id)
+	r.ackedMu.Unlock()
+	return false, true
+}
+
+// applyAcked forgets from sent the deliveries ackedStored left to the
+// flush, and has the flush read the queue if the window was full, as the
+// ack stage's kick would have. Under r.mu.
+func (r *route) applyAcked() {
+	r.ackedMu.Lock()
+	ids := r.acked
+	r.acked = nil
+	r.ackedMu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	for _, id := range ids {
+		delete(r.sent, id)
+	}
+	if r.backlog {
+		r.scan.Store(true)
 	}
 }
 
@@ -700,7 +753,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	// storeAcks), so that a flush of r never sees its own PUBACKs in
 	// the device's count without them in its own: ackingElsewhere.
 	if ok {
-		r.acking++
+		r.acking.Add(1)
 	}
 	// The last PUBACK sends what flushNotified held for it.
 	flush := ok && r.holding && len(r.inflight) == 0
@@ -731,7 +784,7 @@ func (d *Dispatcher) ackingElsewhere(r *route) bool {
 	d.mu.Lock()
 	n := d.acking[routeKey(r.app, r.dev)]
 	d.mu.Unlock()
-	return n > r.acking
+	return n > int(r.acking.Load())
 }
 
 // acked ends a's wait in the ack stage, its delivery stored (or failed
@@ -748,9 +801,7 @@ func (d *Dispatcher) acked(a ack) *route {
 	}
 	cur := d.routes[k]
 	d.mu.Unlock()
-	a.r.mu.Lock()
-	a.r.acking--
-	a.r.mu.Unlock()
+	a.r.acking.Add(-1)
 	if cur != nil && cur != a.r {
 		return cur
 	}

@@ -86,10 +86,12 @@ func (f *fixture) route() *route {
 }
 
 // idle reports whether no flush of dev-1's route is under way.
-func (f *fixture) idle() bool {
-	r := f.route()
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (f *fixture) idle() bool { return f.route().idle() }
+
+// idle reports whether no flush of r is under way.
+func (r *route) idle() bool {
+	r.runMu.Lock()
+	defer r.runMu.Unlock()
 	return !r.running
 }
 

@@ -60,13 +60,13 @@ func useStack(b []byte) { b[0] = 0 }
 func (d *Dispatcher) flushRoute(r *route) {
 	for {
 		d.flush(r)
-		r.mu.Lock()
+		r.runMu.Lock()
 		if !r.again {
 			r.running = false
-			r.mu.Unlock()
+			r.runMu.Unlock()
 			return
 		}
 		r.again = false
-		r.mu.Unlock()
+		r.runMu.Unlock()
 	}
 }
