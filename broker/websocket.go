@@ -67,7 +67,9 @@ func (l *wsListener) Init(log *slog.Logger) error {
 
 func (l *wsListener) Serve(establish listeners.EstablishFn) {
 	l.establish = establish
-	if err := l.srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	// Closed either way at a shutdown: the server (ErrServerClosed) or,
+	// when the broker closes its bound listeners first, the listener.
+	if err := l.srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		l.log.Error("serve mqtt websocket", "err", err)
 	}
 }
