@@ -50,16 +50,34 @@ type BatchPlan struct {
 	msgs    []store.BatchMessage
 	index   []int // msgs[j] answers results[index[j]]
 	devs    []store.Device
-	// epoch is the store's FlagEpoch from before devs were read (epochOK:
-	// the store has one); see Commit.
-	epoch   uint64
-	epochOK bool
+	// flags is the store's FlagEpoch from before devs were read; see
+	// Commit.
+	flags flagMark
 }
 
 // flagEpoch is a store that tells when no device's flag changed
 // (store.Fleet.FlagEpoch).
 type flagEpoch interface {
 	FlagEpoch() (epoch uint64, ok bool)
+}
+
+// flagMark is a store's FlagEpoch taken before devices were read (ok
+// false: the store cannot tell).
+type flagMark struct {
+	epoch uint64
+	ok    bool
+}
+
+// heldBy reports whether st's FlagEpoch is still m: no device's flag
+// changed and none was deleted since m was taken, so devices read after
+// it still hold. A store that is no flagEpoch never holds.
+func (m flagMark) heldBy(st any) bool {
+	fe, ok := st.(flagEpoch)
+	if !ok || !m.ok {
+		return false
+	}
+	e, ok := fe.FlagEpoch()
+	return ok && e == m.epoch
 }
 
 // Messages is how many messages the plan stores, each taking a message
@@ -83,7 +101,7 @@ func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*Batc
 		devs:    make([]store.Device, 0, n),
 	}
 	if fe, ok := s.store.(flagEpoch); ok {
-		p.epoch, p.epochOK = fe.FlagEpoch()
+		p.flags.epoch, p.flags.ok = fe.FlagEpoch()
 	}
 	seen := make(map[string]bool, len(req.Devices))
 	for i, name := range req.Devices {
@@ -207,31 +225,10 @@ func (s *Service) Commit(ctx context.Context, p *BatchPlan, seqNo int64, entry *
 	if err != nil {
 		return nil, err
 	}
-	if p.flagsHeld(s.store) {
-		// No device's flag changed and none was deleted since Plan
-		// read them: settleDisabled would read every device again to
-		// find nothing (a tenth of the batch send's CPU in fan-out).
-		for j, o := range outcomes {
-			if m := p.msgs[j].Message; o == store.BatchStored && m.State == store.StatePending {
-				s.router.Notify(m, p.devs[j])
-			}
-		}
-	} else if err := s.announce(ctx, p.app.Key, p.msgs, p.devs, outcomes, s.readEach(ctx, p.app.Key)); err != nil {
+	if err := s.announce(ctx, p.app.Key, p.msgs, p.devs, outcomes, p.flags, s.readEach(ctx, p.app.Key)); err != nil {
 		return nil, err
 	}
 	return seq.Body(msgs, outcomes), nil
-}
-
-// flagsHeld reports whether st's FlagEpoch is still the one Plan took
-// before it read the devices: then no flag of theirs changed and none
-// was deleted since, as Broadcaster.announce relies on too.
-func (p *BatchPlan) flagsHeld(st any) bool {
-	fe, ok := st.(flagEpoch)
-	if !ok || !p.epochOK {
-		return false
-	}
-	e, ok := fe.FlagEpoch()
-	return ok && e == p.epoch
 }
 
 // fold returns the plan's seq_no entry and its messages, with the results
@@ -283,8 +280,19 @@ func (p *BatchPlan) fold(seqNo int64, entry *store.SeqEntry) (*store.BatchSeq, [
 // write, after failing those whose device was disabled meanwhile (see
 // settleDisabled). The messages are stored whatever it returns: an error
 // (the store failing the second read) leaves the unsettled ones pending
-// and announced, as they were before the check existed.
-func (s *Service) announce(ctx context.Context, app string, msgs []store.BatchMessage, devs []store.Device, outcomes []int, read func([]string) ([]store.Device, error)) error {
+// and announced, as they were before the check existed. While the
+// store's FlagEpoch is still flags, taken before devs were read, no
+// device of theirs changed: devs still hold, and they are not read again
+// (that read was a tenth of the batch send's CPU in fan-out).
+func (s *Service) announce(ctx context.Context, app string, msgs []store.BatchMessage, devs []store.Device, outcomes []int, flags flagMark, read func([]string) ([]store.Device, error)) error {
+	if flags.heldBy(s.store) {
+		for j, o := range outcomes {
+			if m := msgs[j].Message; o == store.BatchStored && m.State == store.StatePending {
+				s.router.Notify(m, devs[j])
+			}
+		}
+		return nil
+	}
 	stored := make([]store.Message, len(msgs))
 	for j, o := range outcomes {
 		if o == store.BatchStored {

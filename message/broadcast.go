@@ -694,16 +694,8 @@ func (br *Broadcaster) write(ctx context.Context, b store.Broadcast, w chunkWork
 // and none was deleted since: what prepare read still holds, so the
 // devices are not read again.
 func (br *Broadcaster) announce(ctx context.Context, b store.Broadcast, w chunkWork, outcomes []int) {
-	if e, ok := br.store.FlagEpoch(); ok && w.epochOK && e == w.epoch {
-		for j, o := range outcomes {
-			if m := w.msgs[j].Message; o == store.BatchStored && m.State == store.StatePending {
-				br.svc.router.Notify(m, w.devs[j])
-			}
-		}
-		return
-	}
 	read := func(names []string) ([]store.Device, error) { return br.store.GetDevices(ctx, b.AppKey, names) }
-	if err := br.svc.announce(ctx, b.AppKey, w.msgs, w.devs, outcomes, read); err != nil {
+	if err := br.svc.announce(ctx, b.AppKey, w.msgs, w.devs, outcomes, flagMark{w.epoch, w.epochOK}, read); err != nil {
 		// The step is stored; its messages wait for their devices.
 		br.log.Error("broadcast: check the targets' flags after a step", "app", b.AppKey, "broadcast", b.ID, "err", err)
 	}
