@@ -332,3 +332,24 @@ func TestDisk(t *testing.T) {
 		t.Errorf("report %q", out.String())
 	}
 }
+
+// TestDevmsgWhen reads the instant from payloads as devmsg writes them
+// and from other shapes through the decoder.
+func TestDevmsgWhen(t *testing.T) {
+	for _, tc := range []struct {
+		payload string
+		want    int64
+		ok      bool
+	}{
+		{`{"msgid":"7","msg_body":"1764072000123456789","sent_time":1,"expire_time":2}`, 1764072000123456789, true},
+		{`{"msg_body": "42", "msgid":"7"}`, 42, true},
+		{`{"msgid":"7","msg_body":"not digits","sent_time":1}`, 0, false},
+		{`{"msgid":"7","msg_body":"12\"3"}`, 0, false},
+		{`not json`, 0, false},
+	} {
+		at, ok := devmsgWhen([]byte(tc.payload))
+		if ok != tc.ok || (ok && at.UnixNano() != tc.want) {
+			t.Errorf("devmsgWhen(%s) = %d, %v; want %d, %v", tc.payload, at.UnixNano(), ok, tc.want, tc.ok)
+		}
+	}
+}
