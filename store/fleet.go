@@ -172,6 +172,13 @@ type BatchSeq struct {
 	Entry  SeqEntry // its Body is ignored
 	Prefix []byte
 	Suffix []byte
+	// Epoch is the store's FlagEpoch taken before the messages' devices
+	// were read and found (EpochOK false when it could not tell), as
+	// BroadcastStep's: a store whose FlagEpoch is still Epoch while it
+	// holds the devices' locks may take each device to exist without
+	// reading it again.
+	Epoch   uint64
+	EpochOK bool
 }
 
 // Body returns the entry's body for the outcomes of msgs.

@@ -63,11 +63,11 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 		return nil, err
 	}
 	defer s.exit()
-	encoded, now, err := s.encodeBatch(appKey, msgs)
+	enc, err := s.encodeBatch(appKey, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
-	p := &preparedStep{msgs: msgs, encoded: encoded, now: now, counts: make(map[string]preparedCount, len(msgs)), keep: make([]bool, len(msgs))}
+	p := &preparedStep{msgs: msgs, encoded: enc.msgs, now: enc.now, counts: make(map[string]preparedCount, len(msgs)), keep: make([]bool, len(msgs))}
 	var names []string
 	for i, bm := range msgs {
 		p.keep[i] = connected == nil || connected[i]
@@ -91,16 +91,8 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 	if err != nil {
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
-	n := 0
-	for i := range encoded {
-		n += len(encoded[i].stored)
-	}
-	all := make([]kv, 0, n)
-	for i := range encoded {
-		all = append(all, encoded[i].stored...)
-	}
 	p.batch = s.db.NewBatch()
-	for _, e := range inKeyOrder(all) {
+	for _, e := range inKeyOrder(enc.all) {
 		if err := set(p.batch, e.k, e.v); err != nil {
 			p.batch.Close()
 			return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)

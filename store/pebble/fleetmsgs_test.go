@@ -22,7 +22,7 @@ func TestChunkKeysInOrder(t *testing.T) {
 			TTL: 60, TimeCreate: 100, ExpireTime: 160, State: store.StatePending, Broadcast: 7,
 			Records: []store.Record{{Type: store.RecordTargetValid, SentTime: 100}, {Type: store.RecordSubmitSuccess, SentTime: 100}},
 		}
-		enc, err := encodeForm("app", m, 1, 100_000, recordFilter{known: true}, nil)
+		enc, err := encodeForm("app", m, 1, 100_000, recordFilter{known: true}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestEncodeFormKeys(t *testing.T) {
 			State: tc.state, Params: []byte(`{"broadcast_id":"7"}`), Broadcast: 7,
 			Records: []store.Record{{Type: store.RecordTargetValid, SentTime: 100}, {Type: store.RecordSubmitSuccess, SentTime: 100}},
 		}
-		kvs, err := encodeForm("app", m, 5, 100_000, tc.f, &rawMemo{})
+		kvs, err := encodeForm("app", m, 5, 100_000, tc.f, &rawMemo{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
