@@ -128,7 +128,10 @@ func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*Batc
 }
 
 // newMessage builds dev's message of a batch send or broadcast as Send
-// would store it, with its queue-full form.
+// would store it, with its queue-full form. The records of a pending
+// message and of its queue-full form are one allocation, not three (a
+// tenth of a batch send's allocations): each form has its own part of
+// it, capped, so neither can grow into the other.
 func (s *Service) newMessage(appKey string, dev store.Device, req SendRequest, now time.Time) store.BatchMessage {
 	m := store.Message{
 		ID:          s.ids.Next(),
@@ -141,6 +144,7 @@ func (s *Service) newMessage(appKey string, dev store.Device, req SendRequest, n
 		CallbackURL: req.CallbackURL,
 		Params:      req.Params,
 	}
+	recs := new(batchRecords)
 	switch {
 	case dev.Flag == store.FlagDisabled:
 		m.State = store.StateFailed
@@ -154,18 +158,24 @@ func (s *Service) newMessage(appKey string, dev store.Device, req SendRequest, n
 		}
 	default:
 		m.State = store.StatePending
-		m.Records = []store.Record{
-			NewRecord(m, store.RecordTargetValid, 0, "", now),
-			NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
-		}
+		recs.all[0] = NewRecord(m, store.RecordTargetValid, 0, "", now)
+		recs.all[1] = NewRecord(m, store.RecordSubmitSuccess, 0, "", now)
+		m.Records = recs.all[0:2:2]
 	}
 	full := m
 	full.State = store.StateFailed
-	full.Records = []store.Record{
-		NewRecord(m, store.RecordTargetValid, 0, "", now),
-		NewRecord(m, store.RecordSubmitFailure, ErrCodeQueueFull, queueFullMessage, now),
-	}
+	recs.all[2] = NewRecord(m, store.RecordTargetValid, 0, "", now)
+	recs.all[3] = store.Record{Type: store.RecordSubmitFailure, SentTime: now.Unix(), Error: &recs.fullErr}
+	recs.fullErr = store.RecordError{Code: ErrCodeQueueFull, Message: queueFullMessage}
+	full.Records = recs.all[2:4:4]
 	return store.BatchMessage{Message: m, Full: full}
+}
+
+// batchRecords holds the records of a batch message's pending form
+// (all[0:2]) and queue-full form (all[2:4]), and the latter's error.
+type batchRecords struct {
+	all     [4]store.Record
+	fullErr store.RecordError
 }
 
 // queueFullMessage is the record message of a message refused for a full
@@ -246,7 +256,7 @@ func (p *BatchPlan) fold(seqNo int64, entry *store.SeqEntry) (*store.BatchSeq, [
 		}
 		return b
 	}
-	q := &store.BatchSeq{SeqNo: seqNo, Prefix: []byte(`{"resp":[`)}
+	q := &store.BatchSeq{SeqNo: seqNo, Prefix: []byte(`{"resp":[`), Epoch: p.flags.epoch, EpochOK: p.flags.ok}
 	if entry != nil {
 		q.Entry = *entry
 	}
