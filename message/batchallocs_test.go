@@ -3,6 +3,7 @@ package message
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/devmsg/devmsg/internal/idgen"
@@ -39,6 +40,8 @@ func TestBatchSendAllocations(t *testing.T) {
 	svc := NewService(st, ids, nil)
 	send := BatchSend{Devices: names, SendRequest: SendRequest{Body: "b", TTL: 3600}}
 	seqNo := int64(0)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	allocs := testing.AllocsPerRun(5, func() {
 		p, err := svc.Plan(ctx, app, send)
 		if err != nil {
@@ -49,7 +52,13 @@ func TestBatchSendAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	runtime.ReadMemStats(&after)
+	bytes := float64(after.TotalAlloc-before.TotalAlloc) / 6 / n // AllocsPerRun runs it once more
+	t.Logf("a batch send of %d: %.1f objects and %.0f bytes a message", n, allocs/n, bytes)
 	if per := allocs / n; per > 7 {
 		t.Errorf("a batch send of %d allocated %.1f objects a message, want at most 7", n, per)
+	}
+	if bytes > 4000 {
+		t.Errorf("a batch send of %d allocated %.0f bytes a message, want at most 4000", n, bytes)
 	}
 }

@@ -183,7 +183,11 @@ type BatchSeq struct {
 
 // Body returns the entry's body for the outcomes of msgs.
 func (q *BatchSeq) Body(msgs []BatchMessage, outcomes []int) []byte {
-	b := append([]byte{}, q.Prefix...)
+	n := len(q.Prefix) + len(msgs) + len(q.Suffix)
+	for i, m := range msgs {
+		n += len(m.Answers[outcomes[i]])
+	}
+	b := append(make([]byte, 0, n), q.Prefix...)
 	for i, m := range msgs {
 		if i > 0 {
 			b = append(b, ',')

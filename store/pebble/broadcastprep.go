@@ -31,7 +31,7 @@ type preparedStep struct {
 	// messages being delivered.
 	keep []bool
 	// batch holds every message's stored entries (encodedMsg.stored),
-	// in inKeyOrder, for the write to add the counts and the step to when
+	// in eachInKeyOrder's order, for the write to add the counts and the step to when
 	// every message is stored as prepared; nil once taken. Filling it
 	// was a fifth of the step's serial write.
 	batch *pebble.Batch
@@ -92,11 +92,9 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
 	p.batch = s.db.NewBatch()
-	for _, e := range inKeyOrder(enc.all) {
-		if err := set(p.batch, e.k, e.v); err != nil {
-			p.batch.Close()
-			return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
-		}
+	if err := eachInKeyOrder(enc.all, func(e kv) error { return set(p.batch, e.k, e.v) }); err != nil {
+		p.batch.Close()
+		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
 	return p, nil
 }

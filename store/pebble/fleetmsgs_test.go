@@ -29,6 +29,9 @@ func TestChunkKeysInOrder(t *testing.T) {
 		kvs = append(kvs, enc...)
 	}
 	got := inKeyOrder(kvs)
+	if len(got) != len(kvs) {
+		t.Fatalf("%d entries in key order, want %d", len(got), len(kvs))
+	}
 	for i := 1; i < len(got); i++ {
 		if bytes.Compare(got[i-1].k, got[i].k) >= 0 {
 			t.Fatalf("entry %d %q is not after entry %d %q", i, got[i].k, i-1, got[i-1].k)
@@ -39,6 +42,16 @@ func TestChunkKeysInOrder(t *testing.T) {
 	if string(twice[1].v) != "1" || string(twice[2].v) != "2" {
 		t.Fatalf("a key written twice: %q, want the writes in their order", twice)
 	}
+	if n := testing.AllocsPerRun(10, func() { _ = eachInKeyOrder(kvs, func(kv) error { return nil }) }); n != 0 {
+		t.Errorf("ordering the entries allocated %.0f times, want none", n)
+	}
+}
+
+// inKeyOrder returns what eachInKeyOrder gives, in its order.
+func inKeyOrder(kvs []kv) []kv {
+	var out []kv
+	_ = eachInKeyOrder(kvs, func(e kv) error { out = append(out, e); return nil })
+	return out
 }
 
 // TestStepWithSameEpochSkipsDeviceReads: a broadcast step whose FlagEpoch
