@@ -17,6 +17,9 @@ import (
 // 2026-11-25's create19: the batch send was a quarter of the server's
 // CPU in fan-out, and allocation a tenth of that).
 func TestBatchSendAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates for itself")
+	}
 	st, err := pebble.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
