@@ -196,11 +196,16 @@ func (s *Service) batchMessage(app store.App, dev store.Device, req SendRequest,
 	// The three answers share one allocation (about 240 bytes and the
 	// name five times).
 	b := make([]byte, 0, 5*len(dev.Name)+260)
-	b = appendBatchResult(b, ok)
-	n1 := len(b)
-	b = appendDeviceResult(b, dev.Name, ErrCodeQueueFull, bm.Message.ID, queueFullAnswer)
-	n2 := len(b)
-	b = appendDeviceResult(b, dev.Name, CodeInvalidDevice, 0, " not found") // as errdefs.NotFound("device", dev.Name)
+	var n1, n2 int
+	if ok.Code == 0 && plainJSON(dev.Name) {
+		b, n1, n2 = appendPlainAnswers(b, dev.Name, bm.Message.ID)
+	} else {
+		b = appendBatchResult(b, ok)
+		n1 = len(b)
+		b = appendDeviceResult(b, dev.Name, ErrCodeQueueFull, bm.Message.ID, queueFullAnswer)
+		n2 = len(b)
+		b = appendDeviceResult(b, dev.Name, CodeInvalidDevice, 0, " not found") // as errdefs.NotFound("device", dev.Name)
+	}
 	bm.Answers[store.BatchStored] = b[:n1:n1]
 	bm.Answers[store.BatchFull] = b[n1:n2:n2]
 	bm.Answers[store.BatchGone] = b[n2:]
