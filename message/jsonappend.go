@@ -72,6 +72,33 @@ func appendDeviceResult(b []byte, name string, code int, msgid int64, after stri
 	return append(append(b, after...), `"}`...)
 }
 
+// appendPlainAnswers appends the three answers batchMessage writes for
+// a message to an enabled device whose name plainJSON takes: stored
+// (appendBatchResult), queue-full and gone (appendDeviceResult), the
+// same bytes with the name checked once and the msgid formatted once;
+// n1 and n2 are where the second and third begin. Writing them the
+// general way was a tenth of a batch send's CPU outside the store.
+func appendPlainAnswers(b []byte, name string, msgid int64) (out []byte, n1, n2 int) {
+	var idBuf [20]byte
+	id := strconv.AppendInt(idBuf[:0], msgid, 10)
+	b = append(append(append(b, `{"device_name":"`...), name...), `","code":0,"msgid":`...)
+	b = append(append(b, id...), '}')
+	n1 = len(b)
+	b = append(append(append(b, `{"device_name":"`...), name...), fullCodeJSON...)
+	b = append(append(b, id...), `,"message":"device \"`...)
+	b = append(append(append(append(b, name...), `\"`...), queueFullAnswer...), `"}`...)
+	n2 = len(b)
+	b = append(append(append(b, `{"device_name":"`...), name...), goneCodeJSON...)
+	b = append(append(b, name...), `\" not found"}`...)
+	return b, n1, n2
+}
+
+// The code parts of appendPlainAnswers' queue-full and gone answers.
+var (
+	fullCodeJSON = `","code":` + strconv.Itoa(ErrCodeQueueFull) + `,"msgid":`
+	goneCodeJSON = `","code":` + strconv.Itoa(CodeInvalidDevice) + `,"message":"device \"`
+)
+
 // plainJSON reports whether s is written as is between quotes by both
 // strconv.Quote and json.Marshal: printable ASCII other than the quote,
 // the backslash and the HTML characters.

@@ -100,3 +100,21 @@ func TestDevicePayloadsShareOneBuffer(t *testing.T) {
 		t.Errorf("devicePayloads of 4: %v allocations", n)
 	}
 }
+
+// TestPlainAnswersMatchGeneralWay: appendPlainAnswers writes what
+// appendBatchResult and appendDeviceResult write for the same message.
+func TestPlainAnswersMatchGeneralWay(t *testing.T) {
+	for _, name := range []string{"d", "bench-000001", "a.b:c@d_e-f", ""} {
+		for _, id := range []int64{1, 7392038203948032, 9223372036854775807} {
+			want := appendBatchResult([]byte("x"), BatchResult{DeviceName: name, MsgID: id})
+			w1 := len(want)
+			want = appendDeviceResult(want, name, ErrCodeQueueFull, id, queueFullAnswer)
+			w2 := len(want)
+			want = appendDeviceResult(want, name, CodeInvalidDevice, 0, " not found")
+			got, n1, n2 := appendPlainAnswers([]byte("x"), name, id)
+			if string(got) != string(want) || n1 != w1 || n2 != w2 {
+				t.Errorf("%q %d:\n got %s (%d %d)\nwant %s (%d %d)", name, id, got, n1, n2, want, w1, w2)
+			}
+		}
+	}
+}

@@ -275,18 +275,13 @@ func canonicalValue(raw json.RawMessage) []byte {
 		}
 		b, _ := json.Marshal(str)
 		return b
-	case '{', '[':
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return raw
+	case '[':
+		if b, ok := canonicalPlainArray(raw); ok {
+			return b
 		}
-		b, err := json.Marshal(normalizeNumbers(v))
-		if err != nil {
-			return raw
-		}
-		return b
+		return canonicalComposite(raw)
+	case '{':
+		return canonicalComposite(raw)
 	case 't', 'f', 'n':
 		return raw
 	}

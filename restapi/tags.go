@@ -32,6 +32,15 @@ func (o object) stringsField(key, field string) ([]string, bool, error) {
 // json.Unmarshal into []string it refuses null elements, which would
 // otherwise pass as "" and be blamed on the value rather than the type.
 func stringArray(raw json.RawMessage) ([]string, bool) {
+	if out, ok := plainStrings(raw); ok {
+		return out, true
+	}
+	return decodeStringArray(raw)
+}
+
+// decodeStringArray is stringArray through encoding/json, for what
+// plainStrings does not take.
+func decodeStringArray(raw json.RawMessage) ([]string, bool) {
 	var ptrs []*string
 	if err := json.Unmarshal(raw, &ptrs); err != nil || ptrs == nil {
 		return nil, false

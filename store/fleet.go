@@ -172,11 +172,22 @@ type BatchSeq struct {
 	Entry  SeqEntry // its Body is ignored
 	Prefix []byte
 	Suffix []byte
+	// Epoch is the store's FlagEpoch taken before the messages' devices
+	// were read and found (EpochOK false when it could not tell), as
+	// BroadcastStep's: a store whose FlagEpoch is still Epoch while it
+	// holds the devices' locks may take each device to exist without
+	// reading it again.
+	Epoch   uint64
+	EpochOK bool
 }
 
 // Body returns the entry's body for the outcomes of msgs.
 func (q *BatchSeq) Body(msgs []BatchMessage, outcomes []int) []byte {
-	b := append([]byte{}, q.Prefix...)
+	n := len(q.Prefix) + len(msgs) + len(q.Suffix)
+	for i, m := range msgs {
+		n += len(m.Answers[outcomes[i]])
+	}
+	b := append(make([]byte, 0, n), q.Prefix...)
 	for i, m := range msgs {
 		if i > 0 {
 			b = append(b, ',')

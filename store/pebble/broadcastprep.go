@@ -31,7 +31,7 @@ type preparedStep struct {
 	// messages being delivered.
 	keep []bool
 	// batch holds every message's stored entries (encodedMsg.stored),
-	// in inKeyOrder, for the write to add the counts and the step to when
+	// in eachInKeyOrder's order, for the write to add the counts and the step to when
 	// every message is stored as prepared; nil once taken. Filling it
 	// was a fifth of the step's serial write.
 	batch *pebble.Batch
@@ -63,11 +63,11 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 		return nil, err
 	}
 	defer s.exit()
-	encoded, now, err := s.encodeBatch(appKey, msgs)
+	enc, err := s.encodeBatch(appKey, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
-	p := &preparedStep{msgs: msgs, encoded: encoded, now: now, counts: make(map[string]preparedCount, len(msgs)), keep: make([]bool, len(msgs))}
+	p := &preparedStep{msgs: msgs, encoded: enc.msgs, now: enc.now, counts: make(map[string]preparedCount, len(msgs)), keep: make([]bool, len(msgs))}
 	var names []string
 	for i, bm := range msgs {
 		p.keep[i] = connected == nil || connected[i]
@@ -91,20 +91,10 @@ func (s *Store) PrepareStep(ctx context.Context, appKey string, msgs []store.Bat
 	if err != nil {
 		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
-	n := 0
-	for i := range encoded {
-		n += len(encoded[i].stored)
-	}
-	all := make([]kv, 0, n)
-	for i := range encoded {
-		all = append(all, encoded[i].stored...)
-	}
 	p.batch = s.db.NewBatch()
-	for _, e := range inKeyOrder(all) {
-		if err := set(p.batch, e.k, e.v); err != nil {
-			p.batch.Close()
-			return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
-		}
+	if err := eachInKeyOrder(enc.all, func(e kv) error { return set(p.batch, e.k, e.v) }); err != nil {
+		p.batch.Close()
+		return nil, fmt.Errorf("prepare %d messages in %s: %w", len(msgs), appKey, err)
 	}
 	return p, nil
 }

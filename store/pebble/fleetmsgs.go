@@ -108,16 +108,16 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// queue-full form (a device holding MaxPending messages) is encoded
 	// under them. A broadcast step's were encoded by PrepareStep.
 	pre := preparedFor(step, msgs)
-	var encoded []encodedMsg
-	var now int64
+	var enc encodedBatch
 	if pre != nil {
-		encoded, now = pre.encoded, pre.now
+		enc.msgs, enc.now = pre.encoded, pre.now
 	} else {
 		var err error
-		if encoded, now, err = s.encodeBatch(appKey, msgs); err != nil {
+		if enc, err = s.encodeBatch(appKey, msgs); err != nil {
 			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 		}
 	}
+	encoded, now := enc.msgs, enc.now
 	idx := make([]int, 0, len(msgs)+1)
 	for _, bm := range msgs {
 		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
@@ -147,11 +147,12 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			return nil, store.ErrVersionConflict
 		}
 	}
-	// Every device of the batch was found when the step's epoch was
-	// taken or after; with the epoch the same now, under their stripes,
-	// none was deleted since (see FlagEpoch).
-	found := step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch
-	outcomes, counts, err := s.batchOutcomes(appKey, msgs, found, pre)
+	// Every device of the batch was found when the step's (or the
+	// batch send's) epoch was taken or after; with the epoch the same
+	// now, under their stripes, none was deleted since (see FlagEpoch).
+	found := step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch ||
+		step == nil && seq != nil && seq.EpochOK && s.flagEpoch.Load() == seq.Epoch
+	outcomes, devs, err := s.batchOutcomes(appKey, msgs, found, pre)
 	if err != nil {
 		return nil, err
 	}
@@ -173,11 +174,14 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	if !prebuilt {
 		batch = s.db.NewBatch()
 	}
+	// When every message is stored as encoded, its entries are enc.all
+	// already.
+	all := enc.all
+	gather := !prebuilt && (all == nil || devs.changed)
+	if gather {
+		all = make([]kv, 0, len(msgs)*4)
+	}
 	err = s.writeLazyOn(batch, func(batch *pebble.Batch) error {
-		var all []kv
-		if !prebuilt {
-			all = make([]kv, 0, len(msgs)*4)
-		}
 		for i, bm := range msgs {
 			m := bm.Message
 			if outcomes[i] == store.BatchGone {
@@ -186,11 +190,11 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 			kvs := encoded[i].stored
 			if outcomes[i] == store.BatchFull {
 				var err error
-				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil); err != nil {
+				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil, nil); err != nil {
 					return err
 				}
 			}
-			if !prebuilt {
+			if gather {
 				all = append(all, kvs...)
 			}
 			if step != nil {
@@ -201,14 +205,9 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 				b.LastID = max(b.LastID, m.ID)
 			}
 		}
-		if !prebuilt {
-			// Prebuilt, all is empty: the batch holds the messages.
-			all = inKeyOrder(all)
-		}
-		for _, e := range all {
-			if err := set(batch, e.k, e.v); err != nil {
-				return err
-			}
+		// Prebuilt, all is empty: the batch holds the messages.
+		if err := eachInKeyOrder(all, func(e kv) error { return set(batch, e.k, e.v) }); err != nil {
+			return err
 		}
 		if seq != nil {
 			e := seq.Entry
@@ -230,8 +229,8 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		return s.putBroadcast(batch, b)
 	})
 	if err != nil {
-		for dev := range counts {
-			s.pending.drop(appKey, dev) // the batch may or may not have landed
+		for _, d := range devs.queued() {
+			s.pending.drop(appKey, d.name) // the batch may or may not have landed
 		}
 		if step != nil {
 			s.stepped.forget() // under bcMu, as a step holds it
@@ -245,18 +244,19 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// cached: nothing reads them soon (the next step of a broadcast reads
 	// its counts in PrepareStep), and a broadcast to 100,000 offline
 	// devices filled the cache with them.
-	var offline []string
-	for i, bm := range msgs {
-		if _, ok := counts[bm.Message.DeviceName]; ok && pre != nil && !pre.keep[i] {
-			offline = append(offline, bm.Message.DeviceName)
-			delete(counts, bm.Message.DeviceName)
+	if pre != nil {
+		var offline []string
+		for i := range msgs {
+			if d := devs.of(i); d != nil && d.added > 0 && !d.dropped && !pre.keep[i] {
+				offline = append(offline, d.name)
+				d.dropped = true
+			}
 		}
+		s.pending.dropAll(appKey, offline)
 	}
-	s.pending.dropAll(appKey, offline)
-	if len(counts) > 0 {
-		added := queuedIDs(msgs, outcomes)
-		for dev, n := range counts {
-			s.pending.put(appKey, dev, n, added[dev], nil)
+	for _, d := range devs.queued() {
+		if !d.dropped {
+			s.pending.put(appKey, d.name, d.count+d.added, d.ids, nil)
 		}
 	}
 	s.cacheCreated(appKey, msgs, outcomes, encoded, pre)
@@ -270,31 +270,37 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	return outcomes, nil
 }
 
-// inKeyOrder orders a batch's entries by their key's prefix letter, keeping
-// the order within each (and so a later write of the same key after an
-// earlier one). A batch is applied to the memtable in its order, and each
-// insert first tries the skiplist position after the one before: a
-// message's four keys under four prefixes in turn sent every insert
-// searching from the top (a tenth of a broadcast's CPU). Grouped, the
-// chunk's message, index and expiry keys follow each other in msgid
-// order, and its queue keys in device order, as its targets
+// eachInKeyOrder calls fn with a batch's entries ordered by their key's
+// prefix letter, keeping the order within each (and so a later write of
+// the same key after an earlier one). A batch is applied to the memtable
+// in its order, and each insert first tries the skiplist position after
+// the one before: a message's four keys under four prefixes in turn sent
+// every insert searching from the top (a tenth of a broadcast's CPU).
+// Grouped, the chunk's message, index and expiry keys follow each other
+// in msgid order, and its queue keys in device order, as its targets
 // are sorted: most inserts land next to the one before.
-func inKeyOrder(kvs []kv) []kv {
-	// A counting sort: a stable comparison sort of a chunk's 500 entries
-	// took a third of what it saved.
-	var at [257]int
+func eachInKeyOrder(kvs []kv, fn func(kv) error) error {
+	// One pass over the entries for each prefix letter they use (five):
+	// a stable comparison sort of a chunk's 500 entries took a third of
+	// what it saved, and a counting sort into a copy allocated 48 bytes
+	// an entry.
+	var used [256]bool
 	for _, e := range kvs {
-		at[int(e.k[0])+1]++
+		used[e.k[0]] = true
 	}
-	for b := 1; b < len(at); b++ {
-		at[b] += at[b-1]
+	for p := range used {
+		if !used[p] {
+			continue
+		}
+		for _, e := range kvs {
+			if int(e.k[0]) == p {
+				if err := fn(e); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	out := make([]kv, len(kvs))
-	for _, e := range kvs {
-		out[at[e.k[0]]] = e
-		at[e.k[0]]++
-	}
-	return out
+	return nil
 }
 
 // syncLazy makes every write published so far durable, lazy ones
@@ -308,45 +314,95 @@ func (s *Store) syncLazy() error {
 	return nil
 }
 
-// batchOutcomes decides, under the devices' stripes, what becomes of each
-// message, and returns the pending counts of the devices that gain queue
-// entries. What the caches do not hold (whether a device exists, its
-// pending count) is read in one pass over the devices and one over their
-// queues (countQueues); with found, every
-// device is known to exist, and a count pre read that still holds is
-// not read again.
-func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bool, pre *preparedStep) ([]int, map[string]int64, error) {
-	type state struct {
-		exists bool
-		count  int64
+// batchDevice is one device of a CreateMessages call with pending
+// messages in it.
+type batchDevice struct {
+	name   string
+	exists bool
+	count  int64 // pending before the batch
+	added  int64 // messages the batch queues for it
+	// ids are the msgids of those messages, in batch order.
+	ids []int64
+	// dropped says its pending count was dropped from the cache.
+	dropped bool
+}
+
+// batchDevices is the devices of a CreateMessages call that have
+// pending messages in it, each once.
+type batchDevices struct {
+	devs []batchDevice
+	at   []int32 // msgs[i]'s device in devs, -1 when not pending
+	// changed says some message is not stored as encoded (gone or
+	// full), so the write cannot take encodedBatch.all as it is.
+	changed bool
+}
+
+// of returns msgs[i]'s device, nil when msgs[i] is not pending.
+func (b *batchDevices) of(i int) *batchDevice {
+	if b.at[i] < 0 {
+		return nil
 	}
-	devs := make(map[string]*state, len(msgs))
+	return &b.devs[b.at[i]]
+}
+
+// queued returns the devices that gain queue entries.
+func (b *batchDevices) queued() []*batchDevice {
+	var out []*batchDevice
+	for k := range b.devs {
+		if b.devs[k].added > 0 {
+			out = append(out, &b.devs[k])
+		}
+	}
+	return out
+}
+
+// batchOutcomes decides, under the devices' stripes, what becomes of each
+// message, and returns the devices with pending messages, their pending
+// counts and what the batch queues for them. What the caches do not hold
+// (whether a device exists, its pending count) is read in one pass over
+// the devices and one over their queues (countQueues); with found, every
+// device is known to exist, and a count pre read that still holds is
+// not read again. The devices are kept in slices, one map naming them:
+// a map and an object per device, and a map of msgid slices, were a
+// tenth of the batch write.
+func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bool, pre *preparedStep) ([]int, *batchDevices, error) {
+	b := &batchDevices{devs: make([]batchDevice, 0, len(msgs)), at: make([]int32, len(msgs))}
+	slot := make(map[string]int32, len(msgs))
 	var devKeys [][]byte
-	var devNames, countNames []string
-	for _, bm := range msgs {
+	var devAt, countAt []int32
+	var countNames []string
+	for i, bm := range msgs {
 		name := bm.Message.DeviceName
-		if bm.Message.State != store.StatePending || devs[name] != nil {
+		if bm.Message.State != store.StatePending {
+			b.at[i] = -1
 			continue
 		}
-		st := &state{}
-		devs[name] = st
+		k, ok := slot[name]
+		if ok {
+			b.at[i] = k
+			continue
+		}
+		k = int32(len(b.devs))
+		slot[name], b.at[i] = k, k
+		b.devs = append(b.devs, batchDevice{name: name})
+		d := &b.devs[k]
 		if found {
-			st.exists = true
+			d.exists = true
 		} else if _, ok := s.devices.get(appKey, name); ok {
-			st.exists = true
+			d.exists = true
 		} else {
-			devKeys, devNames = append(devKeys, key(pDevice, appKey, name)), append(devNames, name)
+			devKeys, devAt = append(devKeys, key(pDevice, appKey, name)), append(devAt, k)
 		}
 		if c, ok := pre.count(s, appKey, name); ok {
-			st.count = c
+			d.count = c
 		} else if c, ok := s.pending.get(appKey, name); ok {
-			st.count = c
+			d.count = c
 		} else {
-			countNames = append(countNames, name)
+			countNames, countAt = append(countNames, name), append(countAt, k)
 		}
 	}
 	err := s.seekEach(key(pDevice, appKey, ""), devKeys, func(i int, _ []byte) error {
-		devs[devNames[i]].exists = true
+		b.devs[devAt[i]].exists = true
 		return nil
 	})
 	if err != nil {
@@ -355,37 +411,43 @@ func (s *Store) batchOutcomes(appKey string, msgs []store.BatchMessage, found bo
 	// Counted under the stripes, so the counts are cached (learn); those
 	// of devices that turn out not to exist are not.
 	err = s.countQueues(appKey, countNames, func(i int, n int64) {
-		devs[countNames[i]].count = n
-		if devs[countNames[i]].exists {
-			s.pending.learn(appKey, countNames[i], n)
+		d := &b.devs[countAt[i]]
+		d.count = n
+		if d.exists {
+			s.pending.learn(appKey, d.name, n)
 		}
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create %d messages: %w", len(msgs), err)
 	}
 	outcomes := make([]int, len(msgs))
-	counts := make(map[string]int64, len(msgs))
-	for i, bm := range msgs {
-		m := bm.Message
-		if m.State != store.StatePending {
-			continue
+	queued := 0
+	for i := range msgs {
+		d := b.of(i)
+		switch {
+		case d == nil:
+		case !d.exists:
+			outcomes[i], b.changed = store.BatchGone, true
+		case d.count+d.added >= store.MaxPending:
+			outcomes[i], b.changed = store.BatchFull, true
+		default:
+			d.added++
+			queued++
 		}
-		st := devs[m.DeviceName]
-		if !st.exists {
-			outcomes[i] = store.BatchGone
-			continue
-		}
-		count, ok := counts[m.DeviceName]
-		if !ok {
-			count = st.count
-		}
-		if count >= store.MaxPending {
-			outcomes[i] = store.BatchFull
-			continue
-		}
-		counts[m.DeviceName] = count + 1
 	}
-	return outcomes, counts, nil
+	// The msgids queued, each device's in a run of one slice.
+	ids, off := make([]int64, queued), 0
+	for k := range b.devs {
+		d := &b.devs[k]
+		d.ids = ids[off : off : off+int(d.added)]
+		off += int(d.added)
+	}
+	for i, bm := range msgs {
+		if d := b.of(i); d != nil && outcomes[i] == store.BatchStored {
+			d.ids = append(d.ids, bm.Message.ID)
+		}
+	}
+	return outcomes, b, nil
 }
 
 // kv is one key and value of a write.
@@ -405,31 +467,51 @@ type encodedMsg struct {
 	filter recordFilter
 }
 
+// encodedBatch is a batch's messages encoded for its write.
+type encodedBatch struct {
+	msgs []encodedMsg
+	// all is every message's stored entries, in message order: the
+	// msgs[i].stored share it, one allocation for the batch where there
+	// was one a message, and a write that stores every message as
+	// encoded adds all without gathering them again.
+	all []kv
+	now int64 // Unix ms, the time of the outbox entries
+}
+
 // encodeBatch encodes each message of a batch as stored (encodedMsg),
 // taking outbox Seqs for the larger of its two forms.
-func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) ([]encodedMsg, int64, error) {
-	now := s.now().UnixMilli()
-	out := make([]encodedMsg, len(msgs))
+func (s *Store) encodeBatch(appKey string, msgs []store.BatchMessage) (encodedBatch, error) {
+	e := encodedBatch{msgs: make([]encodedMsg, len(msgs)), now: s.now().UnixMilli()}
 	f := s.recordFilter(appKey)
+	n := 0
+	for _, bm := range msgs {
+		n += 4 + f.kept(bm.Message.Records) // encodeForm's most
+	}
+	e.all = make([]kv, 0, n)
 	var memo rawMemo
 	for i, bm := range msgs {
 		n := int64(max(f.kept(bm.Message.Records), f.kept(bm.Full.Records)))
-		out[i].first, out[i].filter = s.outboxSeq.Add(n)-n+1, f
-		kvs, err := encodeForm(appKey, bm.Message, out[i].first, now, f, &memo)
-		if err != nil {
-			return nil, 0, err
+		out := &e.msgs[i]
+		out.first, out.filter = s.outboxSeq.Add(n)-n+1, f
+		start := len(e.all)
+		var err error
+		if e.all, err = encodeForm(appKey, bm.Message, out.first, e.now, f, &memo, e.all); err != nil {
+			return encodedBatch{}, err
 		}
-		out[i].stored = kvs
+		out.stored = e.all[start:len(e.all):len(e.all)]
 	}
-	return out, now, nil
+	return e, nil
 }
 
-// encodeForm encodes m as encodedMsg.stored describes, its outbox
-// entries (those f keeps) numbered from first and timed now (Unix ms).
-func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter, memo *rawMemo) ([]kv, error) {
+// encodeForm appends to kvs m's entries as encodedMsg.stored describes
+// them, at most 4 and an outbox entry for each record f keeps, numbered
+// from first and timed now (Unix ms).
+func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter, memo *rawMemo, kvs []kv) ([]kv, error) {
 	m.AppKey = appKey
 	kept := f.kept(m.Records)
-	kvs := make([]kv, 0, 4+kept)
+	if kvs == nil {
+		kvs = make([]kv, 0, 4+kept)
+	}
 	// One buffer holds the keys, the message and its outbox entries
 	// (each about 250 bytes and the params), so encoding them makes one
 	// allocation, not one per key, per value and per growth; it was sized

@@ -22,13 +22,16 @@ func TestChunkKeysInOrder(t *testing.T) {
 			TTL: 60, TimeCreate: 100, ExpireTime: 160, State: store.StatePending, Broadcast: 7,
 			Records: []store.Record{{Type: store.RecordTargetValid, SentTime: 100}, {Type: store.RecordSubmitSuccess, SentTime: 100}},
 		}
-		enc, err := encodeForm("app", m, 1, 100_000, recordFilter{known: true}, nil)
+		enc, err := encodeForm("app", m, 1, 100_000, recordFilter{known: true}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		kvs = append(kvs, enc...)
 	}
 	got := inKeyOrder(kvs)
+	if len(got) != len(kvs) {
+		t.Fatalf("%d entries in key order, want %d", len(got), len(kvs))
+	}
 	for i := 1; i < len(got); i++ {
 		if bytes.Compare(got[i-1].k, got[i].k) >= 0 {
 			t.Fatalf("entry %d %q is not after entry %d %q", i, got[i].k, i-1, got[i-1].k)
@@ -39,6 +42,16 @@ func TestChunkKeysInOrder(t *testing.T) {
 	if string(twice[1].v) != "1" || string(twice[2].v) != "2" {
 		t.Fatalf("a key written twice: %q, want the writes in their order", twice)
 	}
+	if n := testing.AllocsPerRun(10, func() { _ = eachInKeyOrder(kvs, func(kv) error { return nil }) }); n != 0 {
+		t.Errorf("ordering the entries allocated %.0f times, want none", n)
+	}
+}
+
+// inKeyOrder returns what eachInKeyOrder gives, in its order.
+func inKeyOrder(kvs []kv) []kv {
+	var out []kv
+	_ = eachInKeyOrder(kvs, func(e kv) error { out = append(out, e); return nil })
+	return out
 }
 
 // TestStepWithSameEpochSkipsDeviceReads: a broadcast step whose FlagEpoch
@@ -100,7 +113,7 @@ func TestEncodeFormKeys(t *testing.T) {
 			State: tc.state, Params: []byte(`{"broadcast_id":"7"}`), Broadcast: 7,
 			Records: []store.Record{{Type: store.RecordTargetValid, SentTime: 100}, {Type: store.RecordSubmitSuccess, SentTime: 100}},
 		}
-		kvs, err := encodeForm("app", m, 5, 100_000, tc.f, &rawMemo{})
+		kvs, err := encodeForm("app", m, 5, 100_000, tc.f, &rawMemo{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

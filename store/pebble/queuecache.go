@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-
-	"github.com/devmsg/devmsg/store"
 )
 
 // pendingCache holds each device's pending-queue count and, for the
@@ -183,16 +181,4 @@ func (c *pendingCache) storeIDs(app, name string, gen uint64, ids []int64, limit
 		return
 	}
 	e.ids, e.known, e.complete = slices.Clone(ids), true, len(ids) < limit
-}
-
-// queuedIDs returns, by device, the msgids of msgs that a CreateMessages
-// with these outcomes put in their devices' queues, for pendingCache.put.
-func queuedIDs(msgs []store.BatchMessage, outcomes []int) map[string][]int64 {
-	out := map[string][]int64{}
-	for i, bm := range msgs {
-		if m := bm.Message; m.State == store.StatePending && outcomes[i] == store.BatchStored {
-			out[m.DeviceName] = append(out[m.DeviceName], m.ID)
-		}
-	}
-	return out
 }

@@ -30,6 +30,7 @@ var fleetTests = []struct {
 	{"Broadcasts", testBroadcasts},
 	{"BroadcastSteps", testBroadcastSteps},
 	{"BroadcastStepEpoch", testBroadcastStepEpoch},
+	{"BatchSeqEpoch", testBatchSeqEpoch},
 	{"BroadcastStepPrepared", testBroadcastStepPrepared},
 }
 
@@ -668,6 +669,34 @@ func testBroadcastStepEpoch(t *testing.T, s store.Store) {
 	}
 	_, err = s.GetMessage(ctx, "app", 102)
 	wantErr(t, "message to a device deleted after the step's epoch", err, store.ErrNotFound)
+}
+
+// testBatchSeqEpoch: a batch send whose epoch was taken before one of
+// its devices was deleted still gives that device nothing, and keeps
+// the others' messages and the seq_no (a store may skip reading the
+// devices only while the epoch is unchanged).
+func testBatchSeqEpoch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "app", "dev-1", "dev-2")
+	epoch, ok := s.FlagEpoch()
+	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
+	seq := &store.BatchSeq{SeqNo: 5, Entry: store.SeqEntry{Fingerprint: "f", Status: 200, ExpiresAt: future()},
+		Prefix: []byte("["), Suffix: []byte("]"), Epoch: epoch, EpochOK: ok}
+	out, err := s.CreateMessages(ctx, "app", []store.BatchMessage{
+		batchMsg(101, "app", "dev-1", store.StatePending), batchMsg(102, "app", "dev-2", store.StatePending),
+	}, seq, nil)
+	must(t, err)
+	if !slices.Equal(out, []int{store.BatchStored, store.BatchGone}) {
+		t.Fatalf("outcomes %v, want the deleted device's message gone", out)
+	}
+	_, err = s.GetMessage(ctx, "app", 102)
+	wantErr(t, "message to a device deleted after the batch's epoch", err, store.ErrNotFound)
+	must(t, checkPending(s, "app", "dev-1", 101))
+	e, err := s.GetSeq(ctx, "app", 5)
+	must(t, err)
+	if want := `[{"id":101,"o":"stored"},{"id":102,"o":"gone"}]`; string(e.Body) != want {
+		t.Fatalf("seq entry %s, want %s", e.Body, want)
+	}
 }
 
 // testBroadcastStepPrepared: a step written with what PrepareStep

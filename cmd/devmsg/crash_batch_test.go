@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCrashLoopBatch kills the server with SIGKILL again and again while
+// clients make batch sends (POST /msg/v1/msgs), each retried with its
+// seq_no and body until answered, and then checks, on a last start:
+//   - lost: a msgid a 200 gave that GET /msg/v1/msg does not know, or
+//     knows for another device;
+//   - unstable: a retry answered with other results than the first 200
+//     (a replay must give the same msgids);
+//   - duplicated: one msgid given to two (batch, device) pairs.
+//
+// All must be 0. DEVMSG_CRASH_CYCLES sets the cycles (default 5).
+func TestCrashLoopBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	cycles := envInt(t, envCrashCycles, 5)
+	const clients, devices = 4, 10
+	dir := t.TempDir()
+	p := startProc(t, dir)
+	app := p.createApp(t, "crashbatch")
+	names := make([]string, devices)
+	quoted := make([]string, devices)
+	devReq := make([]string, devices)
+	for i := range names {
+		names[i] = fmt.Sprint("batch-", i)
+		quoted[i] = fmt.Sprintf("%q", names[i])
+		devReq[i] = fmt.Sprintf(`{"name":%q}`, names[i])
+	}
+	if st, body := p.call(t, app.Key, app.MasterSecret, "POST", "/device/v1/devices", `{"device":[`+strings.Join(devReq, ",")+`]}`); st != 200 {
+		t.Fatalf("create devices: %d %s", st, body)
+	}
+
+	type batch struct {
+		seq  int64
+		body string
+		resp string // the first 200's body; "" while unanswered
+	}
+	var mu sync.Mutex
+	var answered []*batch
+	var unstable []string
+	// send makes one attempt at b; it reports false when the server is gone.
+	send := func(p *proc, b *batch) bool {
+		st, body, err := p.tryCall(app.Key, app.MasterSecret, "POST", "/msg/v1/msgs",
+			fmt.Sprintf(`{"seq_no":%d,"device_names":[%s],"msg_body":%q,"ttl":3600}`, b.seq, strings.Join(quoted, ","), b.body))
+		if err != nil {
+			return false
+		}
+		if st != 200 {
+			t.Errorf("batch %s: %d %s", b.body, st, body)
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case b.resp == "":
+			b.resp = string(body)
+			answered = append(answered, b)
+		case b.resp != string(body):
+			unstable = append(unstable, fmt.Sprintf("batch %s answered %s, then %s", b.body, b.resp, body))
+		}
+		return true
+	}
+	pending := make([][]*batch, clients)
+	nextSeq := make([]int64, clients)
+	sends, retries := 0, 0
+	for cycle := range cycles {
+		if cycle > 0 {
+			p = startProc(t, dir)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for len(pending[c]) > 0 { // what the last crash left unanswered
+					if !send(p, pending[c][0]) {
+						return
+					}
+					pending[c] = pending[c][1:]
+					mu.Lock()
+					retries++
+					mu.Unlock()
+				}
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					nextSeq[c]++
+					b := &batch{seq: int64(c)*1_000_000 + nextSeq[c]}
+					b.body = fmt.Sprintf("c%d-s%d", c, b.seq)
+					mu.Lock()
+					sends++
+					mu.Unlock()
+					if !send(p, b) {
+						pending[c] = append(pending[c], b)
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(100+rand.IntN(600)) * time.Millisecond)
+		must(t, p.cmd.Process.Signal(syscall.SIGKILL))
+		_ = p.cmd.Wait()
+		close(stop)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+
+	// The last start: the unanswered batches are retried until answered,
+	// then every answer is checked against the store.
+	p = startProc(t, dir)
+	for c := range pending {
+		for _, b := range pending[c] {
+			if !send(p, b) {
+				t.Fatalf("retry %s after the last restart failed", b.body)
+			}
+			retries++
+		}
+	}
+	var lost []string
+	owner := map[int64]string{} // msgid → batch and device
+	for _, b := range answered {
+		var r struct {
+			Resp []struct {
+				DeviceName string `json:"device_name"`
+				Code       int    `json:"code"`
+				MsgID      int64  `json:"msgid"`
+			} `json:"resp"`
+		}
+		if err := json.Unmarshal([]byte(b.resp), &r); err != nil || len(r.Resp) != devices {
+			t.Fatalf("batch %s answered %s", b.body, b.resp)
+		}
+		for i, e := range r.Resp {
+			if e.DeviceName != names[i] || e.MsgID == 0 || (e.Code != 0 && e.Code != 3004) {
+				t.Fatalf("batch %s: result %d is %+v", b.body, i, e)
+			}
+			k := b.body + "/" + e.DeviceName
+			if o, ok := owner[e.MsgID]; ok {
+				t.Errorf("msgid %d answered for %s and for %s", e.MsgID, o, k)
+			}
+			owner[e.MsgID] = k
+			st, mb := p.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/msg/v1/msg?msgid=%d", e.MsgID), "")
+			var m struct {
+				DeviceName string `json:"device_name"`
+			}
+			if st != 200 || json.Unmarshal(mb, &m) != nil || m.DeviceName != e.DeviceName {
+				lost = append(lost, fmt.Sprintf("batch %s: msgid %d of %s answered 200, then %d %s", b.body, e.MsgID, e.DeviceName, st, mb))
+			}
+		}
+	}
+	t.Logf("%d cycles, %d clients, %d devices a batch: %d batches, %d retries, %d answered; lost %d, unstable %d",
+		cycles, clients, devices, sends, retries, len(answered), len(lost), len(unstable))
+	for _, s := range [][]string{lost, unstable} {
+		for i, e := range s {
+			if i == 10 {
+				t.Errorf("... and %d more", len(s)-10)
+				break
+			}
+			t.Error(e)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package message
+
+const raceEnabled = false

@@ -1,0 +1,7 @@
+//go:build race
+
+package message
+
+// raceEnabled says the race detector is on: it allocates for itself, so
+// the tests that count allocations skip.
+const raceEnabled = true

@@ -1,0 +1,81 @@
+package restapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var plainArrayCases = []string{
+	`[]`, `[ ]`, `["a"]`, `["a","b"]`, `[ "a" , "b" ]`, "[\n\t\"a\",\r\n\"b\"\n]",
+	`["bench-000001","bench-000002"]`, `["a b","c:d@e.f"]`, `[""]`, `["",""]`,
+	`["a\"b"]`, `["a\\b"]`, `["\u0041"]`, `["<a>"]`, `["a&b"]`, `["é"]`, `["\ud83d\ude00"]`,
+	`["a",null]`, `[null]`, `[1]`, `["a",1]`, `[["a"]]`, `[{"a":"b"}]`, `["a",true]`,
+	`["a","a"]`, `{"a":"b"}`, `"a"`, `null`,
+}
+
+// The fast reads of an array of plain strings give what the decoder's
+// way gives: the same names, the same canonical bytes.
+func TestPlainArrayMatchesDecoder(t *testing.T) {
+	for _, c := range plainArrayCases {
+		t.Run(c, func(t *testing.T) { checkPlainArray(t, []byte(c)) })
+	}
+}
+
+func FuzzPlainArray(f *testing.F) {
+	for _, c := range plainArrayCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) || len(raw) == 0 || raw[0] != '[' {
+			return // values reach these functions from a decoded object, trimmed
+		}
+		checkPlainArray(t, raw)
+	})
+}
+
+func checkPlainArray(t *testing.T, raw []byte) {
+	t.Helper()
+	got, gotOK := stringArray(raw)
+	want, wantOK := decodeStringArray(raw)
+	if gotOK != wantOK || !reflect.DeepEqual(got, want) {
+		t.Errorf("stringArray(%s) = %q %v, decoder %q %v", raw, got, gotOK, want, wantOK)
+	}
+	if raw[0] == '[' {
+		if got, want := canonicalValue(raw), canonicalComposite(raw); !bytes.Equal(got, want) {
+			t.Errorf("canonicalValue(%s) = %s, decoder %s", raw, got, want)
+		}
+	}
+}
+
+// A batch send's 1000 names are read, and fingerprinted, without a
+// decoder: a few allocations, not a few per name.
+func TestBatchNamesReadWithoutDecoder(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates for itself")
+	}
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("%q", fmt.Sprintf("bench-%06d", i))
+	}
+	body := `{"seq_no":1,"device_names":[` + strings.Join(names, ",") + `],"msg_body":"x","ttl":3600}`
+	obj, err := parseObject([]byte(body), "request body")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := parseDeviceNames(obj); err != nil || len(got) != 1000 || got[999] != "bench-000999" {
+		t.Fatalf("parseDeviceNames = %d names, %v", len(got), err)
+	}
+	reads := testing.AllocsPerRun(20, func() {
+		if _, err := parseDeviceNames(obj); err != nil {
+			t.Fatal(err)
+		}
+	})
+	prints := testing.AllocsPerRun(20, func() { fingerprint("POST /msg/v1/msgs", obj) })
+	if reads > 5 || prints > 12 {
+		t.Errorf("reading the names took %.0f allocations, the fingerprint %.0f; want at most 5 and 12", reads, prints)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package restapi
+
+const raceEnabled = false
