@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/mochi-mqtt/server/v2/mempool"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -652,10 +653,22 @@ func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 
-	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
+	if cl.ops.hooks.anyProvides(OnPacketEncode) {
+		pk = cl.ops.hooks.OnPacketEncode(cl, pk)
+	}
+
+	// The packet is encoded into a pooled buffer, unless a hook is given
+	// its bytes (OnPacketSent), which it may keep.
+	sentHook := cl.ops.hooks.anyProvides(OnPacketSent)
+	var buf *bytes.Buffer
+	if sentHook {
+		buf = new(bytes.Buffer)
+	} else {
+		buf = mempool.GetBuffer()
+		defer mempool.PutBuffer(buf)
+	}
 
 	var err error
-	buf := new(bytes.Buffer)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)
@@ -705,7 +718,7 @@ func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 			// The reader flushes them at the end of its burst
 			// (readBuffered), or a write that is not held does.
 			if cl.Net.outbuf == nil {
-				cl.Net.outbuf = new(bytes.Buffer)
+				cl.Net.outbuf = mempool.GetBuffer()
 			}
 			n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
 			if cl.Net.outbuf.Len() < cl.ops.options.ClientNetWriteBufferSize {
@@ -732,7 +745,7 @@ func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 				cl.armWrite()
 				return buf.WriteTo(cl.Net.Conn)
 			}
-			cl.Net.outbuf = new(bytes.Buffer)
+			cl.Net.outbuf = mempool.GetBuffer()
 		}
 
 		n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
@@ -753,7 +766,9 @@ func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	if sentHook {
+		cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	}
 
 	return err
 }
@@ -790,6 +805,7 @@ func (cl *Client) flushOutbuf() (err error) {
 	cl.armWrite()
 	_, err = cl.Net.outbuf.WriteTo(cl.Net.Conn)
 	if err == nil {
+		mempool.PutBuffer(cl.Net.outbuf)
 		cl.Net.outbuf = nil
 	}
 	return
