@@ -140,6 +140,7 @@ type ClientConnection struct {
 	outbuf   *bytes.Buffer // a buffer for writing packets
 	holdAcks bool          // acks wait in outbuf: more packets are being read (see readBuffered); guarded by the client's lock
 	writeBy  time.Time     // the write deadline last set (armWrite); guarded by the client's lock
+	readBy   time.Time     // the read deadline last set (refreshDeadline); used by the reader only
 	Remote   string        // the remote address of the client
 	Listener string        // listener id of the client
 	Inline   bool          // if true, the client is the built-in 'inline' embedded client
@@ -322,15 +323,29 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 // moving the write deadline here (as upstream does, with SetDeadline)
 // cleared or stretched the bound of a write blocked meanwhile on a
 // client that stopped reading (see armWrite).
+//
+// With a keepalive, the deadline is moved only when the one set before is
+// less than one and a half keepalives away, and then to a tenth more
+// than that: a connection sending several packets a second sets it about
+// once a tenth of the keepalive, not at every packet (a deadline change
+// cost 1% of devmsg's CPU in its fan-out bench, one per PUBACK read), and
+// the deadline is never earlier than [MQTT-3.1.2-22] asks.
 func (cl *Client) refreshDeadline(keepalive uint16) {
-	var expiry time.Time // nil time can be used to disable deadline if keepalive = 0
-	if keepalive > 0 {
-		expiry = time.Now().Add(time.Duration(keepalive+(keepalive/2)) * time.Second) // [MQTT-3.1.2-22]
+	if cl.Net.Conn == nil {
+		return
 	}
-
-	if cl.Net.Conn != nil {
-		_ = cl.Net.Conn.SetReadDeadline(expiry) // [MQTT-3.1.2-22]
+	if keepalive == 0 {
+		cl.Net.readBy = time.Time{}
+		_ = cl.Net.Conn.SetReadDeadline(time.Time{}) // nil time disables the deadline
+		return
 	}
+	wait := time.Duration(keepalive+(keepalive/2)) * time.Second // [MQTT-3.1.2-22]
+	now := time.Now()
+	if !cl.Net.readBy.IsZero() && cl.Net.readBy.Sub(now) >= wait {
+		return
+	}
+	cl.Net.readBy = now.Add(wait + wait/10)
+	_ = cl.Net.Conn.SetReadDeadline(cl.Net.readBy)
 }
 
 // armWrite sets the write deadline ahead of a write to the connection, to
@@ -557,9 +572,10 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(n))
 
-	// Decode the remaining packet values using a fresh copy of the bytes,
-	// otherwise the next packet will change the data of this one.
-	px := append([]byte{}, p[:]...)
+	// p is the packet's own (made above), so the decoded packet may keep
+	// slices of it: the copy upstream decoded from was a second
+	// allocation and copy of every packet read.
+	px := p
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectDecode(px)

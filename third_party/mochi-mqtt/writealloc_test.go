@@ -6,6 +6,7 @@ package mqtt
 // nothing, and reading a burst of packets allocates no closure or channel.
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"log/slog"
@@ -174,4 +175,33 @@ func TestReadBurstAllocations(t *testing.T) {
 	require.LessOrEqual(t, allocs, 1.0)
 	r.Close()
 	<-done
+}
+
+// repeatReader returns b over and over.
+type repeatReader struct{ b []byte }
+
+func (r repeatReader) Read(p []byte) (int, error) {
+	n := 0
+	for n+len(r.b) <= len(p) {
+		n += copy(p[n:], r.b)
+	}
+	return n, nil
+}
+
+// A PUBACK read allocates its body once: decoding no longer copies it.
+func TestReadPacketCopiesOnce(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	cl := allocClient(newDiscardConn(), nil)
+	puback := []byte{packets.Puback << 4, 2, 0, 7}
+	cl.Net.bconn = bufio.NewReader(repeatReader{puback})
+	fh := new(packets.FixedHeader)
+	allocs := testing.AllocsPerRun(100, func() {
+		require.NoError(t, cl.ReadFixedHeader(fh))
+		pk, err := cl.ReadPacket(fh)
+		require.NoError(t, err)
+		require.Equal(t, uint16(7), pk.PacketID)
+	})
+	require.LessOrEqual(t, allocs, 1.0) // 2 before
 }
