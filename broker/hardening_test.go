@@ -61,7 +61,7 @@ func (*fakeHandler) Unsubscribed(*Session, string)                  {}
 func (*fakeHandler) Published(*Session, string, byte, []byte) error { return nil }
 func (*fakeHandler) Acked(*Session, uint16)                         {}
 
-func startBroker(t *testing.T, cfg Config, h Handler) (*Broker, string) {
+func startBroker(t testing.TB, cfg Config, h Handler) (*Broker, string) {
 	t.Helper()
 	cfg.TCPAddr = "127.0.0.1:0"
 	cfg.ServiceTopics = []string{"msg", "property/desired"}
@@ -168,7 +168,7 @@ func TestTakeoverAfterConnackOrder(t *testing.T) {
 // rawClient speaks MQTT over a bare connection, to read the exact
 // reason codes of an MQTT 3.1.1 or 5 SUBACK.
 type rawClient struct {
-	t       *testing.T
+	t       testing.TB
 	c       net.Conn
 	r       *bufio.Reader
 	version byte
@@ -177,13 +177,13 @@ type rawClient struct {
 
 // rawConnect connects with protocol version 4 (3.1.1) or 5 and returns
 // the client and the CONNACK's reason code.
-func rawConnect(t *testing.T, addr string, version byte, user, secret string) (*rawClient, byte) {
+func rawConnect(t testing.TB, addr string, version byte, user, secret string) (*rawClient, byte) {
 	t.Helper()
 	return rawConnectKeepalive(t, addr, version, user, secret, 60)
 }
 
 // rawConnectKeepalive is rawConnect with the keepalive in seconds.
-func rawConnectKeepalive(t *testing.T, addr string, version byte, user, secret string, keepalive uint16) (*rawClient, byte) {
+func rawConnectKeepalive(t testing.TB, addr string, version byte, user, secret string, keepalive uint16) (*rawClient, byte) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

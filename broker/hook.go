@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"errors"
 	"strconv"
 	"strings"
@@ -19,8 +18,8 @@ type hook struct {
 func (h *hook) ID() string { return "devmsg" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{
-		mqtt.OnConnect,
+	switch b {
+	case mqtt.OnConnect,
 		mqtt.OnConnectAuthenticate,
 		mqtt.OnACLCheck,
 		mqtt.OnSessionEstablished,
@@ -30,8 +29,10 @@ func (h *hook) Provides(b byte) bool {
 		mqtt.OnPacketProcessed,
 		mqtt.OnUnsubscribed,
 		mqtt.OnPublish,
-		mqtt.OnPacketRead,
-	}, []byte{b})
+		mqtt.OnPacketRead:
+		return true
+	}
+	return false
 }
 
 // OnConnect authenticates. Refusals are answered here rather than in

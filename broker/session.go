@@ -118,7 +118,9 @@ func (s *Session) Subscribed(topic string) bool {
 // (reported by Handler.Acked); the broker keeps no copy, so redelivery is
 // the caller's business.
 func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error) {
-	ids, err := s.PublishAll(topic, [][]byte{payload}, qos)
+	var id [1]uint16 // on the stack: one delivery costs no id slice
+	payloads := [1][]byte{payload}
+	ids, err := s.publish(id[:0], topic, payloads[:], qos)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -130,6 +132,15 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 // ids at QoS 1: a device's waiting messages cost one write(2), not one
 // each. On an error none of them was sent.
 func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint16, error) {
+	var ids []uint16
+	if qos > 0 {
+		ids = make([]uint16, 0, len(payloads))
+	}
+	return s.publish(ids, topic, payloads, qos)
+}
+
+// publish is PublishAll, appending the packet ids to ids.
+func (s *Session) publish(ids []uint16, topic string, payloads [][]byte, qos byte) ([]uint16, error) {
 	pksp := packetSlices.Get().(*[]packets.Packet)
 	defer func() {
 		clear(*pksp) // drop the payloads
@@ -139,10 +150,6 @@ func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint1
 	pks := slices.Grow(*pksp, len(payloads))[:len(payloads)]
 	*pksp = pks
 	name := s.topicName(topic)
-	var ids []uint16
-	if qos > 0 {
-		ids = make([]uint16, 0, len(payloads))
-	}
 	for i, p := range payloads {
 		pks[i] = packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},

@@ -128,6 +128,15 @@ type Hooks struct {
 	wg         sync.WaitGroup // a waitgroup for syncing hook shutdown
 	qty        int64          // the number of hooks in use
 	sync.Mutex                // a mutex for locking when adding hooks
+	// provided has bit b set when a hook added provides event b, so that
+	// an event no hook provides costs no loop over the hooks (which
+	// copies the packet for every hook asked) on every packet written.
+	provided atomic.Uint64
+}
+
+// anyProvides reports whether a hook added provides event b.
+func (h *Hooks) anyProvides(b byte) bool {
+	return b >= 64 || h.provided.Load()&(1<<b) != 0
 }
 
 // Len returns the number of hooks added.
@@ -164,6 +173,13 @@ func (h *Hooks) Add(hook Hook, config any) error {
 	}
 
 	i = append(i, hook)
+	provided := h.provided.Load() // under h's lock
+	for b := byte(0); b < 64; b++ {
+		if hook.Provides(b) {
+			provided |= 1 << b
+		}
+	}
+	h.provided.Store(provided)
 	h.internal.Store(i)
 	atomic.AddInt64(&h.qty, 1)
 	h.wg.Add(1)
@@ -305,6 +321,9 @@ func (h *Hooks) OnAuthPacket(cl *Client, pk packets.Packet) (pkx packets.Packet,
 
 // OnPacketEncode is called immediately before a packet is encoded to be sent to a client.
 func (h *Hooks) OnPacketEncode(cl *Client, pk packets.Packet) packets.Packet {
+	if !h.anyProvides(OnPacketEncode) {
+		return pk
+	}
 	for _, hook := range h.GetAll() {
 		if hook.Provides(OnPacketEncode) {
 			pk = hook.OnPacketEncode(cl, pk)
@@ -326,6 +345,9 @@ func (h *Hooks) OnPacketProcessed(cl *Client, pk packets.Packet, err error) {
 // OnPacketSent is called when a packet has been sent to a client. It takes a bytes parameter
 // containing the bytes sent.
 func (h *Hooks) OnPacketSent(cl *Client, pk packets.Packet, b []byte) {
+	if !h.anyProvides(OnPacketSent) {
+		return
+	}
 	for _, hook := range h.GetAll() {
 		if hook.Provides(OnPacketSent) {
 			hook.OnPacketSent(cl, pk, b)
