@@ -49,7 +49,9 @@ func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit
 type updating struct {
 	raw []byte     // the stored value read before the stripes were taken
 	e   *cachedMsg // the cache entry it came from, if it did
-	m   store.Message
+	// m is raw decoded, shared with the cache entry if there is one:
+	// not to be changed.
+	m store.Message
 }
 
 // UpdateMessages applies the updates in one batch, holding the stripes of
@@ -80,7 +82,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		if _, ok := msgs[u.ID]; ok {
 			continue
 		}
-		m, raw, ce, err := s.readMessage(u.ID, false)
+		m, raw, ce, err := s.readMessageShared(u.ID, false)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -108,7 +110,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 			}
 			continue // as read: the cache holds what Pebble does
 		}
-		m, raw, ce, err := s.readMessage(id, true)
+		m, raw, ce, err := s.readMessageShared(id, true)
 		if errors.Is(err, store.ErrNotFound) {
 			delete(msgs, id) // its updates are ErrNotFound below
 			stale = true
@@ -216,11 +218,12 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 		if c != nil {
 			cur = c.m
 		}
-		// fn works on its own copy of the records, so a failing fn
-		// leaves cur as it was; the copy has room for the record an
-		// update adds.
+		// fn works on its own copy of the records (their errors
+		// included), so a failing fn leaves cur as it was and the
+		// cache entry cur may share is never changed; the copy has
+		// room for the record an update adds.
 		next := cur
-		next.Records = append(make([]store.Record, 0, len(cur.Records)+1), cur.Records...)
+		next.Records = copyRecords(cur.Records, 1)
 		_, out, err := store.ApplyUpdate(&next, u.ID, u.AppKey, u.Fn)
 		if err != nil {
 			p.errs[i] = err
@@ -243,9 +246,18 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 	filters := map[string]recordFilter{}
 	for _, id := range p.order {
 		c := changed[id]
-		data, err := appendMessage(nil, &c.m)
-		if err != nil {
-			return nil, fmt.Errorf("encode message %d: %w", id, err)
+		// A message read from the cache is stored as appendMessage
+		// encoded it; the common change (a PUBACK's) is spliced in.
+		e := msgs[id]
+		data, ok := []byte(nil), false
+		if e.e != nil {
+			data, ok = spliceMessage(e.raw, &e.m, &c.m)
+		}
+		if !ok {
+			var err error
+			if data, err = appendMessage(nil, &c.m); err != nil {
+				return nil, fmt.Errorf("encode message %d: %w", id, err)
+			}
 		}
 		p.kvs = append(p.kvs, kv{msgKey(id), data})
 		p.stored = append(p.stored, cachedMsg{raw: data, m: c.m})
@@ -258,12 +270,12 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 			if !f.keeps(c.m.Records[r].Type) {
 				continue
 			}
-			e := outboxEntry(&c.m, r, s.outboxSeq.Add(1), now)
-			data, err := appendOutboxEntry(nil, &e)
+			oe := outboxEntry(&c.m, r, s.outboxSeq.Add(1), now)
+			data, err := appendOutboxEntry(nil, &oe)
 			if err != nil {
-				return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
+				return nil, fmt.Errorf("encode outbox entry %s: %w", oe.ID, err)
 			}
-			p.kvs = append(p.kvs, kv{outboxKey(e.Seq), data})
+			p.kvs = append(p.kvs, kv{outboxKey(oe.Seq), data})
 		}
 	}
 	return p, nil
