@@ -104,9 +104,9 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}()
 	stale := false
 	for id, e := range msgs {
-		if ce := s.msgs.get(id); ce != nil && ce == e.e {
+		if e.e != nil && e.e.held() {
 			if verifyMsgCache && !s.msgs.noVerify {
-				s.verifyCached(id, ce)
+				s.verifyCached(id, e.e)
 			}
 			continue // as read: the cache holds what Pebble does
 		}
@@ -183,7 +183,7 @@ type updatePlan struct {
 	order   []int64               // changed msgids in first-change order
 	leaving []store.Message       // messages that leave their queue, as stored before
 	removed map[[2]string][]int64 // the msgids leaving each device's queue
-	kvs     []kv                  // the changed messages and their outbox entries
+	kvs     []kv                  // the changed messages and their outbox entries, each key once
 	stored  []cachedMsg           // the changed messages as written, in order's order
 }
 
