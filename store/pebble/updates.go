@@ -77,6 +77,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	// Read and decode every message before any lock is taken: the read
 	// names the device, so the stripe.
 	msgs := make(map[int64]*updating, len(updates))
+	all := make([]updating, 0, len(updates)) // msgs' values, one allocation
 	idx := make([]int, 0, len(updates))
 	for i, u := range updates {
 		if _, ok := msgs[u.ID]; ok {
@@ -87,7 +88,8 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 			errs[i] = err
 			continue
 		}
-		e := &updating{raw: raw, e: ce, m: m}
+		all = append(all, updating{raw: raw, e: ce, m: m})
+		e := &all[len(all)-1]
 		msgs[u.ID] = e
 		idx = append(idx, deviceStripe(e.m.AppKey, e.m.DeviceName))
 	}
@@ -204,6 +206,8 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 		stored:  make([]cachedMsg, 0, len(msgs)),
 	}
 	changed := make(map[int64]*change, len(msgs))
+	changes := make([]change, 0, len(msgs)) // changed's values, one allocation
+	work := new(store.Message)
 	for i, u := range updates {
 		if p.errs[i] != nil {
 			continue
@@ -221,16 +225,20 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 		// fn works on its own copy of the records (their errors
 		// included), so a failing fn leaves cur as it was and the
 		// cache entry cur may share is never changed; the copy has
-		// room for the record an update adds.
-		next := cur
-		next.Records = copyRecords(cur.Records, 1)
-		_, out, err := store.ApplyUpdate(&next, u.ID, u.AppKey, u.Fn)
+		// room for the record an update adds. The message fn gets
+		// escapes to the heap: one for the whole call (an Fn does
+		// not keep it past its return).
+		*work = cur
+		work.Records = copyRecords(cur.Records, 1)
+		_, out, err := store.ApplyUpdate(work, u.ID, u.AppKey, u.Fn)
 		if err != nil {
 			p.errs[i] = err
 			continue
 		}
+		next := *work
 		if c == nil {
-			c = &change{records: len(e.m.Records)}
+			changes = append(changes, change{records: len(e.m.Records)})
+			c = &changes[len(changes)-1]
 			changed[u.ID] = c
 			p.order = append(p.order, u.ID)
 		}
@@ -244,6 +252,7 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 	}
 	now := s.now().UnixMilli()
 	filters := map[string]recordFilter{}
+	keys := make([]byte, 0, len(p.order)*(len(pMsg)+8)) // the message keys, one allocation
 	for _, id := range p.order {
 		c := changed[id]
 		// A message read from the cache is stored as appendMessage
@@ -259,7 +268,9 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 				return nil, fmt.Errorf("encode message %d: %w", id, err)
 			}
 		}
-		p.kvs = append(p.kvs, kv{msgKey(id), data})
+		k := len(keys)
+		keys = appendMsgKey(keys, id)
+		p.kvs = append(p.kvs, kv{keys[k:len(keys):len(keys)], data})
 		p.stored = append(p.stored, cachedMsg{raw: data, m: c.m})
 		f, ok := filters[c.m.AppKey]
 		if !ok && c.records < len(c.m.Records) {
