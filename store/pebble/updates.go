@@ -52,6 +52,9 @@ type updating struct {
 	// m is raw decoded, shared with the cache entry if there is one:
 	// not to be changed.
 	m store.Message
+	// lost says the message was not found under the stripe: its
+	// updates are ErrNotFound.
+	lost bool
 }
 
 // UpdateMessages applies the updates in one batch, holding the stripes of
@@ -76,8 +79,8 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	errs := make([]error, len(updates))
 	// Read and decode every message before any lock is taken: the read
 	// names the device, so the stripe.
-	msgs := make(map[int64]*updating, len(updates))
-	all := make([]updating, 0, len(updates)) // msgs' values, one allocation
+	msgs := make(map[int64]int, len(updates)) // msgid -> index in all
+	all := make([]updating, 0, len(updates))
 	idx := make([]int, 0, len(updates))
 	for i, u := range updates {
 		if _, ok := msgs[u.ID]; ok {
@@ -88,12 +91,11 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 			errs[i] = err
 			continue
 		}
+		msgs[u.ID] = len(all)
 		all = append(all, updating{raw: raw, e: ce, m: m})
-		e := &all[len(all)-1]
-		msgs[u.ID] = e
-		idx = append(idx, deviceStripe(e.m.AppKey, e.m.DeviceName))
+		idx = append(idx, deviceStripe(m.AppKey, m.DeviceName))
 	}
-	p, err := s.planUpdates(updates, msgs, errs)
+	p, err := s.planUpdates(updates, msgs, all, errs)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +107,9 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		}
 	}()
 	stale := false
-	for id, e := range msgs {
+	for i := range all {
+		e := &all[i]
+		id := e.m.ID
 		if e.e != nil && e.e.held() {
 			if verifyMsgCache && !s.msgs.noVerify {
 				s.verifyCached(id, e.e)
@@ -114,7 +118,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		}
 		m, raw, ce, err := s.readMessageShared(id, true)
 		if errors.Is(err, store.ErrNotFound) {
-			delete(msgs, id) // its updates are ErrNotFound below
+			e.lost = true // its updates are ErrNotFound below
 			stale = true
 			continue
 		}
@@ -128,7 +132,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		}
 	}
 	if stale {
-		if p, err = s.planUpdates(updates, msgs, errs); err != nil {
+		if p, err = s.planUpdates(updates, msgs, all, errs); err != nil {
 			return nil, err
 		}
 	}
@@ -189,37 +193,40 @@ type updatePlan struct {
 	stored  []cachedMsg           // the changed messages as written, in order's order
 }
 
-// planUpdates applies updates to msgs (the messages as read, by msgid;
-// errs holds the errors of the reads) and encodes the result. msgs is
-// not changed.
-func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updating, readErrs []error) (*updatePlan, error) {
+// planUpdates applies updates to the messages as read (all, indexed by
+// msgid in msgs; errs holds the errors of the reads) and encodes the
+// result. Neither msgs nor all is changed.
+func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]int, all []updating, readErrs []error) (*updatePlan, error) {
 	type change struct {
 		m       store.Message
 		records int // records the message had before the call
+		e       *updating
 	}
 	p := &updatePlan{
 		errs:    slices.Clone(readErrs),
 		done:    make([]int, 0, len(updates)),
 		order:   make([]int64, 0, len(msgs)),
-		removed: map[[2]string][]int64{},
+		removed: make(map[[2]string][]int64, len(all)),
 		kvs:     make([]kv, 0, 2*len(msgs)),
 		stored:  make([]cachedMsg, 0, len(msgs)),
 	}
-	changed := make(map[int64]*change, len(msgs))
-	changes := make([]change, 0, len(msgs)) // changed's values, one allocation
+	changes := make([]change, 0, len(all))
+	changed := make([]int32, len(all)) // by index in all: 1 + index in changes, 0 if unchanged
 	work := new(store.Message)
 	for i, u := range updates {
 		if p.errs[i] != nil {
 			continue
 		}
-		e, ok := msgs[u.ID]
-		if !ok || e.m.AppKey != u.AppKey {
+		at, ok := msgs[u.ID]
+		if !ok || all[at].lost || all[at].m.AppKey != u.AppKey {
 			p.errs[i] = store.ErrNotFound
 			continue
 		}
-		c := changed[u.ID]
+		e := &all[at]
+		var c *change
 		cur := e.m
-		if c != nil {
+		if changed[at] > 0 {
+			c = &changes[changed[at]-1]
 			cur = c.m
 		}
 		// fn works on its own copy of the records (their errors
@@ -237,9 +244,9 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 		}
 		next := *work
 		if c == nil {
-			changes = append(changes, change{records: len(e.m.Records)})
+			changes = append(changes, change{records: len(e.m.Records), e: e})
+			changed[at] = int32(len(changes))
 			c = &changes[len(changes)-1]
-			changed[u.ID] = c
 			p.order = append(p.order, u.ID)
 		}
 		c.m = next
@@ -253,11 +260,11 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 	now := s.now().UnixMilli()
 	filters := map[string]recordFilter{}
 	keys := make([]byte, 0, len(p.order)*(len(pMsg)+8)) // the message keys, one allocation
-	for _, id := range p.order {
-		c := changed[id]
+	for i, id := range p.order {
+		c := &changes[i]
 		// A message read from the cache is stored as appendMessage
 		// encoded it; the common change (a PUBACK's) is spliced in.
-		e := msgs[id]
+		e := c.e
 		data, ok := []byte(nil), false
 		if e.e != nil {
 			data, ok = spliceMessage(e.raw, &e.m, &c.m)
