@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/devmsg/devmsg/store"
@@ -81,15 +80,7 @@ type cachedMsg struct {
 	raw []byte
 	m   store.Message
 	seq uint64 // the put that brought the message into its shard
-	// gone says the entry has left the cache (put again, dropped or
-	// forgotten), set under its shard's lock as it leaves. An entry
-	// not gone is its message's entry: a writer holding the device's
-	// stripe checks that instead of looking the message up again.
-	gone atomic.Bool
 }
-
-// held reports whether e is still its message's entry in the cache.
-func (e *cachedMsg) held() bool { return !e.gone.Load() }
 
 func (c *msgCache) shard(id int64) *msgCacheShard {
 	return &c.shards[uint64(id)%msgCacheShards]
@@ -117,7 +108,6 @@ func (c *msgCache) put(id int64, raw []byte, m store.Message) {
 	}
 	if old, ok := sh.byID[id]; ok {
 		e.seq = old.seq
-		old.gone.Store(true)
 		sh.byID[id] = e
 		return
 	}
@@ -131,7 +121,6 @@ func (c *msgCache) put(id int64, raw []byte, m store.Message) {
 			if now.Sub(p.at) < msgCacheHold {
 				return // the oldest is recent: its PUBACK is still to come
 			}
-			cur.gone.Store(true)
 			delete(sh.byID, p.id)
 		}
 		sh.order[sh.head] = putAt{}
@@ -176,10 +165,7 @@ func (c *msgCache) drop(id int64) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.byID[id]; e != nil {
-		e.gone.Store(true)
-		delete(sh.byID, id)
-	}
+	delete(sh.byID, id)
 }
 
 // message returns a copy of the cached message that the caller may change.

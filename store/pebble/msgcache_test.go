@@ -114,39 +114,3 @@ func TestMsgCacheOrderStaysBounded(t *testing.T) {
 		t.Fatalf("shard holds %d messages in an order of %d", len(sh.byID), n)
 	}
 }
-
-// TestMsgCacheEntryGoneWhenItLeaves: an entry is held until it leaves the
-// cache, whichever way: put again, dropped, or forgotten by a full shard;
-// an ack write trusts an entry still held under the stripe without
-// looking the message up again.
-func TestMsgCacheEntryGoneWhenItLeaves(t *testing.T) {
-	now := time.Unix(1000, 0)
-	c := msgCache{now: func() time.Time { return now }}
-	id := func(i int) int64 { return int64(i) * msgCacheShards } // all in shard 0
-	c.put(id(0), nil, store.Message{})
-	c.put(id(1), nil, store.Message{})
-	again, dropped := c.get(id(0)), c.get(id(1))
-	c.put(id(0), nil, store.Message{Body: "again"})
-	c.drop(id(1))
-	if again.held() || dropped.held() {
-		t.Fatalf("entries put again (held %v) or dropped (held %v) still held", again.held(), dropped.held())
-	}
-	if e := c.get(id(0)); e == nil || !e.held() {
-		t.Fatal("the entry put again is not held")
-	}
-	oldest := c.get(id(0))
-	for i := 2; i <= msgCacheShardSize; i++ {
-		c.put(id(i), nil, store.Message{})
-	}
-	if !oldest.held() {
-		t.Fatal("an entry left a shard that had room")
-	}
-	now = now.Add(msgCacheHold)
-	c.put(id(msgCacheShardSize+1), nil, store.Message{})
-	if oldest.held() || c.get(id(0)) != nil {
-		t.Fatal("the oldest entry is held after a full shard forgot it")
-	}
-	if e := c.get(id(2)); e == nil || !e.held() {
-		t.Fatal("an entry the shard kept is not held")
-	}
-}

@@ -47,6 +47,7 @@ func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit
 
 // updating is one message of an UpdateMessages call as it goes along.
 type updating struct {
+	id  int64
 	raw []byte     // the stored value read before the stripes were taken
 	e   *cachedMsg // the cache entry it came from, if it did
 	// m is raw decoded, shared with the cache entry if there is one:
@@ -92,7 +93,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 			continue
 		}
 		msgs[u.ID] = len(all)
-		all = append(all, updating{raw: raw, e: ce, m: m})
+		all = append(all, updating{id: u.ID, raw: raw, e: ce, m: m})
 		idx = append(idx, deviceStripe(m.AppKey, m.DeviceName))
 	}
 	p, err := s.planUpdates(updates, msgs, all, errs)
@@ -109,10 +110,10 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	stale := false
 	for i := range all {
 		e := &all[i]
-		id := e.m.ID
-		if e.e != nil && e.e.held() {
+		id := e.id
+		if ce := s.msgs.get(id); ce != nil && ce == e.e {
 			if verifyMsgCache && !s.msgs.noVerify {
-				s.verifyCached(id, e.e)
+				s.verifyCached(id, ce)
 			}
 			continue // as read: the cache holds what Pebble does
 		}
