@@ -20,17 +20,27 @@ import (
 // and the ack write's memtable apply was 6% of the server's CPU in
 // fan-out. In key order each insert searches on from the one before.
 // Sorting a write's few hundred keys costs less than that.
+//
+// The keys removed are built in one buffer, and kvs, whose keys are
+// distinct (each message once, each outbox entry under its own seq;
+// updatePlan), is sorted by pdqsort, which is linear on the nearly sorted
+// message keys of PUBACKs that come in send order: a stable sort and a
+// key allocated each were a tenth of the ack write's CPU.
 func fillUpdates(b *pebble.Batch, leaving []store.Message, kvs []kv) error {
+	size := 0
+	for i := range leaving {
+		size += len(pQueue) + len(leaving[i].AppKey) + len(leaving[i].DeviceName) + 2 + 8 + len(pExpiry) + 16
+	}
+	buf := make([]byte, 0, size)
 	dels := make([][]byte, 0, 2*len(leaving))
-	for _, m := range leaving {
-		ks := unqueueKeys(m)
+	for i := range leaving {
+		var ks [2][]byte
+		buf, ks = appendUnqueueKeys(buf, &leaving[i])
 		dels = append(dels, ks[:]...)
 	}
 	slices.SortFunc(dels, bytes.Compare)
 	sets := slices.Clone(kvs)
-	// Stable: the same key set twice keeps its last value last. (kvs
-	// holds each message once, but the order should not depend on it.)
-	slices.SortStableFunc(sets, func(x, y kv) int { return bytes.Compare(x.k, y.k) })
+	slices.SortFunc(sets, func(x, y kv) int { return bytes.Compare(x.k, y.k) })
 	// The removals and the sets are under prefixes of their own, so
 	// each is one run of keys in order.
 	for _, k := range dels { // SingleDeletes, as unqueue's

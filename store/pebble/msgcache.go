@@ -188,6 +188,32 @@ func cloneMessage(m store.Message) store.Message {
 	return m
 }
 
+// readMessageShared is readMessage, but a cached message comes back as
+// the cache holds it, records shared: the caller must not change it.
+func (s *Store) readMessageShared(id int64, locked bool) (m store.Message, raw []byte, e *cachedMsg, err error) {
+	if e = s.msgs.get(id); e != nil {
+		if verifyMsgCache && locked && !s.msgs.noVerify {
+			s.verifyCached(id, e)
+		}
+		return e.m, e.raw, e, nil
+	}
+	return s.readMessage(id, locked)
+}
+
+// copyRecords returns a copy of rs that shares nothing a caller may
+// change (errors are copied), with room for extra more records; never
+// nil.
+func copyRecords(rs []store.Record, extra int) []store.Record {
+	out := append(make([]store.Record, 0, len(rs)+extra), rs...)
+	for i, r := range out {
+		if r.Error != nil {
+			re := *r.Error
+			out[i].Error = &re
+		}
+	}
+	return out
+}
+
 // verifyMsgCache makes readMessage check every cache hit against Pebble
 // (set by the package's tests).
 var verifyMsgCache bool

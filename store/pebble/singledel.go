@@ -31,8 +31,18 @@ func unqueue(b *pebble.Batch, m store.Message) error {
 	return nil
 }
 
-// unqueueKeys returns the keys unqueue deletes, for a write that orders
-// its keys itself (fillUpdates).
+// unqueueKeys returns the keys unqueue deletes.
 func unqueueKeys(m store.Message) [2][]byte {
 	return [2][]byte{queueKey(m.AppKey, m.DeviceName, m.ID), expiryKey(m.ExpireTime, m.ID)}
+}
+
+// appendUnqueueKeys appends unqueueKeys(*m) to buf, for a write that
+// orders its keys itself (fillUpdates), and returns buf and the two keys
+// (in buf, which their caller no longer changes).
+func appendUnqueueKeys(buf []byte, m *store.Message) ([]byte, [2][]byte) {
+	q := len(buf)
+	buf = appendQueueKey(buf, m.AppKey, m.DeviceName, m.ID)
+	x := len(buf)
+	buf = appendExpiryKey(buf, m.ExpireTime, m.ID)
+	return buf, [2][]byte{buf[q:x:x], buf[x:len(buf):len(buf)]}
 }

@@ -1,8 +1,10 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -56,5 +58,27 @@ func TestUnqueuedEntriesLeaveNoTombstones(t *testing.T) {
 	}
 	if n := countKeys(t, s, pQueue) + countKeys(t, s, pExpiry); n != 2 {
 		t.Errorf("%d queue and expiry entries left, want 2 (message 100's)", n)
+	}
+}
+
+// TestAppendUnqueueKeysAreUnqueueKeys: the ack write's removals, built in
+// one buffer, are the very keys the send wrote (a SingleDelete must meet
+// them exactly), however long the buffer grows meanwhile.
+func TestAppendUnqueueKeysAreUnqueueKeys(t *testing.T) {
+	var buf []byte
+	var got [][2][]byte
+	var msgs []store.Message
+	for i := range int64(50) {
+		m := store.Message{ID: i<<40 + i, AppKey: "app", DeviceName: strings.Repeat("d", int(i)), ExpireTime: i*1000 - 5000}
+		var ks [2][]byte
+		buf, ks = appendUnqueueKeys(buf, &m)
+		got = append(got, ks)
+		msgs = append(msgs, m)
+	}
+	for i, m := range msgs {
+		want := unqueueKeys(m)
+		if !bytes.Equal(got[i][0], want[0]) || !bytes.Equal(got[i][1], want[1]) {
+			t.Fatalf("message %d: keys %q, want %q", i, got[i], want)
+		}
 	}
 }

@@ -47,9 +47,15 @@ func (s *Store) PendingIDs(ctx context.Context, appKey, deviceName string, limit
 
 // updating is one message of an UpdateMessages call as it goes along.
 type updating struct {
+	id  int64
 	raw []byte     // the stored value read before the stripes were taken
 	e   *cachedMsg // the cache entry it came from, if it did
-	m   store.Message
+	// m is raw decoded, shared with the cache entry if there is one:
+	// not to be changed.
+	m store.Message
+	// lost says the message was not found under the stripe: its
+	// updates are ErrNotFound.
+	lost bool
 }
 
 // UpdateMessages applies the updates in one batch, holding the stripes of
@@ -74,22 +80,23 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	errs := make([]error, len(updates))
 	// Read and decode every message before any lock is taken: the read
 	// names the device, so the stripe.
-	msgs := make(map[int64]*updating, len(updates))
+	msgs := make(map[int64]int, len(updates)) // msgid -> index in all
+	all := make([]updating, 0, len(updates))
 	idx := make([]int, 0, len(updates))
 	for i, u := range updates {
 		if _, ok := msgs[u.ID]; ok {
 			continue
 		}
-		m, raw, ce, err := s.readMessage(u.ID, false)
+		m, raw, ce, err := s.readMessageShared(u.ID, false)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		e := &updating{raw: raw, e: ce, m: m}
-		msgs[u.ID] = e
-		idx = append(idx, deviceStripe(e.m.AppKey, e.m.DeviceName))
+		msgs[u.ID] = len(all)
+		all = append(all, updating{id: u.ID, raw: raw, e: ce, m: m})
+		idx = append(idx, deviceStripe(m.AppKey, m.DeviceName))
 	}
-	p, err := s.planUpdates(updates, msgs, errs)
+	p, err := s.planUpdates(updates, msgs, all, errs)
 	if err != nil {
 		return nil, err
 	}
@@ -101,16 +108,18 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		}
 	}()
 	stale := false
-	for id, e := range msgs {
+	for i := range all {
+		e := &all[i]
+		id := e.id
 		if ce := s.msgs.get(id); ce != nil && ce == e.e {
 			if verifyMsgCache && !s.msgs.noVerify {
 				s.verifyCached(id, ce)
 			}
 			continue // as read: the cache holds what Pebble does
 		}
-		m, raw, ce, err := s.readMessage(id, true)
+		m, raw, ce, err := s.readMessageShared(id, true)
 		if errors.Is(err, store.ErrNotFound) {
-			delete(msgs, id) // its updates are ErrNotFound below
+			e.lost = true // its updates are ErrNotFound below
 			stale = true
 			continue
 		}
@@ -124,7 +133,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		}
 	}
 	if stale {
-		if p, err = s.planUpdates(updates, msgs, errs); err != nil {
+		if p, err = s.planUpdates(updates, msgs, all, errs); err != nil {
 			return nil, err
 		}
 	}
@@ -181,54 +190,64 @@ type updatePlan struct {
 	order   []int64               // changed msgids in first-change order
 	leaving []store.Message       // messages that leave their queue, as stored before
 	removed map[[2]string][]int64 // the msgids leaving each device's queue
-	kvs     []kv                  // the changed messages and their outbox entries
+	kvs     []kv                  // the changed messages and their outbox entries, each key once
 	stored  []cachedMsg           // the changed messages as written, in order's order
 }
 
-// planUpdates applies updates to msgs (the messages as read, by msgid;
-// errs holds the errors of the reads) and encodes the result. msgs is
-// not changed.
-func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updating, readErrs []error) (*updatePlan, error) {
+// planUpdates applies updates to the messages as read (all, indexed by
+// msgid in msgs; errs holds the errors of the reads) and encodes the
+// result. Neither msgs nor all is changed.
+func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]int, all []updating, readErrs []error) (*updatePlan, error) {
 	type change struct {
 		m       store.Message
 		records int // records the message had before the call
+		e       *updating
 	}
 	p := &updatePlan{
 		errs:    slices.Clone(readErrs),
 		done:    make([]int, 0, len(updates)),
 		order:   make([]int64, 0, len(msgs)),
-		removed: map[[2]string][]int64{},
+		removed: make(map[[2]string][]int64, len(all)),
 		kvs:     make([]kv, 0, 2*len(msgs)),
 		stored:  make([]cachedMsg, 0, len(msgs)),
 	}
-	changed := make(map[int64]*change, len(msgs))
+	changes := make([]change, 0, len(all))
+	changed := make([]int32, len(all)) // by index in all: 1 + index in changes, 0 if unchanged
+	work := new(store.Message)
 	for i, u := range updates {
 		if p.errs[i] != nil {
 			continue
 		}
-		e, ok := msgs[u.ID]
-		if !ok || e.m.AppKey != u.AppKey {
+		at, ok := msgs[u.ID]
+		if !ok || all[at].lost || all[at].m.AppKey != u.AppKey {
 			p.errs[i] = store.ErrNotFound
 			continue
 		}
-		c := changed[u.ID]
+		e := &all[at]
+		var c *change
 		cur := e.m
-		if c != nil {
+		if changed[at] > 0 {
+			c = &changes[changed[at]-1]
 			cur = c.m
 		}
-		// fn works on its own copy of the records, so a failing fn
-		// leaves cur as it was; the copy has room for the record an
-		// update adds.
-		next := cur
-		next.Records = append(make([]store.Record, 0, len(cur.Records)+1), cur.Records...)
-		_, out, err := store.ApplyUpdate(&next, u.ID, u.AppKey, u.Fn)
+		// fn works on its own copy of the records (their errors
+		// included), so a failing fn leaves cur as it was and the
+		// cache entry cur may share is never changed; the copy has
+		// room for the record an update adds. The message fn gets
+		// escapes to the heap: one for the whole call (an Fn does
+		// not keep it past its return).
+		*work = cur
+		work.Records = copyRecords(cur.Records, 1)
+		_, out, err := store.ApplyUpdate(work, u.ID, u.AppKey, u.Fn)
 		if err != nil {
 			p.errs[i] = err
 			continue
 		}
+		next := *work
 		if c == nil {
-			c = &change{records: len(e.m.Records)}
-			changed[u.ID] = c
+			changes = append(changes, change{records: len(e.m.Records), e: e})
+			changed[at] = int32(len(changes))
+			c = &changes[len(changes)-1]
 			p.order = append(p.order, u.ID)
 		}
 		c.m = next
@@ -241,13 +260,25 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 	}
 	now := s.now().UnixMilli()
 	filters := map[string]recordFilter{}
-	for _, id := range p.order {
-		c := changed[id]
-		data, err := appendMessage(nil, &c.m)
-		if err != nil {
-			return nil, fmt.Errorf("encode message %d: %w", id, err)
+	keys := make([]byte, 0, len(p.order)*(len(pMsg)+8)) // the message keys, one allocation
+	for i, id := range p.order {
+		c := &changes[i]
+		// A message read from the cache is stored as appendMessage
+		// encoded it; the common change (a PUBACK's) is spliced in.
+		e := c.e
+		data, ok := []byte(nil), false
+		if e.e != nil {
+			data, ok = spliceMessage(e.raw, &e.m, &c.m)
 		}
-		p.kvs = append(p.kvs, kv{msgKey(id), data})
+		if !ok {
+			var err error
+			if data, err = appendMessage(nil, &c.m); err != nil {
+				return nil, fmt.Errorf("encode message %d: %w", id, err)
+			}
+		}
+		k := len(keys)
+		keys = appendMsgKey(keys, id)
+		p.kvs = append(p.kvs, kv{keys[k:len(keys):len(keys)], data})
 		p.stored = append(p.stored, cachedMsg{raw: data, m: c.m})
 		f, ok := filters[c.m.AppKey]
 		if !ok && c.records < len(c.m.Records) {
@@ -258,12 +289,12 @@ func (s *Store) planUpdates(updates []store.MessageUpdate, msgs map[int64]*updat
 			if !f.keeps(c.m.Records[r].Type) {
 				continue
 			}
-			e := outboxEntry(&c.m, r, s.outboxSeq.Add(1), now)
-			data, err := appendOutboxEntry(nil, &e)
+			oe := outboxEntry(&c.m, r, s.outboxSeq.Add(1), now)
+			data, err := appendOutboxEntry(nil, &oe)
 			if err != nil {
-				return nil, fmt.Errorf("encode outbox entry %s: %w", e.ID, err)
+				return nil, fmt.Errorf("encode outbox entry %s: %w", oe.ID, err)
 			}
-			p.kvs = append(p.kvs, kv{outboxKey(e.Seq), data})
+			p.kvs = append(p.kvs, kv{outboxKey(oe.Seq), data})
 		}
 	}
 	return p, nil
