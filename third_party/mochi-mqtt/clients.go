@@ -344,7 +344,9 @@ func (cl *Client) refreshDeadline(keepalive uint16) {
 		_ = cl.Net.Conn.SetReadDeadline(time.Time{}) // nil time disables the deadline
 		return
 	}
-	wait := time.Duration(keepalive+(keepalive/2)) * time.Second // [MQTT-3.1.2-22]
+	// In int: keepalive+keepalive/2 in uint16 wrapped from 43691 on, to
+	// a wait of 0 s (devmsg patch 10).
+	wait := time.Duration(int(keepalive)*3/2) * time.Second // [MQTT-3.1.2-22]
 	now := time.Now()
 	if !cl.Net.readBy.IsZero() && cl.Net.readBy.Sub(now) >= wait {
 		return

@@ -412,6 +412,13 @@ func (h *Hooks) OnUnsubscribed(cl *Client, pk packets.Packet) {
 	}
 }
 
+// publishLogArgs describes a publish a hook refused for a log line: its
+// topic and payload size, never the payload.
+func publishLogArgs(err error, hook Hook, cl *Client, pk packets.Packet) []any {
+	return []any{"error", err, "hook", hook.ID(), "client", cl.ID,
+		"topic", pk.TopicName, "qos", pk.FixedHeader.Qos, "payload_bytes", len(pk.Payload)}
+}
+
 // OnPublish is called when a client publishes a message. This method differs from OnPublished
 // in that it allows you to modify you to modify the incoming packet before it is processed.
 // The return values of the hook methods are passed-through in the order the hooks were attached.
@@ -421,19 +428,19 @@ func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, er
 		if hook.Provides(OnPublish) {
 			npk, err := hook.OnPublish(cl, pkx)
 			if err != nil {
-				if errors.Is(err, packets.ErrRejectPacket) {
-					h.Log.Debug("publish packet rejected",
-						"error", err,
-						"hook", hook.ID(),
-						"packet", pkx)
+				// Logged without the payload: printed whole, a refused
+				// 256 KiB publish was a 1 MB log line (devmsg patch 10).
+				// A reason code is the hook's answer to the client (an
+				// MQTT 5 PUBACK refusing it), not a server error.
+				var code packets.Code
+				switch {
+				case errors.Is(err, packets.CodeSuccessIgnore):
 					return pk, err
-				} else if errors.Is(err, packets.CodeSuccessIgnore) {
-					return pk, err
+				case errors.Is(err, packets.ErrRejectPacket), errors.As(err, &code):
+					h.Log.Debug("publish packet rejected", publishLogArgs(err, hook, cl, pkx)...)
+				default:
+					h.Log.Error("publish packet error", publishLogArgs(err, hook, cl, pkx)...)
 				}
-				h.Log.Error("publish packet error",
-					"error", err,
-					"hook", hook.ID(),
-					"packet", pkx)
 				return pk, err
 			}
 			pkx = npk
