@@ -70,7 +70,7 @@ func TestMsgCacheKeepAllIsKeep(t *testing.T) {
 }
 
 // TestPendingCachePutAllIsPut checks that putAll leaves counts, ids and
-// generations as put does device by device.
+// generations as the put before it (putOne) did device by device.
 func TestPendingCachePutAllIsPut(t *testing.T) {
 	var one, all pendingCache
 	names := []string{"d0", "d1", "d2", "d3", "d4"}
@@ -93,7 +93,7 @@ func TestPendingCachePutAllIsPut(t *testing.T) {
 		{app: "other", name: "d0", n: 7},
 	}
 	for _, p := range ps {
-		one.put(p.app, p.name, p.n, p.added, p.removed)
+		one.putOne(p.app, p.name, p.n, p.added, p.removed)
 	}
 	all.putAll(ps)
 	if !reflect.DeepEqual(one.counts.m, all.counts.m) || one.gen != all.gen || one.countGens != all.countGens {
@@ -110,6 +110,39 @@ func TestPendingCachePutAllIsPut(t *testing.T) {
 	}
 	if n, ok := all.get("other", "d0"); !ok || n != 7 {
 		t.Fatalf("other app's count %d %v", n, ok)
+	}
+}
+
+// putOne is pendingCache.put as it was before putAll, device by device:
+// the reference putAll must match.
+func (c *pendingCache) putOne(app, name string, n int64, added, removed []int64) {
+	c.countGens[countGenSlot(app, name)].Add(1)
+	c.counts.put(app, name, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.ids[cacheKey(app, name)]
+	if e == nil {
+		return
+	}
+	c.gen++
+	e.gen = c.gen
+	if !e.known {
+		return
+	}
+	for _, id := range removed {
+		if i, found := slices.BinarySearch(e.ids, id); found {
+			e.ids = slices.Delete(e.ids, i, i+1)
+		}
+	}
+	for _, id := range added {
+		i, found := slices.BinarySearch(e.ids, id)
+		if found || (!e.complete && i == len(e.ids)) {
+			continue
+		}
+		e.ids = slices.Insert(e.ids, i, id)
+	}
+	if len(e.ids) == 0 && !e.complete {
+		*e = queueIDs{gen: c.gen}
 	}
 }
 
