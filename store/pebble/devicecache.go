@@ -37,6 +37,11 @@ func (c *cache[V]) get(app, name string) (V, bool) {
 func (c *cache[V]) put(app, name string, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.putLocked(app, name, v)
+}
+
+// putLocked is put under c.mu.
+func (c *cache[V]) putLocked(app, name string, v V) {
 	if c.m == nil {
 		c.m = make(map[devKey]V)
 	}

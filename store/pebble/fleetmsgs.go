@@ -254,11 +254,14 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		}
 		s.pending.dropAll(appKey, offline)
 	}
-	for _, d := range devs.queued() {
+	queued := devs.queued()
+	puts := make([]queuePut, 0, len(queued))
+	for _, d := range queued {
 		if !d.dropped {
-			s.pending.put(appKey, d.name, d.count+d.added, d.ids, nil)
+			puts = append(puts, queuePut{app: appKey, name: d.name, n: d.count + d.added, added: d.ids})
 		}
 	}
+	s.pending.putAll(puts)
 	s.cacheCreated(appKey, msgs, outcomes, encoded, pre)
 	locked = false
 	unlock()

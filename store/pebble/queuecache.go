@@ -78,19 +78,50 @@ func (c *pendingCache) learn(app, name string, n int64) { c.counts.put(app, name
 // put records that a write left the device's queue with n messages,
 // having added the msgids added and removed those removed.
 func (c *pendingCache) put(app, name string, n int64, added, removed []int64) {
-	c.countGens[countGenSlot(app, name)].Add(1)
-	c.counts.put(app, name, n)
+	c.putAll([]queuePut{{app: app, name: name, n: n, added: added, removed: removed}})
+}
+
+// queuePut is one device's put of putAll.
+type queuePut struct {
+	app, name      string
+	n              int64
+	added, removed []int64
+}
+
+// putAll is put for each of ps, each lock taken once: a batch send put
+// its devices' queues three locks each (about 0.8 us a message in
+// fan-out).
+func (c *pendingCache) putAll(ps []queuePut) {
+	if len(ps) == 0 {
+		return
+	}
+	for _, p := range ps {
+		c.countGens[countGenSlot(p.app, p.name)].Add(1)
+	}
+	c.counts.mu.Lock()
+	for _, p := range ps {
+		c.counts.putLocked(p.app, p.name, p.n)
+	}
+	c.counts.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.ids[cacheKey(app, name)]
-	if e == nil {
+	if c.ids == nil {
 		return
 	}
-	c.gen++
-	e.gen = c.gen
-	if !e.known {
-		return
+	for _, p := range ps {
+		if e := c.ids[cacheKey(p.app, p.name)]; e != nil {
+			c.gen++
+			e.gen = c.gen
+			if e.known {
+				c.applyLocked(e, p.added, p.removed)
+			}
+		}
 	}
+}
+
+// applyLocked applies a put's added and removed msgids to a known entry,
+// under c.mu.
+func (c *pendingCache) applyLocked(e *queueIDs, added, removed []int64) {
 	// Both are idempotent: a read that raced this write may have stored
 	// the queue with the write already in it.
 	for _, id := range removed {

@@ -165,12 +165,16 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		}
 		return errs, nil
 	}
+	puts := make([]queuePut, 0, len(counts))
 	for dk, n := range counts {
-		s.pending.put(dk[0], dk[1], n, nil, p.removed[dk])
+		puts = append(puts, queuePut{app: dk[0], name: dk[1], n: n, removed: p.removed[dk]})
 	}
+	s.pending.putAll(puts)
+	kept := make([]keeping, len(p.order))
 	for i, id := range p.order {
-		s.msgs.keep(id, p.stored[i].raw, p.stored[i].m)
+		kept[i] = keeping{id: id, raw: p.stored[i].raw, m: p.stored[i].m}
 	}
+	s.msgs.keepAll(kept)
 	locked = false
 	unlock()
 	if err := synced(); err != nil {
