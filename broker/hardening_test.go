@@ -163,6 +163,12 @@ func TestTakeoverAfterConnackOrder(t *testing.T) {
 	if got := h.connected(); len(got) != 1 || got[0] != "second" {
 		t.Fatalf("logins reported as %v, want [second]", got)
 	}
+	// The first, never reported, leaves nothing behind for a Disconnected
+	// to clear: not counted, and gone from mochi's clients too.
+	waitUntil(t, "the first client removed", func() bool { return b.server.Clients.Len() == 1 })
+	if n := b.Connected(); n != 1 {
+		t.Fatalf("%d sessions counted connected, want 1", n)
+	}
 }
 
 // rawClient speaks MQTT over a bare connection, to read the exact

@@ -207,7 +207,13 @@ func TestSessionEnd(t *testing.T) {
 	rc.c.Close()
 	ended("connection closed", EndError)
 
+	// mochi writes the CONNACK before it establishes the session, so the
+	// second connection could be established first; the first, the older,
+	// would then be closed unreported (TestTakeoverAfterConnackOrder), and
+	// there would be no takeover to see. Wait for the first's login (the
+	// fourth) before the second connects.
 	rawConnect(t, addr, 4, "app/dev", "secret")
+	waitUntil(t, "the first session established", func() bool { return len(h.connected()) == 4 })
 	rawConnect(t, addr, 5, "app/dev", "secret")
 	ended("takeover", EndTakeover)
 
