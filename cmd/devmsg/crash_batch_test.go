@@ -3,12 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // TestCrashLoopBatch kills the server with SIGKILL again and again while
@@ -79,45 +76,14 @@ func TestCrashLoopBatch(t *testing.T) {
 		if cycle > 0 {
 			p = startProc(t, dir)
 		}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for c := range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for len(pending[c]) > 0 { // what the last crash left unanswered
-					if !send(p, pending[c][0]) {
-						return
-					}
-					pending[c] = pending[c][1:]
-					mu.Lock()
-					retries++
-					mu.Unlock()
-				}
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					nextSeq[c]++
-					b := &batch{seq: int64(c)*1_000_000 + nextSeq[c]}
-					b.body = fmt.Sprintf("c%d-s%d", c, b.seq)
-					mu.Lock()
-					sends++
-					mu.Unlock()
-					if !send(p, b) {
-						pending[c] = append(pending[c], b)
-						return
-					}
-				}
-			}()
-		}
-		time.Sleep(time.Duration(100+rand.IntN(600)) * time.Millisecond)
-		must(t, p.cmd.Process.Signal(syscall.SIGKILL))
-		_ = p.cmd.Wait()
-		close(stop)
-		wg.Wait()
+		s, r := crashClients(t, p, pending, send, func(c int) *batch {
+			nextSeq[c]++
+			b := &batch{seq: int64(c)*1_000_000 + nextSeq[c]}
+			b.body = fmt.Sprintf("c%d-s%d", c, b.seq)
+			return b
+		})
+		sends += s
+		retries += r
 		if t.Failed() {
 			return
 		}

@@ -171,50 +171,17 @@ func TestCrashLoop(t *testing.T) {
 			p = startProc(t, dir, args...)
 		}
 		devs := connect(p)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var mu sync.Mutex // guards the counters
-		for c := range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// First the sends the last crash left unanswered.
-				for len(pending[c]) > 0 {
-					if !send(p, pending[c][0]) {
-						return
-					}
-					pending[c] = pending[c][1:]
-					mu.Lock()
-					retries++
-					mu.Unlock()
-				}
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					nextSeq[c]++
-					r := &crashReq{seq: int64(c)*1_000_000 + nextSeq[c], device: names[rand.IntN(devices)]}
-					r.body = fmt.Sprintf("c%d-s%d", c, r.seq)
-					l.mu.Lock()
-					l.reqs[r.body] = r
-					l.mu.Unlock()
-					mu.Lock()
-					totalSends++
-					mu.Unlock()
-					if !send(p, r) {
-						pending[c] = append(pending[c], r)
-						return
-					}
-				}
-			}()
-		}
-		time.Sleep(time.Duration(100+rand.IntN(600)) * time.Millisecond)
-		must(t, p.cmd.Process.Signal(syscall.SIGKILL))
-		_ = p.cmd.Wait()
-		close(stop)
-		wg.Wait()
+		s, r := crashClients(t, p, pending, send, func(c int) *crashReq {
+			nextSeq[c]++
+			r := &crashReq{seq: int64(c)*1_000_000 + nextSeq[c], device: names[rand.IntN(devices)]}
+			r.body = fmt.Sprintf("c%d-s%d", c, r.seq)
+			l.mu.Lock()
+			l.reqs[r.body] = r
+			l.mu.Unlock()
+			return r
+		})
+		totalSends += s
+		retries += r
 		disconnect(devs)
 		if t.Failed() {
 			return
@@ -321,4 +288,52 @@ func TestCrashLoop(t *testing.T) {
 			t.Error(e)
 		}
 	}
+}
+
+// crashClients runs a kill -9 cycle's clients against p: each client c
+// first sends again what the last crash left unanswered (pending[c]),
+// then sends next(c) until the process dies, leaving the send it died on
+// in pending[c]. p is killed after 100 to 700 ms; crashClients returns
+// once every client has stopped, with the new sends and the retries made.
+func crashClients[R any](t *testing.T, p *proc, pending [][]R, send func(*proc, R) bool, next func(c int) R) (sends, retries int) {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards sends and retries
+	for c := range pending {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for len(pending[c]) > 0 {
+				if !send(p, pending[c][0]) {
+					return
+				}
+				pending[c] = pending[c][1:]
+				mu.Lock()
+				retries++
+				mu.Unlock()
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := next(c)
+				mu.Lock()
+				sends++
+				mu.Unlock()
+				if !send(p, r) {
+					pending[c] = append(pending[c], r)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Duration(100+rand.IntN(600)) * time.Millisecond)
+	must(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.cmd.Wait()
+	close(stop)
+	wg.Wait()
+	return sends, retries
 }
