@@ -1,14 +1,10 @@
 package message
 
 import (
-	"context"
-	"fmt"
 	"runtime"
 	"testing"
 
-	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/store"
-	"github.com/devmsg/devmsg/store/pebble"
 )
 
 // TestBatchSendAllocations: a batch send on Pebble (Plan and Commit)
@@ -20,27 +16,8 @@ func TestBatchSendAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates for itself")
 	}
-	st, err := pebble.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ctx := context.Background()
-	app := store.App{Key: "app", Name: "a"}
-	if err := st.CreateApp(ctx, app); err != nil {
-		t.Fatal(err)
-	}
 	const n = 200
-	devs, names := make([]store.Device, n), make([]string, n)
-	for i := range devs {
-		names[i] = fmt.Sprintf("dev-%04d", i)
-		devs[i] = store.Device{Name: names[i], Secret: "s"}
-	}
-	if _, err := st.CreateDevices(ctx, app.Key, devs); err != nil {
-		t.Fatal(err)
-	}
-	ids, _ := idgen.New(0)
-	svc := NewService(st, ids, nil)
+	ctx, app, svc, names := batchFixture(t, n)
 	send := BatchSend{Devices: names, SendRequest: SendRequest{Body: "b", TTL: 3600}}
 	seqNo := int64(0)
 	var before, after runtime.MemStats

@@ -14,27 +14,7 @@ import (
 // Plan and Commit, as POST /msg/v1/msgs makes it. Run it with -benchtime
 // of at most 900x: each device holds at most 1000 pending messages.
 func BenchmarkBatchSend(b *testing.B) {
-	st, err := pebble.Open(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	ctx := context.Background()
-	app := store.App{Key: "app", Name: "a"}
-	if err := st.CreateApp(ctx, app); err != nil {
-		b.Fatal(err)
-	}
-	devs := make([]store.Device, 1000)
-	names := make([]string, len(devs))
-	for i := range devs {
-		names[i] = fmt.Sprintf("bench-%06d", i)
-		devs[i] = store.Device{Name: names[i], Secret: "s"}
-	}
-	if _, err := st.CreateDevices(ctx, app.Key, devs); err != nil {
-		b.Fatal(err)
-	}
-	ids, _ := idgen.New(0)
-	svc := NewService(st, ids, nil)
+	ctx, app, svc, names := batchFixture(b, 1000)
 	send := BatchSend{Devices: names, SendRequest: SendRequest{Body: "1764075000000000000", TTL: 3600}}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -47,4 +27,30 @@ func BenchmarkBatchSend(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// batchFixture opens a Pebble store with one app and n devices (dev-0000
+// on), closed when tb ends, and a Service on it.
+func batchFixture(tb testing.TB, n int) (context.Context, store.App, *Service, []string) {
+	tb.Helper()
+	st, err := pebble.Open(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	app := store.App{Key: "app", Name: "a"}
+	if err := st.CreateApp(ctx, app); err != nil {
+		tb.Fatal(err)
+	}
+	devs, names := make([]store.Device, n), make([]string, n)
+	for i := range devs {
+		names[i] = fmt.Sprintf("dev-%04d", i)
+		devs[i] = store.Device{Name: names[i], Secret: "s"}
+	}
+	if _, err := st.CreateDevices(ctx, app.Key, devs); err != nil {
+		tb.Fatal(err)
+	}
+	ids, _ := idgen.New(0)
+	return ctx, app, NewService(st, ids, nil), names
 }
