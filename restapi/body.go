@@ -24,6 +24,13 @@ type object map[string]json.RawMessage
 
 // readBody reads the request body and decodes it as one JSON object.
 func readBody(c *gin.Context) (object, error) {
+	// A body declared too large is refused before any of it is read, so
+	// net/http sends no 100 Continue: a client that waits for one (curl
+	// does above 1 MiB) gets the 400 instead of sending the body into a
+	// connection closed behind the answer, which it often lost.
+	if c.Request.ContentLength > MaxBodyBytes {
+		return nil, errInvalid("request body exceeds %d bytes", MaxBodyBytes)
+	}
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError

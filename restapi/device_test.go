@@ -2,9 +2,12 @@ package restapi_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAuthentication(t *testing.T) {
@@ -255,4 +258,47 @@ func TestTenantIsolation(t *testing.T) {
 func sized(n int) string {
 	const head, tail = `{"device":[{"name":"abcd","mark":"`, `"}]}`
 	return head + strings.Repeat("m", n-len(head)-len(tail)) + tail
+}
+
+// countingReader counts the bytes read from it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestOversizedBodyRefusedBeforeContinue: a client that sends
+// "Expect: 100-continue" with a body declared over the limit gets the
+// 400 without sending the body.
+func TestOversizedBodyRefusedBeforeContinue(t *testing.T) {
+	e := newEnv(t)
+	body := &countingReader{r: strings.NewReader(strings.Repeat("a", 3<<20))}
+	req, err := http.NewRequest("POST", e.srv.URL+"/msg/v1/msg", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 3 << 20
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Expect", "100-continue")
+	c := e.appCreds()
+	req.SetBasicAuth(c.user, c.pass)
+	tr := e.client.Transport.(*http.Transport).Clone()
+	tr.ExpectContinueTimeout = 10 * time.Second
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(string(out), "exceeds 1048576 bytes") {
+		t.Fatalf("got %d %s", resp.StatusCode, out)
+	}
+	if body.n != 0 {
+		t.Errorf("the client sent %d bytes of the body, want none", body.n)
+	}
 }
