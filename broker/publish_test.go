@@ -251,16 +251,24 @@ func TestSessionEnd(t *testing.T) {
 	ended("shutdown", EndShutdown)
 }
 
-// TestPublishAll checks that PublishAll sends its payloads in order, with
-// the packet ids it returns.
-func TestPublishAll(t *testing.T) {
+// connectedSession starts a broker and connects app/dev to it over MQTT
+// 3.1.1, returning the device's end and its established session.
+func connectedSession(t *testing.T) (*rawClient, *Session) {
+	t.Helper()
 	b, addr := startBroker(t, Config{}, &pubHandler{})
 	rc, code := rawConnect(t, addr, 4, "app/dev", "secret")
 	if code != 0 {
 		t.Fatalf("CONNACK %#x", code)
 	}
 	waitUntil(t, "session", func() bool { return b.Session("app", "dev") != nil })
-	ids, err := b.Session("app", "dev").PublishAll("msg", [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 1)
+	return rc, b.Session("app", "dev")
+}
+
+// TestPublishAll checks that PublishAll sends its payloads in order, with
+// the packet ids it returns.
+func TestPublishAll(t *testing.T) {
+	rc, s := connectedSession(t)
+	ids, err := s.PublishAll("msg", [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,13 +290,7 @@ func TestPublishAll(t *testing.T) {
 // between topics each carry their own, and one repeated costs no
 // allocation.
 func TestPublishTopicNames(t *testing.T) {
-	b, addr := startBroker(t, Config{}, &pubHandler{})
-	rc, code := rawConnect(t, addr, 4, "app/dev", "secret")
-	if code != 0 {
-		t.Fatalf("CONNACK %#x", code)
-	}
-	waitUntil(t, "session", func() bool { return b.Session("app", "dev") != nil })
-	s := b.Session("app", "dev")
+	rc, s := connectedSession(t)
 	topics := []string{"msg", "msg", "prop", "msg"}
 	for i, topic := range topics {
 		if _, err := s.PublishAll(topic, [][]byte{[]byte{'0' + byte(i)}, []byte("x")}, 1); err != nil {
