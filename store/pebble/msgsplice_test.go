@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/devmsg/devmsg/store"
@@ -206,4 +207,50 @@ func roundTrip(t *testing.T, m store.Message) store.Message {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestSpliceSeesEveryField changes each field of a message and of its
+// records in turn, found by reflection, so that a field added to
+// store.Message or store.Record and not to onlyStateAndRecords fails
+// here instead of being dropped by the splice of an ack write.
+func TestSpliceSeesEveryField(t *testing.T) {
+	base := func() store.Message {
+		return store.Message{ID: 1, AppKey: "app", DeviceName: "dev", Body: "b", TTL: 60, TimeCreate: 2,
+			ExpireTime: 3, State: store.StatePending, Records: []store.Record{{Type: store.RecordTargetValid}}}
+	}
+	change := func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + 7)
+		case reflect.Slice: // json.RawMessage
+			v.SetBytes([]byte(`{"x":1}`))
+		case reflect.Pointer: // *RecordError
+			v.Set(reflect.New(v.Type().Elem()))
+		default:
+			t.Fatalf("no change for a field of kind %s: extend this test and onlyStateAndRecords", v.Kind())
+		}
+	}
+	mt := reflect.TypeFor[store.Message]()
+	for i := range mt.NumField() {
+		name := mt.Field(i).Name
+		if name == "State" || name == "Records" {
+			continue
+		}
+		old, next := base(), base()
+		change(reflect.ValueOf(&next).Elem().Field(i))
+		if onlyStateAndRecords(&old, &next) {
+			t.Errorf("a change of Message.%s passes as a state-and-records change", name)
+		}
+	}
+	rt := reflect.TypeFor[store.Record]()
+	for i := range rt.NumField() {
+		old, next := base(), base()
+		next.Records = []store.Record{old.Records[0]}
+		change(reflect.ValueOf(&next.Records[0]).Elem().Field(i))
+		if onlyStateAndRecords(&old, &next) {
+			t.Errorf("a change of Record.%s passes as a state-and-records change", rt.Field(i).Name)
+		}
+	}
 }
