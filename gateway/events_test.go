@@ -185,6 +185,11 @@ func TestPresenceEvents(t *testing.T) {
 	if _, err := w.dialAs("lamp", "b"); err != nil {
 		t.Fatal(err)
 	}
+	// mochi writes the CONNACK before it establishes the session, so "c"
+	// could be established before "b", which would then be closed
+	// unreported (broker TestTakeoverAfterConnackOrder), and there would
+	// be no takeover to see: wait for "b"'s online first.
+	waitPresence(on, "offline disconnect", on, "offline error", on)
 	if _, err := w.dialAs("lamp", "c"); err != nil {
 		t.Fatal(err)
 	}
