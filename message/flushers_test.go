@@ -37,8 +37,11 @@ func TestFlushesReuseTheirGoroutine(t *testing.T) {
 	for i := range 10 {
 		f.send(t, 60)
 		eventually(t, "the message sent", func() bool { return len(c.received()) == i+1 })
-		// Wait for the flush to end, so the next one needs a goroutine.
-		eventually(t, "the flush done", f.idle)
+		// Wait for the flush to end and its flusher to wait for the next
+		// (not merely the route to be idle: a flusher between the two
+		// is not there to take it, which made this test flaky under
+		// load), so the next one needs a goroutine.
+		eventually(t, "the flush done", func() bool { return f.idle() && flusherWaiting() })
 	}
 	c.mu.Lock()
 	n := len(c.goroutines)
@@ -46,10 +49,16 @@ func TestFlushesReuseTheirGoroutine(t *testing.T) {
 	if n != 1 {
 		t.Errorf("10 flushes ran on %d goroutines, want 1", n)
 	}
-	eventually(t, "the flusher to exit", func() bool {
-		buf := make([]byte, 1<<20)
-		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "runFlusher")
-	})
+	eventually(t, "the flusher to exit", func() bool { return !stacksContain("runFlusher") })
+}
+
+// flusherWaiting reports whether a flusher waits for a route to flush.
+func flusherWaiting() bool { return stacksContain("(*Dispatcher).nextRoute") }
+
+// stacksContain reports whether a goroutine's stack names fn.
+func stacksContain(fn string) bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
 }
 
 // deepConn publishes from deep in the stack, as mochi's encoding does,
