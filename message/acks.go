@@ -9,9 +9,19 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// ackBatch is the most PUBACKs one store write records. It bounds the
-// device stripes the write holds while it is applied.
+// ackBatch is how many PUBACKs waiting start another write while one is
+// under way (up to ackWriters).
 const ackBatch = 256
+
+// ackWriteMax is the most PUBACKs one store write records. It bounds the
+// device stripes the write holds while it is applied (not while it
+// waits for its fsync). A write took at most ackBatch before: when a
+// fsync took 50 ms (the disk busy with a memtable flush or compaction),
+// the four writers stored about 20,000 PUBACKs a second whatever the
+// CPU, every device's window filled with messages acknowledged but not
+// yet stored, and deliveries stopped for up to a second while sends
+// went on (BENCHMARKS.md, "Where fan-out's slow runs stall").
+const ackWriteMax = 16 * ackBatch
 
 // ackWriters is the most writes of PUBACKs under way at once. A write
 // waits for its fsync, and one writer alone capped fan-out's deliveries
@@ -29,11 +39,11 @@ type ack struct {
 	counted bool
 }
 
-// ackStage stores PUBACKs many at a time: each write marks up to ackBatch
+// ackStage stores PUBACKs many at a time: each write marks up to ackWriteMax
 // messages acknowledged, with their records, in one store.UpdateMessages
 // (on Pebble one batch and one fsync). A goroutine writes while
 // acknowledgements gather for the next write, and exists only while
-// there is something to write; when a whole batch is waiting another
+// there is something to write; when ackBatch are waiting another
 // starts, up to ackWriters, so that one write's fsync does not hold up
 // the next. Writes under way at once hold different messages, so their
 // order does not matter.
@@ -68,7 +78,7 @@ func (s *ackStage) add(d *Dispatcher, a ack) {
 func (s *ackStage) run(d *Dispatcher) {
 	for {
 		s.mu.Lock()
-		n := min(len(s.queue), ackBatch)
+		n := min(len(s.queue), ackWriteMax)
 		if n == 0 {
 			s.writers--
 			if s.writers == 0 {

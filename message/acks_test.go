@@ -83,6 +83,7 @@ type gatedStore struct {
 	store.Store
 	open  chan struct{}
 	once  sync.Once
+	every bool // every write waits for open, not only the first
 	mu    sync.Mutex
 	sizes []int
 }
@@ -91,6 +92,9 @@ func (s *gatedStore) UpdateMessages(ctx context.Context, updates []store.Message
 	s.mu.Lock()
 	s.sizes = append(s.sizes, len(updates))
 	s.mu.Unlock()
+	if s.every {
+		<-s.open
+	}
 	s.once.Do(func() { <-s.open })
 	return s.Store.UpdateMessages(ctx, updates)
 }
@@ -466,5 +470,46 @@ func TestNewConnectionWaitsForOlderAcks(t *testing.T) {
 		next := f.send(t, 60) // announced to the fixture's first dispatcher: wake this one
 		f.d.Wake("app", "dev-1")
 		eventually(t, "the next message on the new connection", func() bool { return slices.Equal(c2.received(), []int64{next}) })
+	}
+}
+
+// TestAckWritesGrowWithTheQueue checks that PUBACKs that gathered while
+// every writer waited (for a slow fsync) are stored in fewer, larger
+// writes, not ackBatch at a time: that capped deliveries at what four
+// writes of ackBatch per fsync could store.
+func TestAckWritesGrowWithTheQueue(t *testing.T) {
+	f := newFixture(t)
+	gated := &gatedStore{Store: f.st, open: make(chan struct{}), every: true}
+	d := NewDispatcher(gated, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := &route{app: "app", dev: "dev-1"}
+	writes := func() []int {
+		gated.mu.Lock()
+		defer gated.mu.Unlock()
+		return slices.Clone(gated.sizes)
+	}
+	id := int64(1 << 40) // no such message: each write fails, which is enough here
+	add := func(n int) {
+		for range n {
+			id++
+			d.acks.add(d, ack{r: r, id: id})
+		}
+	}
+	add(1)
+	eventually(t, "the first write", func() bool { return len(writes()) == 1 })
+	for w := 2; w <= ackWriters; w++ { // every writer waiting
+		add(ackBatch)
+		eventually(t, "another write", func() bool { return len(writes()) == w })
+	}
+	const waiting = 3 * ackWriteMax / 2
+	add(waiting)
+	close(gated.open)
+	eventually(t, "the writers gone", func() bool {
+		d.acks.mu.Lock()
+		defer d.acks.mu.Unlock()
+		return d.acks.writers == 0 && len(d.acks.queue) == 0
+	})
+	later := writes()[ackWriters:]
+	if len(later) > 2 || slices.Max(later) != ackWriteMax {
+		t.Fatalf("the %d PUBACKs that gathered were written %v at a time, want at most %d a write, in 2", waiting, later, ackWriteMax)
 	}
 }
