@@ -1606,7 +1606,18 @@ func (s *Server) processDisconnect(cl *Client, pk packets.Packet) error {
 }
 
 // DisconnectClient sends a Disconnect packet to a client and then closes the client connection.
+// An MQTT 3.1.1 or 3.1 client is sent nothing: in those versions only the client sends
+// DISCONNECT (a server's is a protocol error to the client), so its connection is just closed,
+// PassiveClientDisconnect or not, as it could not learn that it should close it.
 func (s *Server) DisconnectClient(cl *Client, code packets.Code) error {
+	if cl.Properties.ProtocolVersion < 5 {
+		cl.Stop(code)
+		if code.Code >= packets.ErrUnspecifiedError.Code {
+			return code
+		}
+		return nil
+	}
+
 	out := packets.Packet{
 		FixedHeader: packets.FixedHeader{
 			Type: packets.Disconnect,
