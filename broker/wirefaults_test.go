@@ -49,3 +49,36 @@ func TestOutsidePrefixClosesMQTT311(t *testing.T) {
 		t.Errorf("3.1.1 device read % x before the close, want nothing", b)
 	}
 }
+
+// TestAckWithoutPacketIDOrLongPingClose (mochi patch 12): a PUBACK with
+// packet id 0, or a PINGREQ with remaining length 1, closes the device's
+// connection: MQTT 5 after DISCONNECT 0x82 or 0x81, MQTT 3.1.1 with
+// nothing written.
+func TestAckWithoutPacketIDOrLongPingClose(t *testing.T) {
+	_, addr := startBroker(t, Config{}, &pubHandler{})
+	for _, version := range []byte{4, 5} {
+		for _, f := range []struct {
+			what   string
+			packet []byte
+			reason byte
+		}{
+			{"PUBACK 0", []byte{packets.Puback << 4, 2, 0, 0}, packets.ErrProtocolViolationNoPacketID.Code},
+			{"PINGREQ of 1 byte", []byte{packets.Pingreq << 4, 1, 0}, packets.ErrMalformedPacket.Code},
+		} {
+			rc, _ := rawConnect(t, addr, version, "app/dev", "secret")
+			rc.write(f.packet)
+			if version == 4 {
+				if b := rc.readToClose(); len(b) != 0 {
+					t.Errorf("3.1.1 %s: read % x before the close, want nothing", f.what, b)
+				}
+				continue
+			}
+			if d := rc.read(packets.Disconnect); d.ReasonCode != f.reason {
+				t.Errorf("MQTT 5 %s: DISCONNECT %#x, want %#x", f.what, d.ReasonCode, f.reason)
+			}
+			if b := rc.readToClose(); len(b) != 0 {
+				t.Errorf("MQTT 5 %s: read % x after the DISCONNECT", f.what, b)
+			}
+		}
+	}
+}

@@ -2,8 +2,10 @@
 
 package mqtt
 
-// Tests of the devmsg patch 11 of PATCHES.md, over TCP: an MQTT 3.1.1
-// client is never sent DISCONNECT.
+// Tests of the devmsg patches 11 and 12 of PATCHES.md, over TCP: an MQTT
+// 3.1.1 client is never sent DISCONNECT, and a PUBACK (PUBREC, PUBREL,
+// PUBCOMP) with packet id 0 or a PINGREQ that is not empty closes the
+// connection.
 
 import (
 	"io"
@@ -121,4 +123,43 @@ func TestNoDisconnectToMQTT311(t *testing.T) {
 	require.NoError(t, err)
 	puback := readWirePacket(t, c)
 	require.Equal(t, []byte{0x40, 0, 1, packets.ErrNotAuthorized.Code}, append(puback[:1:1], puback[2:5]...), "PUBACK % x", puback)
+}
+
+// TestAckWithoutPacketIDOrLongPingClose (patch 12): a PUBACK, PUBREC,
+// PUBREL or PUBCOMP with packet id 0 is a protocol error, a PINGREQ with a
+// remaining length of 1 a malformed packet: the connection is closed, an
+// MQTT 5 client told why (DISCONNECT 0x82, 0x81), a 3.1.1 one sent
+// nothing. A PUBACK of an id not in flight, and an empty PINGREQ, are
+// still taken.
+func TestAckWithoutPacketIDOrLongPingClose(t *testing.T) {
+	addr := newWireServer(t)
+	faults := []struct {
+		what   string
+		packet []byte
+		reason packets.Code
+	}{
+		{"PUBACK 0", []byte{0x40, 2, 0, 0}, packets.ErrProtocolViolationNoPacketID},
+		{"PUBREC 0", []byte{0x50, 2, 0, 0}, packets.ErrProtocolViolationNoPacketID},
+		{"PUBREL 0", []byte{0x62, 2, 0, 0}, packets.ErrProtocolViolationNoPacketID},
+		{"PUBCOMP 0", []byte{0x70, 2, 0, 0}, packets.ErrProtocolViolationNoPacketID},
+		{"PINGREQ of 1 byte", []byte{0xc0, 1, 0}, packets.ErrMalformedPacket},
+	}
+	for _, version := range []byte{4, 5} {
+		for _, f := range faults {
+			c := dialWire(t, addr, version, "faulty")
+			_, err := c.Write(f.packet)
+			require.NoError(t, err)
+			got := readToClose(t, c)
+			if version == 5 {
+				requireDisconnect(t, got, f.reason)
+			} else {
+				require.Empty(t, got, "3.1.1 %s", f.what)
+			}
+		}
+
+		c := dialWire(t, addr, version, "fine")
+		_, err := c.Write([]byte{0x40, 2, 0, 7, 0xc0, 0})
+		require.NoError(t, err)
+		require.Equal(t, []byte{0xd0, 0}, readWirePacket(t, c), "PINGRESP after a PUBACK of id 7")
+	}
 }
