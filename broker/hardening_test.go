@@ -251,6 +251,8 @@ func (rc *rawClient) read(want byte) packets.Packet {
 		err = pk.PubackDecode(body)
 	case packets.Publish:
 		err = pk.PublishDecode(body)
+	case packets.Disconnect:
+		err = pk.DisconnectDecode(body)
 	}
 	if err != nil {
 		rc.t.Fatal(err)

@@ -16,8 +16,13 @@ import (
 const MaxBatch = 1000
 
 // Result codes of a batch send's elements besides 0 and the record error
-// codes ErrCodeDeviceDisabled and ErrCodeQueueFull.
-const CodeInvalidDevice = 1003
+// codes ErrCodeDeviceDisabled and ErrCodeQueueFull: those a single send
+// answers for the same name (DESIGN.md section 2), an empty device_name
+// being missing and an unknown one invalid.
+const (
+	CodeMissingDevice = 1002
+	CodeInvalidDevice = 1003
+)
 
 // BatchResult is one device's result of a batch send, in the shape of
 // the answer's resp[] element.
@@ -85,8 +90,10 @@ func (m flagMark) heldBy(st any) bool {
 func (p *BatchPlan) Messages() int { return len(p.msgs) }
 
 // Plan reads the named devices and builds one ordinary message for each
-// known name, in request order (DESIGN.md section 8): 1003 for an unknown
-// name or one repeated (every repeat after the first), failed with record
+// known name, in request order (DESIGN.md section 8): 1002 for an empty
+// name (each of them: a single send answers "" with 1002, device_name
+// missing), 1003 for an unknown name or one repeated (every repeat after
+// the first), failed with record
 // 1 (code 3003) for a disabled device, failed with record 5 for ttl 0
 // and an offline device; pending otherwise, with the queue-full form
 // (record 3, code 3004) the store falls back to.
@@ -107,6 +114,10 @@ func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*Batc
 	for i, name := range req.Devices {
 		r := &p.results[i]
 		r.DeviceName = name
+		if name == "" {
+			r.Code, r.Message = CodeMissingDevice, fmt.Sprintf("device_names[%d] is required", i)
+			continue
+		}
 		if seen[name] {
 			r.Code, r.Message = CodeInvalidDevice, fmt.Sprintf("device_names[%d]: device %q appears more than once", i, name)
 			continue

@@ -164,3 +164,30 @@ func TestSendBatchRateLimit(t *testing.T) {
 	r = e.call("POST", "/msg/v1/msgs", `{"seq_no":4,"device_names":["nobody","dev-c"],"msg_body":"x"}`)
 	r.wantOK(t)
 }
+
+// TestSendBatchEmptyName: an empty name in device_names is answered as
+// the single send answers an empty device_name, 1002 (missing), each
+// time it appears, not 1003 as an unknown or repeated device. The plain
+// array scanner and the encoding/json fallback (taken here for the
+// \u escape) answer alike.
+func TestSendBatchEmptyName(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("dev-a")
+	e.call("POST", "/msg/v1/msg", `{"seq_no":60,"device_name":"","msg_body":"x"}`).wantError(t, 400, 1002, "device_name is required")
+	for i, names := range []string{`["","dev-a",""]`, `["","dev-\u0061",""]`} {
+		res := e.sendBatch(fmt.Sprintf(`{"seq_no":%d,"device_names":%s,"msg_body":"x"}`, 61+i, names))
+		want := []struct {
+			name string
+			code int
+			says string
+		}{{"", 1002, "device_names[0] is required"}, {"dev-a", 0, ""}, {"", 1002, "device_names[2] is required"}}
+		if len(res) != len(want) {
+			t.Fatalf("%s: %d results: %+v", names, len(res), res)
+		}
+		for j, w := range want {
+			if r := res[j]; r.DeviceName != w.name || r.Code != w.code || r.Message != w.says || (r.Msgid != 0) != (w.code == 0) {
+				t.Errorf("%s: result %d: %+v, want %+v", names, j, r, w)
+			}
+		}
+	}
+}

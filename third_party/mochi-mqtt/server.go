@@ -862,6 +862,10 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 	var err error
 
+	if code, bad := ackOrPingFault(pk); bad {
+		return code
+	}
+
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = s.processConnect(cl, pk)
@@ -929,6 +933,20 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 func (s *Server) processConnect(cl *Client, _ packets.Packet) error {
 	s.sendLWT(cl)
 	return packets.ErrProtocolViolationSecondConnect // [MQTT-3.1.0-2]
+}
+
+// ackOrPingFault reports a PUBACK, PUBREC, PUBREL or PUBCOMP with packet id 0 (an ack carries
+// the id of the publish it answers, which is never 0): a protocol error; and a PINGREQ whose
+// remaining length is not 0 (it has no variable header and no payload): a malformed packet.
+// The caller closes the connection, telling an MQTT 5 client why (receivePacket).
+func ackOrPingFault(pk packets.Packet) (packets.Code, bool) {
+	switch pk.FixedHeader.Type {
+	case packets.Puback, packets.Pubrec, packets.Pubrel, packets.Pubcomp:
+		return packets.ErrProtocolViolationNoPacketID, pk.PacketID == 0
+	case packets.Pingreq:
+		return packets.ErrMalformedPacket, pk.FixedHeader.Remaining != 0
+	}
+	return packets.CodeSuccess, false
 }
 
 // processPingreq processes a Pingreq packet.
@@ -1606,7 +1624,18 @@ func (s *Server) processDisconnect(cl *Client, pk packets.Packet) error {
 }
 
 // DisconnectClient sends a Disconnect packet to a client and then closes the client connection.
+// An MQTT 3.1.1 or 3.1 client is sent nothing: in those versions only the client sends
+// DISCONNECT (a server's is a protocol error to the client), so its connection is just closed,
+// PassiveClientDisconnect or not, as it could not learn that it should close it.
 func (s *Server) DisconnectClient(cl *Client, code packets.Code) error {
+	if cl.Properties.ProtocolVersion < 5 {
+		cl.Stop(code)
+		if code.Code >= packets.ErrUnspecifiedError.Code {
+			return code
+		}
+		return nil
+	}
+
 	out := packets.Packet{
 		FixedHeader: packets.FixedHeader{
 			Type: packets.Disconnect,
