@@ -65,7 +65,14 @@ type Options struct {
 	ServerTrace bool
 	// ChurnCycles is how many connect/subscribe/disconnect cycles churn runs.
 	ChurnCycles int
-	MQTTAddr    string
+	// Timeline, when not 0, has fanout print to Log, at this interval,
+	// the messages sent and received so far beside the server's
+	// published and delivered counts: where a run falls behind, and
+	// whether the devices or the server's PUBACK writes hold it.
+	Timeline time.Duration
+	// Log receives the timeline; nil is os.Stderr.
+	Log      io.Writer
+	MQTTAddr string
 	// ServerPprof, when set, is a directory that receives a CPU profile
 	// of the server for each workload's measured window
 	// (<workload>.pprof, or <workload>.node<k>.pprof for node k of

@@ -353,3 +353,39 @@ func TestDevmsgWhen(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFanoutTimeline runs fanout briefly with --timeline and checks
+// that the timeline reads the server's counters: what it prints last
+// has every message received and stored as delivered.
+func TestRunFanoutTimeline(t *testing.T) {
+	bin := buildDevmsg(t)
+	o := small()
+	o.Binary, o.Subscribers, o.Workloads = bin, 10, []string{"fanout"}
+	o.Timeline = 50 * time.Millisecond
+	var out, log bytes.Buffer
+	o.Log = &log
+	if err := Run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "\nfanout ") {
+		t.Errorf("report lacks fanout:\n%s", out.String())
+	}
+	var rows [][6]float64
+	for _, line := range strings.Split(log.String(), "\n") {
+		var r [6]float64
+		if n, _ := fmt.Sscanf(line, "timeline %f %f %f %f %f %f", &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]); n == 6 {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) < 5 {
+		t.Fatalf("%d timeline rows in half a second at 50 ms:\n%s", len(rows), log.String())
+	}
+	for _, r := range rows {
+		if r[3] < 0 || r[4] < 0 {
+			t.Fatalf("timeline without the server's counts: %v\n%s", r, log.String())
+		}
+	}
+	if last := rows[len(rows)-1]; last[1] == 0 || last[4] == 0 {
+		t.Errorf("the last timeline row %v: nothing sent or delivered", last)
+	}
+}

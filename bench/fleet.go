@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +80,8 @@ func (b *runner) fanoutDevmsg(ctx context.Context, workload string) (Result, err
 			}
 		}()
 	}
+	stopTimeline := b.timeline(ctx, start, &sent, got)
+	defer stopTimeline()
 	wg.Wait()
 	for deadline := time.Now().Add(10 * time.Second); got.Load() < sent.Load() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
@@ -176,4 +180,68 @@ func (b *runner) broadcastDevmsg(ctx context.Context, workload string) (Result, 
 		r.FirstErrors = []string{fmt.Sprintf("%d of %d targets got no message", r.Errors, acc.Targets)}
 	}
 	return r, win.end(&r)
+}
+
+// timeline prints, every Options.Timeline until stop, the messages sent
+// (queued by the batch sends) and received by the devices so far, beside
+// the server's devmsg_messages_published_total (written to the devices)
+// and devmsg_messages_delivered_total (their PUBACKs stored): received
+// minus delivered is what waits for the server's PUBACK writes. Node 1's
+// counts only.
+func (b *runner) timeline(ctx context.Context, start time.Time, sent, got *atomic.Int64) (stop func()) {
+	if b.o.Timeline <= 0 {
+		return func() {}
+	}
+	out := b.o.Log
+	if out == nil {
+		out = os.Stderr
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		c := newClient()
+		defer c.CloseIdleConnections()
+		t := time.NewTicker(b.o.Timeline)
+		defer t.Stop()
+		fmt.Fprintln(out, "timeline: seconds, sent, received, published, delivered, received but not yet stored as delivered")
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			pub, del := b.deliveryCounts(ctx, c)
+			rcv := got.Load()
+			fmt.Fprintf(out, "timeline %6.2f %8d %8d %8d %8d %7d\n", time.Since(start).Seconds(), sent.Load(), rcv, pub, del, rcv-del)
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// deliveryCounts reads node 1's published and delivered counters, -1
+// when they cannot be read.
+func (b *runner) deliveryCounts(ctx context.Context, c *http.Client) (published, delivered int64) {
+	published, delivered = -1, -1
+	st, body, err := do(ctx, c, http.MethodGet, b.nodes[0].base+"/metrics", b.o.AdminUser, b.o.AdminPassword, nil)
+	if err != nil || st != http.StatusOK {
+		return
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "devmsg_messages_published_total":
+			published = int64(n)
+		case "devmsg_messages_delivered_total":
+			delivered = int64(n)
+		}
+	}
+	return
 }
