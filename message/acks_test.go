@@ -173,69 +173,27 @@ func TestDispatcherKeepsOrderBehindBacklog(t *testing.T) {
 	f.d.Attach(c, "app", "dev-1")
 	eventually(t, "a full window", func() bool { return len(c.received()) == Window })
 	sent = append(sent, f.send(t, 60)) // notified while the window is full
-	// Slots free (as when the ack stage forgets messages it stored,
-	// enough to refill) before the flush the PUBACKs start: the next
-	// send's flush must not give them to the new message ahead of the
-	// older ones. The freed messages are still pending, so they go again.
-	r := f.route()
+	// A slot frees (as when the ack stage forgets a message it stored)
+	// before the flush the PUBACK starts: the next send's flush must not
+	// give it to the new message ahead of the older ones.
+	f.d.mu.Lock()
+	r := f.d.routes[routeKey("app", "dev-1")]
+	f.d.mu.Unlock()
 	r.mu.Lock()
-	for _, id := range sent[:refillRoom] {
-		delete(r.sent, id)
-	}
+	delete(r.sent, sent[0])
 	r.mu.Unlock()
 	late := f.send(t, 60)
-	eventually(t, "the freed slots used", func() bool { return len(c.received()) == Window+refillRoom })
-	if got := c.received()[Window:]; !slices.Equal(got, sent[:refillRoom]) {
-		t.Fatalf("the freed slots went to %v, want the oldest pending %v", got, sent[:refillRoom])
+	eventually(t, "the freed slot used", func() bool { return len(c.received()) == Window+1 })
+	if got := c.received()[Window]; got == late {
+		t.Fatalf("the newest message %d took the free slot ahead of %d older ones", late, len(sent)-Window)
 	}
+	f.d.Acked(c, "app", "dev-1", Window+1) // the resend of sent[0]
 	sent = append(sent, late)
-	for _, id := range sent {
-		f.ack(t, c, id) // the resends of the freed ones, then the rest
+	for _, id := range sent[1:] {
+		f.ack(t, c, id)
 	}
-	want := slices.Concat(sent[:Window], sent[:refillRoom], sent[Window:])
-	if got := c.received(); !slices.Equal(got, want) {
-		t.Fatalf("received %v, want %v: in send order, the freed messages again", got, want)
-	}
-}
-
-// TestBackloggedWindowRefillsTogether checks that a device with more
-// pending than its window is sent more only once refillRoom places are
-// free, all in one write, and that the messages announced meanwhile
-// read nothing: one message a write after a queue read each was the
-// cost of a fan-out whose sends outran its deliveries.
-func TestBackloggedWindowRefillsTogether(t *testing.T) {
-	f := newFixture(t)
-	reads := &readCountStore{Store: f.st}
-	f.d.store = reads
-	var sent []int64
-	for range Window + refillRoom + 8 {
-		sent = append(sent, f.send(t, 60))
-	}
-	c := &allRecConn{}
-	f.d.Attach(c, "app", "dev-1")
-	eventually(t, "a full window", func() bool { return len(c.received()) == Window && f.idle() })
-	before := reads.scans.Load()
-	for range Window + 5 { // more than durable holds: see addDurable
-		sent = append(sent, f.send(t, 60)) // announced behind the backlog
-		eventually(t, "the flush done", f.idle)
-	}
-	for _, id := range sent[:refillRoom-1] {
-		f.ackOn(t, c, &c.conn, id)
-	}
-	eventually(t, "the PUBACKs stored", func() bool { st, _ := f.state(t, sent[refillRoom-2]); return st == store.StateDelivered && f.idle() })
-	if got := len(c.received()); got != Window {
-		t.Fatalf("%d messages sent with %d places free, want none beyond the window of %d", got-Window, refillRoom-1, Window)
-	}
-	if n := reads.scans.Load() - before; n != 0 {
-		t.Errorf("%d queue reads before the window could refill, want none", n)
-	}
-	f.ackOn(t, c, &c.conn, sent[refillRoom-1])
-	eventually(t, "the refill", func() bool { return len(c.received()) == Window+refillRoom })
-	if got := c.received()[Window:]; !slices.Equal(got, sent[Window:Window+refillRoom]) {
-		t.Fatalf("refilled with %v, want the next %d in send order", got, refillRoom)
-	}
-	if w := c.writes(); w[len(w)-1] != refillRoom {
-		t.Errorf("writes %v, want the refill's %d messages in one", w, refillRoom)
+	if got, want := c.received(), slices.Insert(slices.Clone(sent), Window, sent[0]); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v: in send order, the freed message again", got, want)
 	}
 }
 

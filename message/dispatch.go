@@ -121,15 +121,12 @@ type route struct {
 	durable   map[int64]store.Message
 
 	// scan says the next flush reads the queue: something other than a
-	// Notify woke the route (a new connection, Wake, a PUBACK freeing
-	// refillRoom places of a backlogged window, a store error). unheld
-	// says an announced message was dropped from durable (or may have
-	// been: forgetHandled): the next flush reads the queue too, unless
-	// the route waits to refill (waitsToRefill), whose read finds it.
-	// While both are false, the queue holds nothing unsent but the
-	// messages in durable, and a flush sends those without reading the
-	// store (flushNotified).
-	scan, unheld atomic.Bool
+	// Notify woke the route (a new connection, Wake, a PUBACK freeing a
+	// slot of a backlogged window, a store error), or an announced
+	// message was dropped from durable. While it is false, the queue
+	// holds nothing unsent but the messages in durable, and a flush
+	// sends those without reading the store (flushNotified).
+	scan atomic.Bool
 }
 
 // takeDurable returns message id if Notify announced it, and forgets it:
@@ -154,7 +151,7 @@ func (r *route) addDurable(m store.Message) {
 		r.durable = map[int64]store.Message{}
 	}
 	if len(r.durable) >= Window {
-		r.unheld.Store(true) // m is found by a read
+		r.scan.Store(true) // m is found by a read
 		return
 	}
 	r.durable[m.ID] = m
@@ -332,15 +329,9 @@ func (d *Dispatcher) flush(r *route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applyAcked()
-	if !r.scan.Swap(false) {
-		if r.waitsToRefill() {
-			return // a Notify of a backlogged device: its PUBACKs refill
-		}
-		if !r.unheld.Swap(false) && d.flushNotified(r) {
-			return
-		}
+	if !r.scan.Swap(false) && d.flushNotified(r) {
+		return
 	}
-	r.unheld.Store(false) // the read finds them
 	if d.ackingElsewhere(r) {
 		// An older connection of the device had PUBACKs whose deliveries
 		// are not stored yet: the queue still holds those messages, and
@@ -399,8 +390,6 @@ func (d *Dispatcher) flush(r *route) {
 	}
 	now := d.now().Unix()
 	synced := false
-	send := make([]store.Message, 0, len(msgs))
-	var unannounced []int64
 	for _, l := range msgs {
 		m := l.m
 		if m.State != store.StatePending || now > m.ExpireTime {
@@ -422,18 +411,12 @@ func (d *Dispatcher) flush(r *route) {
 			}
 			synced = true
 		}
-		send = append(send, m)
-		if !l.announced {
-			unannounced = append(unannounced, m.ID)
+		if !d.publish(r, m) {
+			return
 		}
-	}
-	// One write for them all: a backlogged device is sent refillRoom
-	// or more at a time.
-	if !d.publishAll(r, send) {
-		return
-	}
-	for _, id := range unannounced {
-		r.addReadSent(id)
+		if !l.announced {
+			r.addReadSent(m.ID)
+		}
 	}
 }
 
@@ -449,7 +432,7 @@ func (d *Dispatcher) flush(r *route) {
 func (r *route) ackedStored(id int64) (kick, deferred bool) {
 	if r.mu.TryLock() {
 		delete(r.sent, id)
-		kick = r.backlog && !r.waitsToRefill()
+		kick = r.backlog
 		r.mu.Unlock()
 		return kick, false
 	}
@@ -473,28 +456,9 @@ func (r *route) applyAcked() {
 	for _, id := range ids {
 		delete(r.sent, id)
 	}
-	if r.backlog && !r.waitsToRefill() {
+	if r.backlog {
 		r.scan.Store(true)
 	}
-}
-
-// refillRoom is how many places a backlogged device's window must have
-// free before its queue is read again. Reading it at every PUBACK, and
-// at every Notify of a message that could not go yet, sent one message
-// a write, each after a queue read: a fan-out whose sends outran its
-// deliveries spent half again the CPU per message of one that kept up
-// (BENCHMARKS.md, "Issue 15 at the end of session 6"), and fell further
-// behind. Half a window still in flight keeps the device busy meanwhile.
-const refillRoom = Window / 2
-
-// waitsToRefill reports whether r is backlogged with fewer than
-// refillRoom places free: PUBACKs are on their way for the messages in
-// flight, and the one that frees the refillRoom-th place has the queue
-// read (ackedStored, applyAcked). Anything else that may have changed
-// the queue (a new connection, Wake, the expiry sweeper) sets scan and
-// reads it regardless. Under r.mu.
-func (r *route) waitsToRefill() bool {
-	return r.backlog && Window-len(r.sent) < refillRoom
 }
 
 // readSentMax bounds route.readSent.
@@ -513,12 +477,12 @@ func (r *route) addReadSent(id int64) {
 
 // flushNotified sends the messages Notify announced, in msgid order,
 // when that is all there is to send: no read since the last one found
-// the queue changed otherwise (r.scan and r.unheld are false), the
-// window had room for everything pending then (no backlog), and it has
-// room for all of them now. It reports false, having sent nothing, when
-// a queue read is needed. Messages stored concurrently may be announced
-// out of msgid order; each is sent as its announcement comes, as a read
-// would send them in the order their writes became visible. The messages are
+// the queue changed otherwise (r.scan is false), the window had room for
+// everything pending then (no backlog), and it has room for all of them
+// now. It reports false, having sent nothing, when a queue read is
+// needed. Messages stored concurrently may be announced out of msgid
+// order; each is sent as its announcement comes, as a read would send
+// them in the order their writes became visible. The messages are
 // durable (see Notify), so no Barrier. In fan-out nearly every flush is
 // one of these, and the queue reads they save were a quarter of the
 // server's CPU: a device's queue range holds the tombstones of its
@@ -633,7 +597,7 @@ func (r *route) forgetHandled(ids []int64, complete bool) {
 			delete(r.durable, id)
 		} else if _, queued := slices.BinarySearch(ids, id); !queued {
 			delete(r.durable, id)
-			r.unheld.Store(true)
+			r.scan.Store(true)
 		}
 	}
 }
