@@ -390,6 +390,8 @@ func (d *Dispatcher) flush(r *route) {
 	}
 	now := d.now().Unix()
 	synced := false
+	send := make([]store.Message, 0, len(msgs))
+	var unannounced []int64
 	for _, l := range msgs {
 		m := l.m
 		if m.State != store.StatePending || now > m.ExpireTime {
@@ -411,12 +413,18 @@ func (d *Dispatcher) flush(r *route) {
 			}
 			synced = true
 		}
-		if !d.publish(r, m) {
-			return
-		}
+		send = append(send, m)
 		if !l.announced {
-			r.addReadSent(m.ID)
+			unannounced = append(unannounced, m.ID)
 		}
+	}
+	// One write for them all: a device that connects with messages
+	// pending was sent up to Window writes of one message.
+	if !d.publishAll(r, send) {
+		return
+	}
+	for _, id := range unannounced {
+		r.addReadSent(id)
 	}
 }
 

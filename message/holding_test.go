@@ -92,3 +92,22 @@ func TestHeldMessagesGoWithoutPUBACK(t *testing.T) {
 		t.Fatalf("received %v, want %v", got, want)
 	}
 }
+
+// TestPendingGoInOneWrite checks that a device that subscribes with
+// messages pending gets them, in send order, with one write.
+func TestPendingGoInOneWrite(t *testing.T) {
+	f := newFixture(t)
+	var sent []int64
+	for range 5 {
+		sent = append(sent, f.send(t, 60))
+	}
+	c := &allRecConn{}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "the pending messages sent", func() bool { return len(c.received()) == len(sent) })
+	if got := c.received(); !slices.Equal(got, sent) {
+		t.Fatalf("received %v, want %v", got, sent)
+	}
+	if got := c.writes(); !slices.Equal(got, []int{len(sent)}) {
+		t.Errorf("messages per write %v, want all %d in one", got, len(sent))
+	}
+}
