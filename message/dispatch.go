@@ -21,7 +21,10 @@ const (
 	// Pending messages beyond it are sent as acknowledgements arrive.
 	Window = 64
 	// ExpiryGrace is how long after its expire_time a pending message is
-	// declared expired, so a PUBACK already on its way still counts.
+	// declared expired, so a PUBACK already on its way still counts. The
+	// store compares whole seconds (ExpiredMessages: before the second
+	// before) and the sweep runs every sweepEvery, so it is 3 to 4 s in
+	// all, as device-protocol.md says.
 	ExpiryGrace = 2 * time.Second
 	sweepEvery  = time.Second
 	sweepBatch  = 512
