@@ -191,6 +191,13 @@ func rawConnect(t testing.TB, addr string, version byte, user, secret string) (*
 // rawConnectKeepalive is rawConnect with the keepalive in seconds.
 func rawConnectKeepalive(t testing.TB, addr string, version byte, user, secret string, keepalive uint16) (*rawClient, byte) {
 	t.Helper()
+	return rawConnectWith(t, addr, version, user, secret, keepalive, packets.Properties{})
+}
+
+// rawConnectWith is rawConnectKeepalive with the CONNECT's MQTT 5
+// properties.
+func rawConnectWith(t testing.TB, addr string, version byte, user, secret string, keepalive uint16, props packets.Properties) (*rawClient, byte) {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +205,7 @@ func rawConnectKeepalive(t testing.TB, addr string, version byte, user, secret s
 	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	rc := &rawClient{t: t, c: c, r: bufio.NewReader(c), version: version}
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: version}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: version, Properties: props}
 	pk.Connect = packets.ConnectParams{
 		ProtocolName: []byte("MQTT"), Clean: true, Keepalive: keepalive, ClientIdentifier: "raw",
 		UsernameFlag: true, Username: []byte(user), PasswordFlag: true, Password: []byte(secret),

@@ -308,3 +308,31 @@ func TestPublishTopicNames(t *testing.T) {
 		t.Errorf("topicName of the last topic: %v allocations", n)
 	}
 }
+
+// TestSessionReceiveMaximum checks that a session reports the Receive
+// Maximum its device's MQTT 5 CONNECT declared, and 0 when there is none
+// (an MQTT 5 CONNECT without it, or MQTT 3.1.1).
+func TestSessionReceiveMaximum(t *testing.T) {
+	b, addr := startBroker(t, Config{}, &fakeHandler{})
+	for _, c := range []struct {
+		version byte
+		props   packets.Properties
+		want    int
+	}{
+		{5, packets.Properties{ReceiveMaximum: 5}, 5},
+		{5, packets.Properties{}, 0},
+		{4, packets.Properties{}, 0},
+	} {
+		rc, code := rawConnectWith(t, addr, c.version, "app/dev", "secret", 60, c.props)
+		if code != 0 {
+			t.Fatalf("CONNACK %#x", code)
+		}
+		var s *Session
+		waitUntil(t, "the session", func() bool { s = b.Session("app", "dev"); return s != nil && s.ProtocolVersion == c.version })
+		if got := s.ReceiveMaximum(); got != c.want {
+			t.Errorf("MQTT %d declaring %d: ReceiveMaximum %d, want %d", c.version, c.props.ReceiveMaximum, got, c.want)
+		}
+		rc.c.Close()
+		waitUntil(t, "the session gone", func() bool { return b.Session("app", "dev") == nil })
+	}
+}

@@ -127,6 +127,12 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 	return ids[0], nil
 }
 
+// ReceiveMaximum is how many QoS 1 publishes the device takes
+// unacknowledged at once, as its MQTT 5 CONNECT declared (Receive
+// Maximum, at most the broker's inflight limit); 0 when it declared
+// none, as MQTT 3.1.1 cannot.
+func (s *Session) ReceiveMaximum() int { return int(s.cl.Properties.Props.ReceiveMaximum) }
+
 // PublishAll is Publish for several payloads, sent in order with one
 // write (while they fit mochi's write buffer), and returns their packet
 // ids at QoS 1: a device's waiting messages cost one write(2), not one

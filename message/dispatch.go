@@ -17,7 +17,8 @@ import (
 const TopicMsg = "msg"
 
 const (
-	// Window is the most messages one device has unacknowledged at once.
+	// Window is the most messages one device has unacknowledged at once
+	// (fewer when its MQTT 5 Receive Maximum is smaller: windowFor).
 	// Pending messages beyond it are sent as acknowledgements arrive.
 	Window = 64
 	// ExpiryGrace is how long after its expire_time a pending message is
@@ -77,6 +78,9 @@ type Dispatcher struct {
 type route struct {
 	app, dev string
 	conn     Conn
+	// window is the most messages the connection has unacknowledged at
+	// once: Window, or fewer when the device said so (windowFor).
+	window int
 
 	// mu is held by a flush from its queue read to its last write to the
 	// device, which waits up to the broker's write timeout when the
@@ -160,6 +164,24 @@ func (r *route) addDurable(m store.Message) {
 	r.durable[m.ID] = m
 }
 
+// receiveMaxConn is a Conn whose device may take fewer messages
+// unacknowledged than Window (broker.Session: MQTT 5's Receive Maximum,
+// 0 when the device set none).
+type receiveMaxConn interface{ ReceiveMaximum() int }
+
+// windowFor is the window of connection c: Window, or the device's
+// Receive Maximum when that is smaller. MQTT 5 forbids sending a client
+// more QoS 1 publishes unacknowledged than it declared [MQTT-3.3.4-9]; a
+// device that declared 5 was sent 64.
+func windowFor(c Conn) int {
+	if rc, ok := c.(receiveMaxConn); ok {
+		if n := rc.ReceiveMaximum(); n > 0 && n < Window {
+			return n
+		}
+	}
+	return Window
+}
+
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
 func NewDispatcher(st store.Store, log *slog.Logger) *Dispatcher {
 	return &Dispatcher{store: st, log: log, now: time.Now, maxHold: defaultMaxHold, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
@@ -189,7 +211,7 @@ func (d *Dispatcher) route(c Conn, app, dev string) *route {
 	defer d.mu.Unlock()
 	r := d.routes[k]
 	if r == nil || r.conn != c {
-		r = &route{app: app, dev: dev, conn: c}
+		r = &route{app: app, dev: dev, conn: c, window: windowFor(c)}
 		r.scan.Store(true)
 		d.routes[k] = r
 	}
@@ -318,7 +340,7 @@ type payload struct {
 }
 
 // flush sends the route's pending messages that are not yet sent on its
-// connection, in send order, up to Window unacknowledged. It holds r.mu
+// connection, in send order, up to r.window unacknowledged. It holds r.mu
 // from the queue read to the last write: Acked forgets a message only
 // after its delivery is stored, so a read that still saw it pending is
 // never followed by sending it again.
@@ -345,7 +367,7 @@ func (d *Dispatcher) flush(r *route) {
 	}
 	ctx := context.Background()
 	n := len(r.sent)
-	ids, err := d.store.PendingIDs(ctx, r.app, r.dev, n+Window)
+	ids, err := d.store.PendingIDs(ctx, r.app, r.dev, n+r.window)
 	if err != nil {
 		d.log.Error("load pending messages", "app", r.app, "device", r.dev, "err", err)
 		return
@@ -355,7 +377,7 @@ func (d *Dispatcher) flush(r *route) {
 	// those the read covered (the queue is in msgid order) but did not find.
 	// Nearly always every sent message is still queued, and counting
 	// them by the ids read is cheaper than looking each up in ids.
-	complete := len(ids) < n+Window
+	complete := len(ids) < n+r.window
 	queued := 0
 	for _, id := range ids {
 		if _, ok := r.sent[id]; ok {
@@ -370,13 +392,13 @@ func (d *Dispatcher) flush(r *route) {
 		}
 	}
 	r.forgetHandled(ids, complete)
-	r.backlog = len(ids) == n+Window
+	r.backlog = len(ids) == n+r.window
 	var todo []int64 // in send order
 	for _, id := range ids {
 		if _, ok := r.sent[id]; ok {
 			continue
 		}
-		if len(r.sent)+len(todo) >= Window {
+		if len(r.sent)+len(todo) >= r.window {
 			r.backlog = true
 			break
 		}
@@ -525,7 +547,7 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		}
 		n++
 	}
-	if len(r.sent)+n > Window {
+	if len(r.sent)+n > r.window {
 		r.durableMu.Unlock()
 		return false
 	}

@@ -96,13 +96,16 @@ func (r *route) idle() bool {
 }
 
 // ack sends c's PUBACK of message id once c has received it.
-func (f *fixture) ack(t *testing.T, c *conn, id int64) {
+func (f *fixture) ack(t *testing.T, c *conn, id int64) { t.Helper(); f.ackOn(t, c, c, id) }
+
+// ackOn is ack for connection on, which records what it receives in c.
+func (f *fixture) ackOn(t *testing.T, on Conn, c *conn, id int64) {
 	t.Helper()
 	eventually(t, "message sent", func() bool { return slices.Contains(c.received(), id) })
 	c.mu.Lock()
 	pid := c.pids[id]
 	c.mu.Unlock()
-	f.d.Acked(c, "app", "dev-1", pid)
+	f.d.Acked(on, "app", "dev-1", pid)
 }
 
 func (f *fixture) send(t *testing.T, ttl int64) int64 {

@@ -111,3 +111,47 @@ func TestPendingGoInOneWrite(t *testing.T) {
 		t.Errorf("messages per write %v, want all %d in one", got, len(sent))
 	}
 }
+
+// recvMaxConn is an allRecConn whose device declared a Receive Maximum.
+type recvMaxConn struct {
+	allRecConn
+	max int
+}
+
+func (c *recvMaxConn) ReceiveMaximum() int { return c.max }
+
+// TestReceiveMaximumBoundsTheWindow checks that a device that declared a
+// Receive Maximum below Window has no more messages unacknowledged than
+// that, before and after its PUBACKs [MQTT-3.3.4-9].
+func TestReceiveMaximumBoundsTheWindow(t *testing.T) {
+	f := newFixture(t)
+	var sent []int64
+	for range 12 {
+		sent = append(sent, f.send(t, 60))
+	}
+	c := &recvMaxConn{max: 5}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "the first messages sent", func() bool { return len(c.received()) == 5 && f.idle() })
+	time.Sleep(50 * time.Millisecond)
+	if got := c.received(); !slices.Equal(got, sent[:5]) {
+		t.Fatalf("received %v before any PUBACK, want the first 5 of %d", got, len(sent))
+	}
+	f.ackOn(t, c, &c.conn, sent[0])
+	f.ackOn(t, c, &c.conn, sent[1])
+	eventually(t, "two more sent", func() bool { return len(c.received()) == 7 && f.idle() })
+	time.Sleep(50 * time.Millisecond)
+	if got := c.received(); !slices.Equal(got, sent[:7]) {
+		t.Fatalf("received %v after 2 PUBACKs, want the first 7", got)
+	}
+	late := f.send(t, 60) // announced while the window is full
+	eventually(t, "the flush done", f.idle)
+	if n := len(c.received()); n != 7 {
+		t.Fatalf("%d received with 5 unacknowledged, want 7", n)
+	}
+	for _, id := range append(sent[2:], late) {
+		f.ackOn(t, c, &c.conn, id)
+	}
+	if got := c.received(); !slices.Equal(got, append(sent, late)) {
+		t.Fatalf("received %v, want every message once in order", got)
+	}
+}
