@@ -99,6 +99,23 @@ func (s *gatedStore) UpdateMessages(ctx context.Context, updates []store.Message
 	return s.Store.UpdateMessages(ctx, updates)
 }
 
+// writes returns the sizes of the writes so far.
+func (s *gatedStore) writes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sizes)
+}
+
+// ackStageFixture is a dispatcher whose PUBACK writes go through a
+// gatedStore (every: each write waits for open, else the first), and a
+// route to acknowledge on.
+func ackStageFixture(t *testing.T, every bool) (*Dispatcher, *gatedStore, *route) {
+	f := newFixture(t)
+	gated := &gatedStore{Store: f.st, open: make(chan struct{}), every: every}
+	d := NewDispatcher(gated, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return d, gated, &route{app: "app", dev: "dev-1"}
+}
+
 func (s *gatedStore) UpdateMessage(context.Context, string, int64, func(*store.Message) error) (store.Message, error) {
 	panic("a PUBACK stored on its own")
 }
@@ -357,15 +374,8 @@ func TestDispatcherKeepsAnnouncedBehindBacklog(t *testing.T) {
 // another write while one is under way (waiting for its fsync), and that
 // fewer wait for the write under way.
 func TestAckWritesOverlap(t *testing.T) {
-	f := newFixture(t)
-	gated := &gatedStore{Store: f.st, open: make(chan struct{})}
-	d := NewDispatcher(gated, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	r := &route{app: "app", dev: "dev-1"}
-	writes := func() []int {
-		gated.mu.Lock()
-		defer gated.mu.Unlock()
-		return slices.Clone(gated.sizes)
-	}
+	d, gated, r := ackStageFixture(t, false)
+	writes := gated.writes
 	id := int64(1 << 40) // no such message: each write fails, which is enough here
 	d.acks.add(d, ack{r: r, id: id})
 	eventually(t, "the first write", func() bool { return len(writes()) == 1 })
@@ -436,15 +446,8 @@ func TestNewConnectionWaitsForOlderAcks(t *testing.T) {
 // writes, not ackBatch at a time: that capped deliveries at what four
 // writes of ackBatch per fsync could store.
 func TestAckWritesGrowWithTheQueue(t *testing.T) {
-	f := newFixture(t)
-	gated := &gatedStore{Store: f.st, open: make(chan struct{}), every: true}
-	d := NewDispatcher(gated, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	r := &route{app: "app", dev: "dev-1"}
-	writes := func() []int {
-		gated.mu.Lock()
-		defer gated.mu.Unlock()
-		return slices.Clone(gated.sizes)
-	}
+	d, gated, r := ackStageFixture(t, true)
+	writes := gated.writes
 	id := int64(1 << 40) // no such message: each write fails, which is enough here
 	add := func(n int) {
 		for range n {
