@@ -336,10 +336,10 @@ func (g *Gateway) Subscribed(s *broker.Session, topic string) {
 
 // Unsubscribed stops message delivery when the device drops its last
 // subscription to msg; what was sent and not acknowledged is sent again
-// when it subscribes anew.
+// when it subscribes anew, unless its PUBACK comes first.
 func (g *Gateway) Unsubscribed(s *broker.Session, topic string) {
 	if topic == message.TopicMsg {
-		g.dispatch.Detach(s, s.AppKey, s.DeviceName)
+		g.dispatch.Unsubscribe(s, s.AppKey, s.DeviceName)
 	}
 }
 

@@ -58,6 +58,10 @@ type Dispatcher struct {
 
 	mu     sync.Mutex
 	routes map[routeID]*route // by app and device name
+	// unsubscribed holds, by app and device name, the route of a
+	// connection that unsubscribed from msg while it had messages in
+	// flight: their PUBACKs still count (Unsubscribe).
+	unsubscribed map[routeID]*route
 	// acking counts, by app and device name, the PUBACKs waiting in the
 	// ack stage for their delivery to be stored, whichever connection
 	// they came on (route.acking counts a route's own).
@@ -81,6 +85,9 @@ type route struct {
 	// window is the most messages the connection has unacknowledged at
 	// once: Window, or fewer when the device said so (windowFor).
 	window int
+	// detached says the connection unsubscribed or ended: a flush sends
+	// nothing (a hold timer or a stored PUBACK may still start one).
+	detached atomic.Bool
 
 	// mu is held by a flush from its queue read to its last write to the
 	// device, which waits up to the broker's write timeout when the
@@ -225,8 +232,33 @@ func (d *Dispatcher) Detach(c Conn, app, dev string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if r := d.routes[k]; r != nil && r.conn == c {
+		r.detached.Store(true)
 		delete(d.routes, k)
 	}
+	if r := d.unsubscribed[k]; r != nil && r.conn == c {
+		delete(d.unsubscribed, k)
+	}
+}
+
+// Unsubscribe stops delivery to a connection that unsubscribed from msg
+// and is still open. The messages in flight on it stay pending, to be
+// sent again if it subscribes anew, but a PUBACK of one that comes
+// meanwhile still records its delivery: before, it was ignored and the
+// message sent again.
+func (d *Dispatcher) Unsubscribe(c Conn, app, dev string) {
+	k := routeKey(app, dev)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.routes[k]
+	if r == nil || r.conn != c {
+		return
+	}
+	r.detached.Store(true)
+	delete(d.routes, k)
+	if d.unsubscribed == nil {
+		d.unsubscribed = map[routeID]*route{}
+	}
+	d.unsubscribed[k] = r
 }
 
 // Online reports whether the device has a connection subscribed to msg.
@@ -351,6 +383,9 @@ type payload struct {
 // every PUBACK, and reading back its whole window each time made the
 // reads the largest cost of fan-out.
 func (d *Dispatcher) flush(r *route) {
+	if r.detached.Load() {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applyAcked()
@@ -774,9 +809,15 @@ var errSkip = errors.New("no change")
 // the store; the message keeps its place in the window until it is done.
 func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	d.mu.Lock()
-	r := d.routes[routeKey(app, dev)]
+	r, old := d.routes[routeKey(app, dev)], d.unsubscribed[routeKey(app, dev)]
 	d.mu.Unlock()
 	if r == nil || r.conn != c {
+		r = nil
+	}
+	if old != nil && old.conn == c && (r == nil || old.holds(pid)) {
+		r = old // a message sent before the connection unsubscribed
+	}
+	if r == nil {
 		return
 	}
 	r.mu.Lock()
@@ -809,6 +850,14 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	d.acking[k]++
 	d.mu.Unlock()
 	d.acks.add(d, ack{r: r, id: id, counted: true})
+}
+
+// holds reports whether packet id pid is in flight on r.
+func (r *route) holds(pid uint16) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.inflight[pid]
+	return ok
 }
 
 // ackingElsewhere reports whether PUBACKs that came on another

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/devmsg/devmsg/store"
 )
 
 // allRecConn is a conn that sends several messages at once, and records
@@ -153,5 +155,32 @@ func TestReceiveMaximumBoundsTheWindow(t *testing.T) {
 	}
 	if got := c.received(); !slices.Equal(got, append(sent, late)) {
 		t.Fatalf("received %v, want every message once in order", got)
+	}
+}
+
+// TestPUBACKAfterUnsubscribeCounts checks that a device that unsubscribes
+// from msg with messages in flight, and then acknowledges them, has them
+// delivered, not sent again when it subscribes anew; and that nothing is
+// sent to it while it is unsubscribed, not even what a hold kept back.
+func TestPUBACKAfterUnsubscribeCounts(t *testing.T) {
+	f := newFixture(t)
+	f.d.maxHold = 20 * time.Millisecond
+	c := &allRecConn{}
+	f.d.Attach(c, "app", "dev-1")
+	first := f.send(t, 60)
+	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 })
+	held := f.send(t, 60) // held for the first one's PUBACK (hold)
+	f.d.Unsubscribe(c, "app", "dev-1")
+	time.Sleep(3 * f.d.maxHold)
+	if got := c.received(); !slices.Equal(got, []int64{first}) {
+		t.Fatalf("received %v after unsubscribing, want only %d, sent before", got, first)
+	}
+	f.ackOn(t, c, &c.conn, first)
+	eventually(t, "the PUBACK after UNSUBSCRIBE stored", func() bool { st, _ := f.state(t, first); return st == store.StateDelivered })
+	f.d.Attach(c, "app", "dev-1") // subscribed anew
+	eventually(t, "the held message sent", func() bool { return len(c.received()) == 2 })
+	time.Sleep(50 * time.Millisecond)
+	if got := c.received(); !slices.Equal(got, []int64{first, held}) {
+		t.Fatalf("received %v, want %d once and then %d", got, first, held)
 	}
 }
