@@ -335,8 +335,8 @@ func (g *Gateway) Subscribed(s *broker.Session, topic string) {
 }
 
 // Unsubscribed stops message delivery when the device drops its last
-// subscription to msg; what was sent and not acknowledged is sent again
-// when it subscribes anew, unless its PUBACK comes first.
+// subscription to msg; PUBACKs of what was sent still count, and a new
+// SUBSCRIBE on the connection goes on where delivery stopped.
 func (g *Gateway) Unsubscribed(s *broker.Session, topic string) {
 	if topic == message.TopicMsg {
 		g.dispatch.Unsubscribe(s, s.AppKey, s.DeviceName)

@@ -84,7 +84,12 @@ type route struct {
 	conn     Conn
 	// window is the most messages the connection has unacknowledged at
 	// once: Window, or fewer when the device said so (windowFor).
+	// strict says the device declared a Receive Maximum of at most
+	// Window: a message that left the queue unacknowledged (expired,
+	// retracted) keeps its place until its PUBACK (occupied), as the
+	// device still counts it.
 	window int
+	strict bool
 	// detached says the connection unsubscribed or ended: a flush sends
 	// nothing (a hold timer or a stored PUBACK may still start one).
 	detached atomic.Bool
@@ -179,14 +184,31 @@ type receiveMaxConn interface{ ReceiveMaximum() int }
 // windowFor is the window of connection c: Window, or the device's
 // Receive Maximum when that is smaller. MQTT 5 forbids sending a client
 // more QoS 1 publishes unacknowledged than it declared [MQTT-3.3.4-9]; a
-// device that declared 5 was sent 64.
-func windowFor(c Conn) int {
+// device that declared 5 was sent 64. strict: it declared at most
+// Window (see route.strict).
+func windowFor(c Conn) (window int, strict bool) {
 	if rc, ok := c.(receiveMaxConn); ok {
-		if n := rc.ReceiveMaximum(); n > 0 && n < Window {
-			return n
+		if n := rc.ReceiveMaximum(); n > 0 && n <= Window {
+			return n, true
 		}
 	}
-	return Window
+	return Window, false
+}
+
+// occupied is how many places of r's window are taken: the messages
+// sent and not yet stored as acknowledged, and for a strict route also
+// the packets in flight whose message left that set unacknowledged
+// (expired, retracted). Under r.mu.
+func (r *route) occupied() int {
+	n := len(r.sent)
+	if r.strict {
+		for _, id := range r.inflight {
+			if _, ok := r.sent[id]; !ok {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
@@ -218,7 +240,16 @@ func (d *Dispatcher) route(c Conn, app, dev string) *route {
 	defer d.mu.Unlock()
 	r := d.routes[k]
 	if r == nil || r.conn != c {
-		r = &route{app: app, dev: dev, conn: c, window: windowFor(c)}
+		if u := d.unsubscribed[k]; u != nil && u.conn == c {
+			// Subscribed anew: it goes on where it stopped, so what is
+			// in flight is neither sent again nor counted twice.
+			delete(d.unsubscribed, k)
+			u.detached.Store(false)
+			d.routes[k] = u
+			return u
+		}
+		r = &route{app: app, dev: dev, conn: c}
+		r.window, r.strict = windowFor(c)
 		r.scan.Store(true)
 		d.routes[k] = r
 	}
@@ -241,10 +272,11 @@ func (d *Dispatcher) Detach(c Conn, app, dev string) {
 }
 
 // Unsubscribe stops delivery to a connection that unsubscribed from msg
-// and is still open. The messages in flight on it stay pending, to be
-// sent again if it subscribes anew, but a PUBACK of one that comes
-// meanwhile still records its delivery: before, it was ignored and the
-// message sent again.
+// and is still open. A PUBACK of a message in flight on it still records
+// its delivery (before, it was ignored and the message sent again), and
+// a new SUBSCRIBE on the connection takes the route back (route): what
+// is in flight is not sent again, which would also have exceeded an
+// MQTT 5 device's Receive Maximum.
 func (d *Dispatcher) Unsubscribe(c Conn, app, dev string) {
 	k := routeKey(app, dev)
 	d.mu.Lock()
@@ -428,12 +460,13 @@ func (d *Dispatcher) flush(r *route) {
 	}
 	r.forgetHandled(ids, complete)
 	r.backlog = len(ids) == n+r.window
+	occupied := r.occupied()
 	var todo []int64 // in send order
 	for _, id := range ids {
 		if _, ok := r.sent[id]; ok {
 			continue
 		}
-		if len(r.sent)+len(todo) >= r.window {
+		if occupied+len(todo) >= r.window {
 			r.backlog = true
 			break
 		}
@@ -582,7 +615,7 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		}
 		n++
 	}
-	if len(r.sent)+n > r.window {
+	if r.occupied()+n > r.window {
 		r.durableMu.Unlock()
 		return false
 	}

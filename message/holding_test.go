@@ -1,6 +1,7 @@
 package message
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -182,5 +183,60 @@ func TestPUBACKAfterUnsubscribeCounts(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := c.received(); !slices.Equal(got, []int64{first, held}) {
 		t.Fatalf("received %v, want %d once and then %d", got, first, held)
+	}
+}
+
+// TestExpiredInFlightKeepsItsPlaceUnderReceiveMaximum checks that for a
+// device that declared a Receive Maximum, a message that expired while
+// in flight keeps its place until the device acknowledges it: the
+// device still counts it, and was sent more than it declared.
+func TestExpiredInFlightKeepsItsPlaceUnderReceiveMaximum(t *testing.T) {
+	f := newFixture(t)
+	short := []int64{f.send(t, 1), f.send(t, 1)}
+	long := f.send(t, 600)
+	c := &recvMaxConn{max: 2}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "the window sent", func() bool { return len(c.received()) == 2 && f.idle() })
+	f.clock = f.clock.Add(2*time.Second + ExpiryGrace)
+	must(t, f.d.ExpireDue(context.Background())) // both expire; the route reads its queue
+	time.Sleep(50 * time.Millisecond)
+	eventually(t, "the flush done", f.idle)
+	if st, _ := f.state(t, short[0]); st != store.StateExpired {
+		t.Fatalf("the short message is %s, want expired", st)
+	}
+	if got := c.received(); !slices.Equal(got, short) {
+		t.Fatalf("received %v with 2 expired unacknowledged, want nothing beyond the Receive Maximum of 2", got)
+	}
+	f.ackOn(t, c, &c.conn, short[0]) // a late PUBACK frees its place
+	eventually(t, "the next message sent", func() bool { return len(c.received()) == 3 })
+	if got := c.received(); got[2] != long {
+		t.Fatalf("received %v, want %d third", got, long)
+	}
+}
+
+// TestResubscribeGoesOn checks that a device that unsubscribes and
+// subscribes again on the same connection is not sent again what it has
+// in flight, which would exceed its Receive Maximum, and gets the rest
+// as its PUBACKs come.
+func TestResubscribeGoesOn(t *testing.T) {
+	f := newFixture(t)
+	var sent []int64
+	for range 3 {
+		sent = append(sent, f.send(t, 60))
+	}
+	c := &recvMaxConn{max: 2}
+	f.d.Attach(c, "app", "dev-1")
+	eventually(t, "the window sent", func() bool { return len(c.received()) == 2 && f.idle() })
+	f.d.Unsubscribe(c, "app", "dev-1")
+	f.d.Attach(c, "app", "dev-1")
+	time.Sleep(50 * time.Millisecond)
+	eventually(t, "the flush done", f.idle)
+	if got := c.received(); !slices.Equal(got, sent[:2]) {
+		t.Fatalf("received %v after subscribing anew, want still only %v", got, sent[:2])
+	}
+	f.ackOn(t, c, &c.conn, sent[0])
+	eventually(t, "the third sent", func() bool { return len(c.received()) == 3 })
+	if got := c.received(); !slices.Equal(got, sent) {
+		t.Fatalf("received %v, want %v", got, sent)
 	}
 }
