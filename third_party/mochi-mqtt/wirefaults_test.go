@@ -2,10 +2,11 @@
 
 package mqtt
 
-// Tests of the devmsg patches 11 and 12 of PATCHES.md, over TCP: an MQTT
-// 3.1.1 client is never sent DISCONNECT, and a PUBACK (PUBREC, PUBREL,
+// Tests of the devmsg patches 11 to 13 of PATCHES.md, over TCP: an MQTT
+// 3.1.1 client is never sent DISCONNECT; a PUBACK (PUBREC, PUBREL,
 // PUBCOMP) with packet id 0 or a PINGREQ that is not empty closes the
-// connection.
+// connection; so does a CONNECT with a property repeated or a Receive
+// Maximum of 0.
 
 import (
 	"io"
@@ -162,4 +163,50 @@ func TestAckWithoutPacketIDOrLongPingClose(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []byte{0xd0, 0}, readWirePacket(t, c), "PINGRESP after a PUBACK of id 7")
 	}
+}
+
+// TestRepeatedPropertyOrReceiveMaximumZeroRefused (patch 13): a property
+// other than a User Property included twice, and a Receive Maximum of 0,
+// are protocol errors; a CONNECT with either closes the connection, where
+// it was accepted with the last value read (or 0 read as none declared).
+func TestRepeatedPropertyOrReceiveMaximumZeroRefused(t *testing.T) {
+	addr := newWireServer(t)
+	connect := func(id string, props ...byte) []byte {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		vh := append([]byte{0, 4, 'M', 'Q', 'T', 'T', 5, 2, 0, 60, byte(len(props))}, props...)
+		body := append(append(vh, 0, byte(len(id))), id...)
+		_, err = c.Write(append([]byte{0x10, byte(len(body))}, body...))
+		require.NoError(t, err)
+		return readToClose(t, c)
+	}
+	for _, tc := range []struct {
+		name  string
+		props []byte
+	}{
+		{"receive maximum 0", []byte{0x21, 0, 0}},
+		{"receive maximum twice", []byte{0x21, 0, 5, 0x21, 0, 10}},
+		{"session expiry twice", []byte{0x11, 0, 0, 0, 1, 0x11, 0, 0, 0, 2}},
+	} {
+		// The connection is closed, as for any CONNECT that does not
+		// decode (MQTT 5 section 4.13.1: a CONNACK first is allowed, not
+		// required); before, it was accepted.
+		got := connect("bad", tc.props...)
+		if len(got) > 0 {
+			require.Equal(t, byte(0x20), got[0], "%s: read % x, want nothing or a CONNACK", tc.name, got)
+			require.Equal(t, packets.ErrProtocolViolation.Code, got[3], "%s: CONNACK % x", tc.name, got)
+		}
+	}
+	// Still accepted: Receive Maximum 5 once, and a User Property twice.
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	props := []byte{0x21, 0, 5, 0x26, 0, 1, 'k', 0, 1, 'v', 0x26, 0, 1, 'k', 0, 1, 'w'}
+	vh := append([]byte{0, 4, 'M', 'Q', 'T', 'T', 5, 2, 0, 60, byte(len(props))}, props...)
+	body := append(append(vh, 0, 2), "ok"...)
+	_, err = c.Write(append([]byte{0x10, byte(len(body))}, body...))
+	require.NoError(t, err)
+	connack := readWirePacket(t, c)
+	require.Equal(t, []byte{0x20, 0}, []byte{connack[0], connack[3]}, "CONNACK % x", connack)
 }

@@ -91,6 +91,8 @@ var (
 	ErrProtocolViolationDupNoQos              = Code{Code: 0x82, Reason: "protocol violation: dup true with no qos"}
 	ErrProtocolViolationUnsupportedProperty   = Code{Code: 0x82, Reason: "protocol violation: unsupported property"}
 	ErrProtocolViolationNoTopic               = Code{Code: 0x82, Reason: "protocol violation: no topic or alias"}
+	ErrProtocolViolationDuplicateProperty     = Code{Code: 0x82, Reason: "protocol violation: property included more than once"}
+	ErrProtocolViolationZeroReceiveMaximum    = Code{Code: 0x82, Reason: "protocol violation: receive maximum 0"}
 	ErrImplementationSpecificError            = Code{Code: 0x83, Reason: "implementation specific error"}
 	ErrRejectPacket                           = Code{Code: 0x83, Reason: "packet rejected"}
 	ErrUnsupportedProtocolVersion             = Code{Code: 0x84, Reason: "unsupported protocol version"}

@@ -380,6 +380,7 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 
 	bt := b.Bytes()
 	var k byte
+	var seen [256]bool // devmsg patch 13
 	for offset := 0; offset < n; {
 		k, offset, err = decodeByte(bt, offset)
 		if err != nil {
@@ -389,6 +390,13 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 		if _, ok := validPacketProperties[k][pkt]; !ok {
 			return n + bu, fmt.Errorf("property type %v not valid for packet type %v: %w", k, pkt, ErrProtocolViolationUnsupportedProperty)
 		}
+
+		// Only a User Property, and a Subscription Identifier in a PUBLISH, may appear more
+		// than once (MQTT 5 section 2.2.2.2, 3.3.2.3.8); any other repeat is a protocol error.
+		if seen[k] && k != PropUser && k != PropSubscriptionIdentifier {
+			return n + bu, fmt.Errorf("property type %v: %w", k, ErrProtocolViolationDuplicateProperty)
+		}
+		seen[k] = true
 
 		switch k {
 		case PropPayloadFormat:
@@ -440,6 +448,9 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 			p.ReasonString, offset, err = decodeString(bt, offset)
 		case PropReceiveMaximum:
 			p.ReceiveMaximum, offset, err = decodeUint16(bt, offset)
+			if err == nil && p.ReceiveMaximum == 0 { // [MQTT-3.1.2.11.3], [MQTT-3.2.2.3.3]
+				err = ErrProtocolViolationZeroReceiveMaximum
+			}
 		case PropTopicAliasMaximum:
 			p.TopicAliasMaximum, offset, err = decodeUint16(bt, offset)
 		case PropTopicAlias:
