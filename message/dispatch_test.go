@@ -108,6 +108,16 @@ func (f *fixture) ackOn(t *testing.T, on Conn, c *conn, id int64) {
 	f.d.Acked(on, "app", "dev-1", pid)
 }
 
+// sendN sends n messages with ttl 60 and returns their msgids in order.
+func (f *fixture) sendN(t *testing.T, n int) []int64 {
+	t.Helper()
+	sent := make([]int64, n)
+	for i := range sent {
+		sent[i] = f.send(t, 60)
+	}
+	return sent
+}
+
 func (f *fixture) send(t *testing.T, ttl int64) int64 {
 	t.Helper()
 	dev, err := f.st.GetDevice(context.Background(), "app", "dev-1")

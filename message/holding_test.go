@@ -79,16 +79,24 @@ func TestDispatcherSendsAnnouncedAfterPUBACKsInOneWrite(t *testing.T) {
 	}
 }
 
+// oneInFlight is a fixture with a hold of 20 ms whose dev-1 is attached
+// on a connection that batches, with one message, first, in flight.
+func oneInFlight(t *testing.T) (f *fixture, c *allRecConn, first int64) {
+	t.Helper()
+	f = newFixture(t)
+	f.d.maxHold = 20 * time.Millisecond
+	c = &allRecConn{}
+	f.d.Attach(c, "app", "dev-1")
+	first = f.send(t, 60)
+	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 })
+	return f, c, first
+}
+
 // TestHeldMessagesGoWithoutPUBACK checks that the hold is bounded: a
 // device that never acknowledges its first message still gets the
 // messages sent after it, together, without a PUBACK or a queue read.
 func TestHeldMessagesGoWithoutPUBACK(t *testing.T) {
-	f := newFixture(t)
-	f.d.maxHold = 20 * time.Millisecond
-	c := &allRecConn{}
-	f.d.Attach(c, "app", "dev-1")
-	first := f.send(t, 60)
-	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 })
+	f, c, first := oneInFlight(t)
 	later := []int64{f.send(t, 60), f.send(t, 60)}
 	eventually(t, "the held messages sent without a PUBACK", func() bool { return len(c.received()) == 3 })
 	if got, want := c.received(), append([]int64{first}, later...); !slices.Equal(got, want) {
@@ -100,10 +108,7 @@ func TestHeldMessagesGoWithoutPUBACK(t *testing.T) {
 // messages pending gets them, in send order, with one write.
 func TestPendingGoInOneWrite(t *testing.T) {
 	f := newFixture(t)
-	var sent []int64
-	for range 5 {
-		sent = append(sent, f.send(t, 60))
-	}
+	sent := f.sendN(t, 5)
 	c := &allRecConn{}
 	f.d.Attach(c, "app", "dev-1")
 	eventually(t, "the pending messages sent", func() bool { return len(c.received()) == len(sent) })
@@ -128,10 +133,7 @@ func (c *recvMaxConn) ReceiveMaximum() int { return c.max }
 // that, before and after its PUBACKs [MQTT-3.3.4-9].
 func TestReceiveMaximumBoundsTheWindow(t *testing.T) {
 	f := newFixture(t)
-	var sent []int64
-	for range 12 {
-		sent = append(sent, f.send(t, 60))
-	}
+	sent := f.sendN(t, 12)
 	c := &recvMaxConn{max: 5}
 	f.d.Attach(c, "app", "dev-1")
 	eventually(t, "the first messages sent", func() bool { return len(c.received()) == 5 && f.idle() })
@@ -164,12 +166,7 @@ func TestReceiveMaximumBoundsTheWindow(t *testing.T) {
 // delivered, not sent again when it subscribes anew; and that nothing is
 // sent to it while it is unsubscribed, not even what a hold kept back.
 func TestPUBACKAfterUnsubscribeCounts(t *testing.T) {
-	f := newFixture(t)
-	f.d.maxHold = 20 * time.Millisecond
-	c := &allRecConn{}
-	f.d.Attach(c, "app", "dev-1")
-	first := f.send(t, 60)
-	eventually(t, "the first message sent", func() bool { return len(c.received()) == 1 })
+	f, c, first := oneInFlight(t)
 	held := f.send(t, 60) // held for the first one's PUBACK (hold)
 	f.d.Unsubscribe(c, "app", "dev-1")
 	time.Sleep(3 * f.d.maxHold)
@@ -220,10 +217,7 @@ func TestExpiredInFlightKeepsItsPlaceUnderReceiveMaximum(t *testing.T) {
 // as its PUBACKs come.
 func TestResubscribeGoesOn(t *testing.T) {
 	f := newFixture(t)
-	var sent []int64
-	for range 3 {
-		sent = append(sent, f.send(t, 60))
-	}
+	sent := f.sendN(t, 3)
 	c := &recvMaxConn{max: 2}
 	f.d.Attach(c, "app", "dev-1")
 	eventually(t, "the window sent", func() bool { return len(c.received()) == 2 && f.idle() })
