@@ -15,12 +15,12 @@ const ackBatch = 256
 
 // ackWriteMax is the most PUBACKs one store write records. It bounds the
 // device stripes the write holds while it is applied (not while it
-// waits for its fsync). A write took at most ackBatch before: when a
-// fsync took 50 ms (the disk busy with a memtable flush or compaction),
-// the four writers stored about 20,000 PUBACKs a second whatever the
-// CPU, every device's window filled with messages acknowledged but not
-// yet stored, and deliveries stopped for up to a second while sends
-// went on (BENCHMARKS.md, "Where fan-out's slow runs stall").
+// waits for its fsync). A write took at most ackBatch before: when the
+// fsyncs slowed (the disk busy with a memtable flush or compaction), the
+// four writers stored 17,000 to 24,000 PUBACKs a second in fan-out,
+// every device's window filled with messages acknowledged but not yet
+// stored, and deliveries stopped for up to a second while sends went on
+// (BENCHMARKS.md, "Where fan-out's slow runs stall").
 const ackWriteMax = 16 * ackBatch
 
 // ackWriters is the most writes of PUBACKs under way at once. A write

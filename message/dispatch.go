@@ -842,15 +842,14 @@ var errSkip = errors.New("no change")
 // the store; the message keeps its place in the window until it is done.
 func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	d.mu.Lock()
-	r, old := d.routes[routeKey(app, dev)], d.unsubscribed[routeKey(app, dev)]
+	r := d.routes[routeKey(app, dev)]
+	if r == nil || r.conn != c {
+		// A message sent before the connection unsubscribed (a new
+		// SUBSCRIBE on it takes this route back: route).
+		r = d.unsubscribed[routeKey(app, dev)]
+	}
 	d.mu.Unlock()
 	if r == nil || r.conn != c {
-		r = nil
-	}
-	if old != nil && old.conn == c && (r == nil || old.holds(pid)) {
-		r = old // a message sent before the connection unsubscribed
-	}
-	if r == nil {
 		return
 	}
 	r.mu.Lock()
@@ -883,14 +882,6 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	d.acking[k]++
 	d.mu.Unlock()
 	d.acks.add(d, ack{r: r, id: id, counted: true})
-}
-
-// holds reports whether packet id pid is in flight on r.
-func (r *route) holds(pid uint16) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.inflight[pid]
-	return ok
 }
 
 // ackingElsewhere reports whether PUBACKs that came on another
