@@ -61,7 +61,7 @@ type Store interface {
 	DeleteDevice(ctx context.Context, appKey, name string, evs ...store.Event) error
 }
 
-// Events hears of changes a connected device must feel (*gateway.Gateway
+// Events hears of changes a connected device must feel (*mqttapi.API
 // is one).
 type Events interface {
 	// Disabled follows setting a device's flag to disabled.

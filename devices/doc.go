@@ -2,5 +2,5 @@
 // of their names and marks, creating them with their secrets, changing
 // their flag and mark, and deleting them in the order that leaves no
 // message pending for a device that is gone. Presence and the MQTT side
-// belong to gateway; properties to shadow.
+// belong to mqttapi; properties to shadow.
 package devices

@@ -44,7 +44,7 @@ type SendRequest struct {
 // Router is what Send needs of delivery: whether a device can take a
 // message now, and word that one was queued. Both are given the device as
 // the caller read it before the send, presence included, so routing costs
-// no read of its own (*gateway.Gateway is one).
+// no read of its own (*mqttapi.API is one).
 type Router interface {
 	Online(dev store.Device) bool
 	Notify(m store.Message, dev store.Device)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/store"
@@ -228,7 +228,7 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	}
 	changes := make(map[string]int64, len(obj))
 	for field := range obj {
-		if !slices.Contains(application.RateCategories, field) {
+		if !slices.Contains(apps.RateCategories, field) {
 			return errInvalid("unknown rate-limit category %q (want create, property, message or query)", field)
 		}
 		n, ok, err := obj.int64Field(field, false)

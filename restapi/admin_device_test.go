@@ -17,9 +17,9 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// deletions stands in for the gateway in device deletion: Deleted notes
+// deletions stands in for mqttapi.API in device deletion: Deleted notes
 // the device's flag at the time of the call, then fails its pending
-// messages as the gateway does, with a real Dispatcher on the test's
+// messages as mqttapi.API does, with a real Dispatcher on the test's
 // store (the REST tests have no broker, so there is nothing to
 // disconnect).
 type deletions struct {

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
@@ -53,7 +53,7 @@ type Config struct {
 	Shadows       *shadow.Service
 	DeviceService *devices.Service
 	DeadLetters   *callback.DeadLetters
-	AppService    *application.Service
+	AppService    *apps.Service
 	Events        *events.Service
 	// Broadcasts accepts, reports and cancels broadcasts; its fan-out
 	// runs apart from the API (started by cmd/devmsg).
@@ -99,7 +99,7 @@ type API struct {
 	log         *slog.Logger
 	messages    *message.Service
 	shadows     *shadow.Service
-	appSvc      *application.Service
+	appSvc      *apps.Service
 	devices     *devices.Service
 	deadLetters *callback.DeadLetters
 	events      *events.Service

@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store/pebble"
 )
@@ -40,7 +40,7 @@ func newAuthAPI(t *testing.T, window time.Duration) *authAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	app := application.New("throttled")
+	app := apps.New("throttled")
 	if err := st.CreateApp(t.Context(), app); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
@@ -91,7 +91,7 @@ func (a *API) putCallback(c *gin.Context) error {
 			return err
 		}
 	}
-	var ch application.CallbackChange
+	var ch apps.CallbackChange
 	if setEnabled {
 		ch.Enabled = &enabled
 	}
@@ -193,7 +193,7 @@ func (a *API) addCallbackURL(c *gin.Context) error {
 	}
 	// Checked before the verification, which can take seconds, and again
 	// in the update, which a concurrent change may have made stale.
-	if err := application.CheckAddable(app.Callback, u); err != nil {
+	if err := apps.CheckAddable(app.Callback, u); err != nil {
 		return err
 	}
 	if err := a.verifyURL(c, app, u); err != nil {

@@ -1,7 +1,7 @@
 // Package restapi serves the spec's HTTPS REST API (/device/v1, /msg/v1),
 // the admin API (/admin/v1), health endpoints and Prometheus metrics.
 // Handlers parse a request, call one method of a domain service
-// (shadow.Service, message.Service, devices.Service, application.Service,
+// (shadow.Service, message.Service, devices.Service, apps.Service,
 // callback.DeadLetters, which cmd/devmsg builds) and render the answer;
 // they write nothing to the store themselves. Every error becomes the
 // spec's {"error":{"code","message"}} body in one place, writeError, which

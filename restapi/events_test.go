@@ -37,7 +37,7 @@ func (e *env) pull(query string) pulled {
 }
 
 // appendEvents appends events of the test app's devices straight to the
-// log, as the gateway would.
+// log, as mqttapi.API would.
 func (e *env) appendEvents(evs ...store.Event) []store.Event {
 	e.t.Helper()
 	out, err := e.st.AppendEvents(context.Background(), evs)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -49,7 +49,7 @@ func FuzzPostBodies(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer st.Close()
-	app := application.New("fuzz")
+	app := apps.New("fuzz")
 	if err := st.CreateApp(f.Context(), app); err != nil {
 		f.Fatal(err)
 	}

@@ -24,7 +24,7 @@ type Store interface {
 type IDs interface{ Next() int64 }
 
 // Notifier hears of a stored desired change that a connected device must
-// learn of (*gateway.Gateway is one).
+// learn of (*mqttapi.API is one).
 type Notifier interface {
 	DesiredChanged(ctx context.Context, appKey, device string, sh store.Shadow)
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/devmsg/devmsg/bench"
+	"github.com/devmsg/devmsg/cmd/devmsg/internal/bench"
 )
 
 // runBench is `devmsg bench`: flags here, the work in package bench.

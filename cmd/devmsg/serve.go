@@ -19,18 +19,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
-	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/mqttapi"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
@@ -93,7 +93,7 @@ type Main struct {
 	reg        *prometheus.Registry
 	dispatcher *message.Dispatcher
 	events     *events.Service
-	gateway    *gateway.Gateway
+	mqttAPI    *mqttapi.API
 	callbacks  *callback.Worker
 	webhooks   *events.Webhooks
 	trimmer    *events.Trimmer
@@ -265,10 +265,10 @@ func (m *Main) buildServices(ctx context.Context) error {
 
 	m.dispatcher = message.NewDispatcher(st, log)
 	m.events = events.NewService(st)
-	m.gateway = gateway.New(st, m.dispatcher, shadow.NewSync(st, log), m.events, log)
+	m.mqttAPI = mqttapi.New(st, m.dispatcher, shadow.NewSync(st, log), m.events, log)
 	var limiter restapi.Limiter // nil: per process
 	if m.node != nil {
-		m.gateway.SetPeers(m.node)
+		m.mqttAPI.SetPeers(m.node)
 		limiter = cluster.NewRateLimiter(m.redis.Client(), m.redis.Prefix())
 	}
 
@@ -276,7 +276,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 	allowedNetworks, _ := netguard.ParseNetworks(cb.AllowedNetworks) // validated with the config
 	// One app cache for the API and the callback worker: a settings
 	// change made through the API applies to the next record.
-	apps := appcache.New(st, time.Now)
+	appCache := appcache.New(st, time.Now)
 	callbacks, err := callback.New(callback.Config{
 		BatchSize:      cb.BatchSize,
 		FlushInterval:  time.Duration(cb.FlushInterval),
@@ -285,7 +285,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		RequestTimeout: time.Duration(cb.RequestTimeout),
 
 		AllowedNetworks: allowedNetworks,
-	}, st, apps, log, m.reg)
+	}, st, appCache, log, m.reg)
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		Linger:          time.Duration(cfg.Events.Linger),
 		RequestTimeout:  time.Duration(cb.RequestTimeout),
 		AllowedNetworks: allowedNetworks,
-	}, st, apps, log, m.reg)
+	}, st, appCache, log, m.reg)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	messages := message.NewService(st, ids, m.gateway)
+	messages := message.NewService(st, ids, m.mqttAPI)
 	m.broadcasts = message.NewBroadcaster(messages, st, message.FanoutConfig{Rate: cfg.Broadcast.Rate, YieldRate: cfg.Broadcast.YieldRate, Chunk: cfg.Broadcast.Chunk}, log)
 	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
@@ -318,9 +318,9 @@ func (m *Main) buildServices(ctx context.Context) error {
 		AdminPasswordSHA256: m.adminHash,
 		Messages:            messages,
 		Broadcasts:          m.broadcasts,
-		Shadows:             shadow.NewService(st, ids, m.gateway),
-		AppService:          application.NewService(application.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, apps),
-		DeviceService:       devices.NewService(st, m.gateway),
+		Shadows:             shadow.NewService(st, ids, m.mqttAPI),
+		AppService:          apps.NewService(apps.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, appCache),
+		DeviceService:       devices.NewService(st, m.mqttAPI),
 		DeadLetters:         callback.NewDeadLetters(st, callbacks),
 		Events:              m.events,
 		RateLimiter:         limiter,
@@ -330,14 +330,14 @@ func (m *Main) buildServices(ctx context.Context) error {
 		CallbackTimeout:          time.Duration(cb.RequestTimeout),
 		Callbacks:                callbacks,
 		EventWebhooks:            m.webhooks,
-		Apps:                     apps,
+		Apps:                     appCache,
 	}, st, log, m.reg)
 	if err != nil {
 		return err
 	}
 
-	m.broker = broker.New(m.brokerConfig(), m.gateway, log)
-	m.gateway.SetBroker(m.broker)
+	m.broker = broker.New(m.brokerConfig(), m.mqttAPI, log)
+	m.mqttAPI.SetBroker(m.broker)
 	m.registerMetrics()
 	// The console calls the API in-process; everything else is the API.
 	// Built last: it samples the metrics registered above at once.
@@ -352,7 +352,7 @@ func (m *Main) brokerConfig() broker.Config {
 		TLSAddr:       m.Config.MQTT.TLSAddr,
 		WSAddr:        m.Config.MQTT.WSAddr,
 		Bound:         m.mqttLns,
-		ServiceTopics: gateway.ServiceTopics,
+		ServiceTopics: mqttapi.ServiceTopics,
 	}
 	if m.cert != nil {
 		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*m.cert}, MinVersion: tls.VersionTLS12}
@@ -414,7 +414,7 @@ func (m *Main) startServices(ctx context.Context) error {
 		// webhook's cursor is shared, its loop runs on one node.
 		m.node.Lead(webhookLease, func() error { m.webhooks.Start(); return nil }, m.webhooks.Stop)
 		// Listening for other nodes before any device can connect.
-		m.node.Run(m.gateway)
+		m.node.Run(m.mqttAPI)
 	}
 	addrs, err := m.broker.Start()
 	if err != nil {
@@ -651,8 +651,8 @@ func adminPassword(ctx context.Context, c AdminConfig, st store.Store, stdout io
 // configured and an empty store, one app whose credentials are printed once.
 // An app that exists already is left as stored (the admin API may have
 // changed it), with a warning when the config disagrees.
-func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io.Writer, log *slog.Logger) error {
-	if len(apps) == 0 {
+func ensureApps(ctx context.Context, configured []AppConfig, st store.Store, stdout io.Writer, log *slog.Logger) error {
+	if len(configured) == 0 {
 		existing, err := st.ListApps(ctx)
 		if err != nil {
 			return fmt.Errorf("list apps: %w", err)
@@ -660,7 +660,7 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		if len(existing) > 0 {
 			return nil
 		}
-		app := application.New("default")
+		app := apps.New("default")
 		// Nodes of a cluster starting together on an empty store agree on
 		// one default app: the first to claim the key creates it.
 		err = st.CreateMeta(ctx, metaDefaultApp, []byte(app.Key))
@@ -685,8 +685,8 @@ func ensureApps(ctx context.Context, apps []AppConfig, st store.Store, stdout io
 		fmt.Fprintf(stdout, "app created: name=%s key=%s master_secret=%s\n  (shown once)\n", app.Name, app.Key, app.MasterSecret)
 		return nil
 	}
-	for _, a := range apps {
-		app := application.New(a.Name)
+	for _, a := range configured {
+		app := apps.New(a.Name)
 		app.Key, app.MasterSecret = a.Key, a.MasterSecret
 		err := st.CreateApp(ctx, app)
 		if errors.Is(err, store.ErrAlreadyExists) {

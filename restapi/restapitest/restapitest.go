@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
@@ -58,7 +58,7 @@ func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 		cfg.Events = events.NewService(st)
 	}
 	if cfg.AppService == nil {
-		cfg.AppService = application.NewService(application.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
+		cfg.AppService = apps.NewService(apps.Config{DefaultRateLimit: cfg.DefaultRateLimit}, st, cfg.Apps)
 	}
 	if cfg.EventWebhooks == nil {
 		// Not started: webhooks are added and deleted, never delivered.

@@ -1,4 +1,4 @@
-package gateway
+package mqttapi
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package gateway
+package mqttapi
 
 import (
 	"time"
@@ -12,7 +12,7 @@ import (
 // entry prev: its device.online, after the device.offline (takeover) of
 // the connection prev still names, if any. It remembers the login time
 // for s's own offline.
-func (g *Gateway) loginEvents(prev store.Device, s *broker.Session, t time.Time) []store.Event {
+func (g *API) loginEvents(prev store.Device, s *broker.Session, t time.Time) []store.Event {
 	var evs []store.Event
 	if prev.Status == 1 {
 		ms := int64(-1)
@@ -28,7 +28,7 @@ func (g *Gateway) loginEvents(prev store.Device, s *broker.Session, t time.Time)
 }
 
 // logoutEvent is the device.offline of session s, ended at t.
-func (g *Gateway) logoutEvent(s *broker.Session, t time.Time) store.Event {
+func (g *API) logoutEvent(s *broker.Session, t time.Time) store.Event {
 	ms := t.Sub(s.Since).Milliseconds()
 	if v, ok := g.since.Load(g.connID(s)); ok {
 		ms = t.UnixMilli() - v.(int64)

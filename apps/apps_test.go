@@ -1,4 +1,4 @@
-package application_test
+package apps_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/devmsg/devmsg/application"
+	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/store"
 )
@@ -40,11 +40,11 @@ func TestCreate(t *testing.T) {
 	}{
 		{"ok", "greenhouse", ""},
 		{"empty", "", "name must be 1 to 64 bytes"},
-		{"too long", strings.Repeat("x", application.MaxNameLen+1), "name must be 1 to 64 bytes"},
+		{"too long", strings.Repeat("x", apps.MaxNameLen+1), "name must be 1 to 64 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, cache := &fakeStore{}, &fakeCache{}
-			app, err := application.NewService(application.Config{}, st, cache).Create(context.Background(), tc.appName)
+			app, err := apps.NewService(apps.Config{}, st, cache).Create(context.Background(), tc.appName)
 			if tc.wantErr != "" {
 				var iv *errdefs.InvalidError
 				if !errors.As(err, &iv) || iv.Field != "name" || err.Error() != tc.wantErr || len(st.apps) != 0 {
@@ -55,7 +55,7 @@ func TestCreate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(st.apps) != 1 || st.apps[0].Key != app.Key || st.apps[0].MasterSecret != app.MasterSecret || len(app.Key) != application.KeyLen || len(app.MasterSecret) != application.MasterSecretLen {
+			if len(st.apps) != 1 || st.apps[0].Key != app.Key || st.apps[0].MasterSecret != app.MasterSecret || len(app.Key) != apps.KeyLen || len(app.MasterSecret) != apps.MasterSecretLen {
 				t.Fatalf("created %+v, stored %+v", app, st.apps)
 			}
 			if len(cache.forgot) != 1 || cache.forgot[0] != app.Key {
@@ -67,18 +67,18 @@ func TestCreate(t *testing.T) {
 
 func TestRotateMasterSecret(t *testing.T) {
 	cache := &fakeCache{app: store.App{Key: "k", MasterSecret: "old"}}
-	app, err := application.NewService(application.Config{}, &fakeStore{}, cache).RotateMasterSecret(context.Background(), "k")
-	if err != nil || app.MasterSecret == "old" || len(app.MasterSecret) != application.MasterSecretLen {
+	app, err := apps.NewService(apps.Config{}, &fakeStore{}, cache).RotateMasterSecret(context.Background(), "k")
+	if err != nil || app.MasterSecret == "old" || len(app.MasterSecret) != apps.MasterSecretLen {
 		t.Fatalf("rotate: %+v %v", app, err)
 	}
 }
 
 func TestRateLimits(t *testing.T) {
 	cache := &fakeCache{app: store.App{Key: "k", RateLimits: map[string]int{store.CategoryQuery: 5}}}
-	svc := application.NewService(application.Config{DefaultRateLimit: 10}, &fakeStore{}, cache)
+	svc := apps.NewService(apps.Config{DefaultRateLimit: 10}, &fakeStore{}, cache)
 	ctx := context.Background()
 	var iv *errdefs.InvalidError
-	if _, err := svc.SetRateLimits(ctx, "k", map[string]int64{store.CategoryCreate: application.MaxRateLimit + 1}); !errors.As(err, &iv) ||
+	if _, err := svc.SetRateLimits(ctx, "k", map[string]int64{store.CategoryCreate: apps.MaxRateLimit + 1}); !errors.As(err, &iv) ||
 		err.Error() != "create must be 0 (unlimited) to 1000000 requests per second" {
 		t.Fatalf("over the maximum: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestRateLimits(t *testing.T) {
 
 func TestSetModelNamesTheEntry(t *testing.T) {
 	cache := &fakeCache{app: store.App{Key: "k"}}
-	svc := application.NewService(application.Config{}, &fakeStore{}, cache)
+	svc := apps.NewService(apps.Config{}, &fakeStore{}, cache)
 	err := svc.SetModel(context.Background(), "k", []store.PropertyDef{{Name: "mode", Type: "text"}})
 	var iv *errdefs.InvalidError
 	if !errors.As(err, &iv) || iv.Field != "properties[0].type" || err.Error() != `properties[0].type: "text" is not int, double or string` {

@@ -1,4 +1,4 @@
-package gateway_test
+package mqttapi_test
 
 import (
 	"context"

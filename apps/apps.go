@@ -1,4 +1,4 @@
-package application
+package apps
 
 import (
 	"context"

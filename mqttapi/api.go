@@ -1,4 +1,4 @@
-package gateway
+package mqttapi
 
 import (
 	"context"
@@ -43,13 +43,13 @@ type Peers interface {
 	Send(ctx context.Context, node int, ev cluster.Event) error
 }
 
-// Gateway connects devices to the service: it implements broker.Handler
+// API connects devices to the service: it implements broker.Handler
 // for the devices connected here, message.Router and the API's device
 // events for every device, and cluster.Handler for what other nodes ask.
 // The presence entry of a device (store.Device Node and Conn) says which
 // node and connection hold it; work for a device held elsewhere goes
 // there as a cluster event.
-type Gateway struct {
+type API struct {
 	store    store.Store
 	dispatch *message.Dispatcher
 	sync     *shadow.Sync
@@ -96,31 +96,31 @@ type presenceWrite struct {
 }
 
 var (
-	_ broker.Handler  = (*Gateway)(nil)
-	_ message.Router  = (*Gateway)(nil)
-	_ cluster.Handler = (*Gateway)(nil)
+	_ broker.Handler  = (*API)(nil)
+	_ message.Router  = (*API)(nil)
+	_ cluster.Handler = (*API)(nil)
 )
 
-// New returns a Gateway; SetBroker must be called before devices connect,
+// New returns an API; SetBroker must be called before devices connect,
 // and SetPeers too in cluster mode. ev stores what devices publish as
 // events.
-func New(st store.Store, d *message.Dispatcher, sy *shadow.Sync, ev *events.Service, log *slog.Logger) *Gateway {
-	return &Gateway{store: st, dispatch: d, sync: sy, events: ev, log: log, now: time.Now, token: secret.Alnum(16)}
+func New(st store.Store, d *message.Dispatcher, sy *shadow.Sync, ev *events.Service, log *slog.Logger) *API {
+	return &API{store: st, dispatch: d, sync: sy, events: ev, log: log, now: time.Now, token: secret.Alnum(16)}
 }
 
-// SetPeers puts the gateway in cluster mode, as a node of p.
-func (g *Gateway) SetPeers(p Peers) { g.peers, g.node, g.token = p, p.ID(), p.Token() }
+// SetPeers puts the MQTT API in cluster mode, as a node of p.
+func (g *API) SetPeers(p Peers) { g.peers, g.node, g.token = p, p.ID(), p.Token() }
 
 // connID names a connection uniquely across nodes and restarts.
-func (g *Gateway) connID(s *broker.Session) string {
+func (g *API) connID(s *broker.Session) string {
 	return g.token + "-" + strconv.FormatUint(s.ID, 10)
 }
 
-// SetBroker gives the gateway the broker whose sessions it serves (the
-// broker needs the gateway first, as its Handler).
-func (g *Gateway) SetBroker(b *broker.Broker) { g.broker = b }
+// SetBroker gives the MQTT API the broker whose sessions it serves (the
+// broker needs the MQTT API first, as its Handler).
+func (g *API) SetBroker(b *broker.Broker) { g.broker = b }
 
-func (g *Gateway) lock(app, dev string) func() {
+func (g *API) lock(app, dev string) func() {
 	h := uint32(2166136261)
 	for _, s := range [2]string{app, dev} {
 		for i := 0; i < len(s); i++ {
@@ -137,7 +137,7 @@ func (g *Gateway) lock(app, dev string) func() {
 // compares the secret whatever happens, against a stand-in when the
 // device cannot be read, so that an unknown device is not answered
 // sooner than a wrong secret.
-func (g *Gateway) Authenticate(appKey, device, sec string) error {
+func (g *API) Authenticate(appKey, device, sec string) error {
 	d, err := g.store.GetDevice(context.Background(), appKey, device)
 	if err != nil {
 		secretEqual(dummySecret, sec)
@@ -163,7 +163,7 @@ var secretEqual = secret.Equal
 // for the connection the device's entry names, so whatever order a
 // takeover's events arrive in, the device ends online. A connection the
 // device still had on another node is closed there.
-func (g *Gateway) Connected(s *broker.Session) {
+func (g *API) Connected(s *broker.Session) {
 	defer g.lock(s.AppKey, s.DeviceName)()
 	k := devKey{s.AppKey, s.DeviceName}
 	g.supersede(k)
@@ -184,7 +184,7 @@ func (g *Gateway) Connected(s *broker.Session) {
 // connection's device.offline (takeover). That connection's own logout
 // then finds the entry no longer its own and writes nothing, so every
 // online is followed by exactly one offline, in the log's order.
-func (g *Gateway) login(s *broker.Session) error {
+func (g *API) login(s *broker.Session) error {
 	t := g.now()
 	now, conn := t.Unix(), g.connID(s)
 	var prev store.Device
@@ -225,7 +225,7 @@ var (
 
 // Disconnected marks the device offline unless a newer connection, here
 // or on another node, holds it.
-func (g *Gateway) Disconnected(s *broker.Session) {
+func (g *API) Disconnected(s *broker.Session) {
 	g.recorded.Delete(s)
 	g.dispatch.Detach(s, s.AppKey, s.DeviceName)
 	defer g.lock(s.AppKey, s.DeviceName)()
@@ -247,7 +247,7 @@ func (g *Gateway) Disconnected(s *broker.Session) {
 // write, if w's connection still holds it; under the device's lock. A
 // connection taken over (its offline written by the login that took
 // over) or marked offline already (node_lost) writes nothing.
-func (g *Gateway) logout(k devKey, w presenceWrite) error {
+func (g *API) logout(k devKey, w presenceWrite) error {
 	_, err := g.store.UpdateDevice(context.Background(), k.app, k.dev, func(d *store.Device) error {
 		if d.Status != 1 || d.Node != g.node || d.Conn != w.conn {
 			return errSkip // taken over, or already offline
@@ -264,7 +264,7 @@ func (g *Gateway) logout(k devKey, w presenceWrite) error {
 
 // supersede drops the failed presence write of the device waiting for a
 // retry: a newer one is being made. Under the device's lock.
-func (g *Gateway) supersede(k devKey) {
+func (g *API) supersede(k devKey) {
 	g.retryMu.Lock()
 	delete(g.retry, k)
 	g.retryMu.Unlock()
@@ -272,7 +272,7 @@ func (g *Gateway) supersede(k devKey) {
 
 // later keeps w to be tried again, and schedules the retry. Under the
 // device's lock.
-func (g *Gateway) later(k devKey, w presenceWrite) {
+func (g *API) later(k devKey, w presenceWrite) {
 	g.retryMu.Lock()
 	defer g.retryMu.Unlock()
 	if g.retry == nil {
@@ -288,7 +288,7 @@ func (g *Gateway) later(k devKey, w presenceWrite) {
 // retryPresence tries the failed presence writes again, so a device that
 // connected or left while the store was unreachable ends with the right
 // presence once it is back; what fails again waits for the next round.
-func (g *Gateway) retryPresence() {
+func (g *API) retryPresence() {
 	g.retryMu.Lock()
 	work := g.retry
 	g.retry, g.armed = nil, false
@@ -319,7 +319,7 @@ func (g *Gateway) retryPresence() {
 }
 
 // Subscribed starts message delivery or sends the desired document.
-func (g *Gateway) Subscribed(s *broker.Session, topic string) {
+func (g *API) Subscribed(s *broker.Session, topic string) {
 	switch topic {
 	case message.TopicMsg:
 		g.dispatch.Attach(s, s.AppKey, s.DeviceName)
@@ -337,7 +337,7 @@ func (g *Gateway) Subscribed(s *broker.Session, topic string) {
 // Unsubscribed stops message delivery when the device drops its last
 // subscription to msg; PUBACKs of what was sent still count, and a new
 // SUBSCRIBE on the connection goes on where delivery stopped.
-func (g *Gateway) Unsubscribed(s *broker.Session, topic string) {
+func (g *API) Unsubscribed(s *broker.Session, topic string) {
 	if topic == message.TopicMsg {
 		g.dispatch.Unsubscribe(s, s.AppKey, s.DeviceName)
 	}
@@ -348,7 +348,7 @@ func (g *Gateway) Unsubscribed(s *broker.Session, topic string) {
 // them only once they are durable; one that cannot be stored is refused
 // (see deviceEvent). A publish to any other topic is refused
 // (broker.ErrTopic): acknowledging it would tell the device it was taken.
-func (g *Gateway) Published(s *broker.Session, topic string, qos byte, payload []byte) error {
+func (g *API) Published(s *broker.Session, topic string, qos byte, payload []byte) error {
 	ctx := context.Background()
 	switch topic {
 	case events.TopicEvent:
@@ -400,7 +400,7 @@ const storeTimeout = 10 * time.Second
 // the device can tell apart (broker.ErrMalformed) when the publish
 // breaks the rules of its topic, else the store's error (the device
 // publishes it again).
-func (g *Gateway) deviceEvent(s *broker.Session, topic string, write func(context.Context) error) error {
+func (g *API) deviceEvent(s *broker.Session, topic string, write func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	err := write(ctx)
@@ -429,12 +429,12 @@ func parseMsgID(raw json.RawMessage) (int64, error) {
 }
 
 // Acked passes a PUBACK to message delivery.
-func (g *Gateway) Acked(s *broker.Session, pid uint16) {
+func (g *API) Acked(s *broker.Session, pid uint16) {
 	g.dispatch.Acked(s, s.AppKey, s.DeviceName, pid)
 }
 
 // DesiredChanged pushes a new desired document to the connected device.
-func (g *Gateway) DesiredChanged(ctx context.Context, appKey, device string, sh store.Shadow) {
+func (g *API) DesiredChanged(ctx context.Context, appKey, device string, sh store.Shadow) {
 	if s := g.broker.Session(appKey, device); s != nil {
 		g.sync.Push(s, sh)
 		return
@@ -443,7 +443,7 @@ func (g *Gateway) DesiredChanged(ctx context.Context, appKey, device string, sh 
 }
 
 // Disabled disconnects the device and fails its pending messages (5/3003).
-func (g *Gateway) Disabled(ctx context.Context, appKey, device string) {
+func (g *API) Disabled(ctx context.Context, appKey, device string) {
 	g.kick(ctx, appKey, device)
 	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDisabled, "device disabled"); err != nil {
 		g.log.Error("fail pending messages of a disabled device", "app", appKey, "device", device, "err", err)
@@ -454,7 +454,7 @@ func (g *Gateway) Disabled(ctx context.Context, appKey, device string) {
 // pending messages (5/3007). The device is already disabled, so it cannot
 // connect again meanwhile. An error leaves messages pending, and the
 // caller does not delete the device then: its queue would be lost.
-func (g *Gateway) Deleted(ctx context.Context, appKey, device string) error {
+func (g *API) Deleted(ctx context.Context, appKey, device string) error {
 	g.kick(ctx, appKey, device)
 	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDeleted, "device deleted"); err != nil {
 		return fmt.Errorf("fail pending messages of %s/%s: %w", appKey, device, err)
@@ -469,7 +469,7 @@ func (g *Gateway) Deleted(ctx context.Context, appKey, device string) error {
 // then finds the device offline and writes nothing. Only the connection
 // held when kick began is marked offline, never a newer one (of a device
 // enabled again meanwhile).
-func (g *Gateway) kick(ctx context.Context, appKey, device string) {
+func (g *API) kick(ctx context.Context, appKey, device string) {
 	held, err := g.store.GetDevice(ctx, appKey, device)
 	if !g.broker.Kick(appKey, device) {
 		g.tell(ctx, appKey, device, cluster.KindKick)
@@ -500,7 +500,7 @@ func (g *Gateway) kick(ctx context.Context, appKey, device string) {
 
 // Online reports whether the device can take a message now: subscribed
 // here, or connected to another node as d, read just before, says.
-func (g *Gateway) Online(d store.Device) bool {
+func (g *API) Online(d store.Device) bool {
 	if g.dispatch.Online(d.AppKey, d.Name) {
 		return true
 	}
@@ -513,7 +513,7 @@ func (g *Gateway) Online(d store.Device) bool {
 // the message was stored, and got it with everything pending, or just
 // before: then that node's second look at the queue, attachRecheck after
 // the subscription, sends it.
-func (g *Gateway) Notify(m store.Message, d store.Device) {
+func (g *API) Notify(m store.Message, d store.Device) {
 	if g.peers == nil || g.dispatch.Online(m.AppKey, m.DeviceName) {
 		g.dispatch.Notify(m)
 		return
@@ -526,7 +526,7 @@ func (g *Gateway) Notify(m store.Message, d store.Device) {
 // tell sends an event to the other node that holds the device, as its
 // presence entry says now. Nothing is sent for a device that is offline or
 // held here: its next subscription reads the store anyway.
-func (g *Gateway) tell(ctx context.Context, appKey, device, kind string) {
+func (g *API) tell(ctx context.Context, appKey, device, kind string) {
 	if g.peers == nil {
 		return
 	}
@@ -544,14 +544,14 @@ func (g *Gateway) tell(ctx context.Context, appKey, device, kind string) {
 }
 
 // send publishes ev to a node; a lost event only delays (see Resync).
-func (g *Gateway) send(ctx context.Context, node int, ev cluster.Event) {
+func (g *API) send(ctx context.Context, node int, ev cluster.Event) {
 	if err := g.peers.Send(ctx, node, ev); err != nil {
 		g.log.Error("tell another node", "node_id", node, "event", ev.Kind, "app", ev.App, "device", ev.Device, "err", err)
 	}
 }
 
 // HandleEvent acts on what another node asks of this one.
-func (g *Gateway) HandleEvent(ctx context.Context, ev cluster.Event) {
+func (g *API) HandleEvent(ctx context.Context, ev cluster.Event) {
 	switch ev.Kind {
 	case cluster.KindWake:
 		g.dispatch.Wake(ev.App, ev.Device)
@@ -585,7 +585,7 @@ func (g *Gateway) HandleEvent(ctx context.Context, ev cluster.Event) {
 // connections here that the store says were disabled or taken over
 // elsewhere, sends every subscribed device what is pending for it and,
 // after a lost subscription, the desired document too.
-func (g *Gateway) Resync(resubscribed bool) {
+func (g *API) Resync(resubscribed bool) {
 	ctx := context.Background()
 	for _, s := range g.broker.Sessions() {
 		if _, ok := g.recorded.Load(s); !ok {
@@ -615,7 +615,7 @@ func (g *Gateway) Resync(resubscribed bool) {
 
 // Reassert marks the devices connected here online again, unless another
 // node holds one now: that connection here is stale and is closed.
-func (g *Gateway) Reassert(ctx context.Context) {
+func (g *API) Reassert(ctx context.Context) {
 	for _, s := range g.broker.Sessions() {
 		conn := g.connID(s)
 		stale := false

@@ -1,4 +1,4 @@
-package gateway_test
+package mqttapi_test
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/events"
-	"github.com/devmsg/devmsg/gateway"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/mqttapi"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -28,17 +28,17 @@ const (
 	secret = "device-secret-0123456789abcdefgh"
 )
 
-// world is a gateway with its dispatcher and a real broker on a loopback
+// world is an MQTT API with its dispatcher and a real broker on a loopback
 // port, over Pebble in a temp dir.
 type world struct {
 	t        *testing.T
 	st       store.Store
-	gw       *gateway.Gateway
+	gw       *mqttapi.API
 	dispatch *message.Dispatcher
 	msgs     *message.Service
 	events   *events.Service
 	broker   *broker.Broker
-	logs     *lockedBuffer // what the gateway and broker log
+	logs     *lockedBuffer // what the MQTT API and broker log
 	mqtt     string        // the broker's TCP address
 }
 
@@ -59,8 +59,8 @@ func newWorldOn(t *testing.T, st store.Store) *world {
 	t.Cleanup(func() { st.Close() })
 	d := message.NewDispatcher(st, log)
 	ev := events.NewService(st)
-	gw := gateway.New(st, d, shadow.NewSync(st, log), ev, log)
-	b := broker.New(broker.Config{TCPAddr: "127.0.0.1:0", ServiceTopics: gateway.ServiceTopics}, gw, log)
+	gw := mqttapi.New(st, d, shadow.NewSync(st, log), ev, log)
+	b := broker.New(broker.Config{TCPAddr: "127.0.0.1:0", ServiceTopics: mqttapi.ServiceTopics}, gw, log)
 	gw.SetBroker(b)
 	addrs, err := b.Start()
 	if err != nil {
@@ -144,7 +144,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestDeleted runs the gateway's part of a device deletion (DESIGN.md
+// TestDeleted runs the MQTT API's part of a device deletion (DESIGN.md
 // section 5) on a connected device with a message in flight: disabled
 // first, then Deleted, then the store's delete.
 func TestDeleted(t *testing.T) {
