@@ -2,9 +2,6 @@ package callback
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +19,7 @@ import (
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
 // Config tunes delivery (the callback keys of DESIGN.md section 5).
@@ -127,7 +125,7 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 		st:      st,
 		apps:    apps,
 		log:     log,
-		client:  NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 8),
+		client:  webhook.NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 8),
 		metrics: m,
 		now:     time.Now,
 		recent:  map[string][]Delivery{},
@@ -613,7 +611,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 		d := Delivery{Time: start, URL: s.q.URL, Records: len(entries), Attempt: attempt, Status: status,
 			LatencyMS: float64(w.now().Sub(start).Microseconds()) / 1000}
 		if lastErr != nil {
-			d.Error = reason(lastErr)
+			d.Error = webhook.Reason(lastErr)
 			s.failed.Store(true)
 		}
 		w.remember(app, d)
@@ -650,7 +648,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 	}
 	d := store.DeadLetter{
 		ID: strconv.FormatInt(entries[0].Seq, 10), AppKey: app, URL: s.q.URL, Entries: entries,
-		Attempts: w.cfg.MaxRetries + 1, LastError: reason(lastErr), Time: w.now().Unix(),
+		Attempts: w.cfg.MaxRetries + 1, LastError: webhook.Reason(lastErr), Time: w.now().Unix(),
 	}
 	if err := w.st.PutDeadLetter(w.ctx, d); err != nil {
 		if w.ctx.Err() == nil {
@@ -757,7 +755,7 @@ func (w *Worker) post(appKey, url, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load app: %w", err)
 	}
-	req, err := NewPost(w.ctx, url, "devmsg-callback", Signer{User: app.Key, Password: app.MasterSecret, Key: SigningKey(app)}, id, w.now(), body)
+	req, err := webhook.NewPost(w.ctx, url, "devmsg-callback", webhook.Signer{User: app.Key, Password: app.MasterSecret, Key: webhook.SigningKey(app)}, id, w.now(), body)
 	if err != nil {
 		return 0, err
 	}
@@ -775,16 +773,4 @@ func (w *Worker) post(appKey, url, id string, body []byte) (int, error) {
 		return resp.StatusCode, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	return resp.StatusCode, nil
-}
-
-// Sign returns the Standard Webhooks signature header value of a
-// delivery: "v1," and the base64 HMAC-SHA256 of "id.timestamp.body".
-func Sign(key []byte, id, timestamp string, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write([]byte(timestamp))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }

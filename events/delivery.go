@@ -15,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
 // WebhookConfig tunes webhook delivery (the events keys of DESIGN.md
@@ -130,7 +130,7 @@ func NewWebhooks(cfg WebhookConfig, st WebhookStore, apps Apps, log *slog.Logger
 		st:      st,
 		apps:    apps,
 		log:     log,
-		client:  callback.NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 4),
+		client:  webhook.NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 4),
 		metrics: m,
 		now:     time.Now,
 		kick:    make(chan struct{}, 1),
@@ -583,7 +583,7 @@ func (l *loop) send(ctx context.Context, id string, body []byte) (int, error) {
 	}
 	// The headers of callbacks (DESIGN.md section 4): Basic with the
 	// app's key and master secret, and the Standard Webhooks signature.
-	req, err := callback.NewPost(ctx, l.hook.URL, "devmsg-events", callback.Signer{User: app.Key, Password: app.MasterSecret, Key: callback.SigningKey(app)}, id, w.now(), body)
+	req, err := webhook.NewPost(ctx, l.hook.URL, "devmsg-events", webhook.Signer{User: app.Key, Password: app.MasterSecret, Key: webhook.SigningKey(app)}, id, w.now(), body)
 	if err != nil {
 		return 0, err
 	}

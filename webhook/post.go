@@ -1,4 +1,4 @@
-package callback
+package webhook
 
 import (
 	"bytes"
@@ -25,9 +25,10 @@ func NewClient(allowed []netip.Prefix, timeout time.Duration, idlePerHost int) *
 	}
 }
 
-// Signer holds what signs a delivery POST (DESIGN.md section 4): the
-// Basic credentials (the app's key and master secret) and the Standard
-// Webhooks key.
+// Signer holds what signs a delivery POST: the Basic credentials (the
+// app's key and master secret) and the Standard Webhooks key. A receiver
+// may check either (docs/callbacks.md, "Verify that a callback came from
+// devmsg").
 type Signer struct {
 	User, Password string
 	Key            []byte
