@@ -84,7 +84,7 @@ const idleExit = 5 * time.Minute
 // its own sender, so a slow or dead URL delays only its own records.
 type Worker struct {
 	cfg     Config
-	st      store.Store
+	st      Store
 	apps    *appcache.Cache
 	log     *slog.Logger
 	client  *http.Client
@@ -103,12 +103,15 @@ type Worker struct {
 	wg     sync.WaitGroup
 }
 
-// New returns a worker; Start runs it. apps should be the cache the admin
-// API updates, so a settings change applies to the next record at once;
-// nil gives the worker its own. Its metrics are registered with reg.
-func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg prometheus.Registerer) (*Worker, error) {
+// New returns a worker; Start runs it. apps must be the cache the admin
+// API updates, so a settings change applies to the next record at once.
+// Its metrics are registered with reg.
+func New(cfg Config, st Store, apps *appcache.Cache, log *slog.Logger, reg prometheus.Registerer) (*Worker, error) {
 	if cfg.BatchSize < 1 || cfg.FlushInterval <= 0 || cfg.RetryInterval <= 0 || cfg.MaxRetries < 0 || cfg.RequestTimeout <= 0 {
 		return nil, fmt.Errorf("callback: invalid config %+v", cfg)
+	}
+	if apps == nil {
+		return nil, errors.New("callback: no app cache")
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 10 * time.Millisecond
@@ -116,9 +119,6 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
-	}
-	if apps == nil {
-		apps = appcache.New(st, time.Now)
 	}
 	return &Worker{
 		cfg:     cfg,
