@@ -22,7 +22,8 @@ import (
 	"github.com/devmsg/devmsg/webhook"
 )
 
-// Config tunes delivery (the callback keys of DESIGN.md section 5).
+// Config tunes delivery: the callback.* keys of the service's
+// configuration (docs/configuration.md, docs/callbacks.md).
 type Config struct {
 	BatchSize      int           // records per POST, at most
 	FlushInterval  time.Duration // a record waits at most this long for its batch to fill

@@ -19,8 +19,9 @@ import (
 	"github.com/devmsg/devmsg/webhook"
 )
 
-// WebhookConfig tunes webhook delivery (the events keys of DESIGN.md
-// section 7, and the callback keys the webhooks share).
+// WebhookConfig tunes webhook delivery: the events.batch_size and
+// events.linger keys, and the callback.* keys the webhooks share
+// (docs/configuration.md).
 type WebhookConfig struct {
 	// BatchSize is the most events in one POST (events.batch_size).
 	BatchSize int
@@ -581,8 +582,9 @@ func (l *loop) send(ctx context.Context, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load app: %w", err)
 	}
-	// The headers of callbacks (DESIGN.md section 4): Basic with the
-	// app's key and master secret, and the Standard Webhooks signature.
+	// The headers of callbacks (docs/events.md, "Verifying signatures"):
+	// Basic with the app's key and master secret, and the Standard
+	// Webhooks signature.
 	req, err := webhook.NewPost(ctx, l.hook.URL, "devmsg-events", webhook.Signer{User: app.Key, Password: app.MasterSecret, Key: webhook.SigningKey(app)}, id, w.now(), body)
 	if err != nil {
 		return 0, err
