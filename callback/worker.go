@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -760,18 +759,15 @@ func (w *Worker) post(appKey, url, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp, err := w.client.Do(req)
+	status, err := webhook.Do(w.client, req)
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		return 0, netguard.ErrNotAllowed // shown to the app: no address, no dial detail
 	}
 	if err != nil {
 		return 0, err
 	}
-	// Read a little so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("HTTP %d", resp.StatusCode)
+	if status != http.StatusOK {
+		return status, fmt.Errorf("HTTP %d", status)
 	}
-	return resp.StatusCode, nil
+	return status, nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -589,17 +588,14 @@ func (l *loop) send(ctx context.Context, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp, err := w.client.Do(req)
+	status, err := webhook.Do(w.client, req)
 	if err != nil {
 		return 0, err
 	}
-	// Read a little so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("HTTP %d", resp.StatusCode)
+	if status < 200 || status > 299 {
+		return status, fmt.Errorf("HTTP %d", status)
 	}
-	return resp.StatusCode, nil
+	return status, nil
 }
 
 // sleep waits d; false when ctx ends first.
