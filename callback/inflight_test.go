@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/memory"
 )
@@ -50,7 +51,7 @@ func startWorker(t *testing.T, st store.Store, maxRetries int) *Worker {
 	t.Helper()
 	w, err := New(Config{BatchSize: 1, FlushInterval: time.Hour, RetryInterval: 10 * time.Millisecond, MaxRetries: maxRetries,
 		RequestTimeout: 30 * time.Second, AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-		st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		st, appcache.New(st, time.Now), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestStragglerReachesSenderBehindItsCursor(t *testing.T) {
 	st.hide.Store(all[0].Seq) // 1-0 is not visible yet
 	w, err := New(Config{BatchSize: 2, FlushInterval: time.Hour, RetryInterval: time.Second, RequestTimeout: 10 * time.Second,
 		AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-		st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		st, appcache.New(st, time.Now), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

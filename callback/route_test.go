@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/memory"
 )
@@ -65,7 +66,7 @@ func TestRouterReadsOnAfterEmptyRescan(t *testing.T) {
 		}
 	}
 	w, err := New(Config{BatchSize: 10, FlushInterval: time.Second, RetryInterval: time.Second, RequestTimeout: time.Second},
-		st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		st, appcache.New(st, time.Now), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestRouterRescansFromGap(t *testing.T) {
 	}
 	st.hide.Store(all[1].Seq)
 	w, err := New(Config{BatchSize: 10, FlushInterval: time.Second, RetryInterval: time.Second, RequestTimeout: time.Second},
-		st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		st, appcache.New(st, time.Now), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

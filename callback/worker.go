@@ -2,13 +2,9 @@ package callback
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -22,9 +18,11 @@ import (
 	"github.com/devmsg/devmsg/internal/appcache"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
-// Config tunes delivery (the callback keys of DESIGN.md section 5).
+// Config tunes delivery: the callback.* keys of the service's
+// configuration (docs/configuration.md, docs/callbacks.md).
 type Config struct {
 	BatchSize      int           // records per POST, at most
 	FlushInterval  time.Duration // a record waits at most this long for its batch to fill
@@ -86,7 +84,7 @@ const idleExit = 5 * time.Minute
 // its own sender, so a slow or dead URL delays only its own records.
 type Worker struct {
 	cfg     Config
-	st      store.Store
+	st      Store
 	apps    *appcache.Cache
 	log     *slog.Logger
 	client  *http.Client
@@ -105,12 +103,15 @@ type Worker struct {
 	wg     sync.WaitGroup
 }
 
-// New returns a worker; Start runs it. apps should be the cache the admin
-// API updates, so a settings change applies to the next record at once;
-// nil gives the worker its own. Its metrics are registered with reg.
-func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg prometheus.Registerer) (*Worker, error) {
+// New returns a worker; Start runs it. apps must be the cache the admin
+// API updates, so a settings change applies to the next record at once.
+// Its metrics are registered with reg.
+func New(cfg Config, st Store, apps *appcache.Cache, log *slog.Logger, reg prometheus.Registerer) (*Worker, error) {
 	if cfg.BatchSize < 1 || cfg.FlushInterval <= 0 || cfg.RetryInterval <= 0 || cfg.MaxRetries < 0 || cfg.RequestTimeout <= 0 {
 		return nil, fmt.Errorf("callback: invalid config %+v", cfg)
+	}
+	if apps == nil {
+		return nil, errors.New("callback: no app cache")
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 10 * time.Millisecond
@@ -119,15 +120,12 @@ func New(cfg Config, st store.Store, apps *appcache.Cache, log *slog.Logger, reg
 	if err != nil {
 		return nil, err
 	}
-	if apps == nil {
-		apps = appcache.New(st, time.Now)
-	}
 	return &Worker{
 		cfg:     cfg,
 		st:      st,
 		apps:    apps,
 		log:     log,
-		client:  NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 8),
+		client:  webhook.NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 8),
 		metrics: m,
 		now:     time.Now,
 		recent:  map[string][]Delivery{},
@@ -613,7 +611,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 		d := Delivery{Time: start, URL: s.q.URL, Records: len(entries), Attempt: attempt, Status: status,
 			LatencyMS: float64(w.now().Sub(start).Microseconds()) / 1000}
 		if lastErr != nil {
-			d.Error = reason(lastErr)
+			d.Error = webhook.Reason(lastErr)
 			s.failed.Store(true)
 		}
 		w.remember(app, d)
@@ -650,7 +648,7 @@ func (s *sender) deliver(entries []store.OutboxEntry) bool {
 	}
 	d := store.DeadLetter{
 		ID: strconv.FormatInt(entries[0].Seq, 10), AppKey: app, URL: s.q.URL, Entries: entries,
-		Attempts: w.cfg.MaxRetries + 1, LastError: reason(lastErr), Time: w.now().Unix(),
+		Attempts: w.cfg.MaxRetries + 1, LastError: webhook.Reason(lastErr), Time: w.now().Unix(),
 	}
 	if err := w.st.PutDeadLetter(w.ctx, d); err != nil {
 		if w.ctx.Err() == nil {
@@ -757,34 +755,19 @@ func (w *Worker) post(appKey, url, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load app: %w", err)
 	}
-	req, err := NewPost(w.ctx, url, "devmsg-callback", Signer{User: app.Key, Password: app.MasterSecret, Key: SigningKey(app)}, id, w.now(), body)
+	req, err := webhook.NewPost(w.ctx, url, "devmsg-callback", webhook.Signer{User: app.Key, Password: app.MasterSecret, Key: webhook.SigningKey(app)}, id, w.now(), body)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := w.client.Do(req)
+	status, err := webhook.Do(w.client, req)
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		return 0, netguard.ErrNotAllowed // shown to the app: no address, no dial detail
 	}
 	if err != nil {
 		return 0, err
 	}
-	// Read a little so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("HTTP %d", resp.StatusCode)
+	if status != http.StatusOK {
+		return status, fmt.Errorf("HTTP %d", status)
 	}
-	return resp.StatusCode, nil
-}
-
-// Sign returns the Standard Webhooks signature header value of a
-// delivery: "v1," and the base64 HMAC-SHA256 of "id.timestamp.body".
-func Sign(key []byte, id, timestamp string, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write([]byte(timestamp))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	return status, nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -15,12 +14,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
-// WebhookConfig tunes webhook delivery (the events keys of DESIGN.md
-// section 7, and the callback keys the webhooks share).
+// WebhookConfig tunes webhook delivery: the events.batch_size and
+// events.linger keys, and the callback.* keys the webhooks share
+// (docs/configuration.md).
 type WebhookConfig struct {
 	// BatchSize is the most events in one POST (events.batch_size).
 	BatchSize int
@@ -130,7 +130,7 @@ func NewWebhooks(cfg WebhookConfig, st WebhookStore, apps Apps, log *slog.Logger
 		st:      st,
 		apps:    apps,
 		log:     log,
-		client:  callback.NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 4),
+		client:  webhook.NewClient(cfg.AllowedNetworks, cfg.RequestTimeout, 4),
 		metrics: m,
 		now:     time.Now,
 		kick:    make(chan struct{}, 1),
@@ -581,23 +581,21 @@ func (l *loop) send(ctx context.Context, id string, body []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load app: %w", err)
 	}
-	// The headers of callbacks (DESIGN.md section 4): Basic with the
-	// app's key and master secret, and the Standard Webhooks signature.
-	req, err := callback.NewPost(ctx, l.hook.URL, "devmsg-events", callback.Signer{User: app.Key, Password: app.MasterSecret, Key: callback.SigningKey(app)}, id, w.now(), body)
+	// The headers of callbacks (docs/events.md, "Verifying signatures"):
+	// Basic with the app's key and master secret, and the Standard
+	// Webhooks signature.
+	req, err := webhook.NewPost(ctx, l.hook.URL, "devmsg-events", webhook.Signer{User: app.Key, Password: app.MasterSecret, Key: webhook.SigningKey(app)}, id, w.now(), body)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := w.client.Do(req)
+	status, err := webhook.Do(w.client, req)
 	if err != nil {
 		return 0, err
 	}
-	// Read a little so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("HTTP %d", resp.StatusCode)
+	if status < 200 || status > 299 {
+		return status, fmt.Errorf("HTTP %d", status)
 	}
-	return resp.StatusCode, nil
+	return status, nil
 }
 
 // sleep waits d; false when ctx ends first.

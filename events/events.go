@@ -10,7 +10,7 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Event types (DESIGN.md section 7).
+// Event types (docs/events.md, "Event types").
 const (
 	TypeUp       = "device.up"
 	TypeEvent    = "device.event"

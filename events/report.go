@@ -12,14 +12,15 @@ import (
 )
 
 // MaxReportTime is the highest report time: 2^53-1, the largest integer
-// every JSON parser holds exactly (DESIGN.md section 6).
+// every JSON parser holds exactly, so a report's time reads the same in
+// every language.
 const MaxReportTime = 1<<53 - 1
 
 // reportKeys are the keys of an event report; other keys are ignored.
 var reportKeys = []string{"name", "content", "type", "time"}
 
-// ParseReport checks an event report's payload (DESIGN.md section 7,
-// docs/device-protocol.md) and returns its data; the default time is
+// ParseReport checks an event report's payload (docs/device-protocol.md,
+// "Event reports") and returns its data; the default time is
 // now. It is strict, so that what a device sends means one thing: at
 // most MaxPayload bytes of UTF-8 holding one JSON object; keys exact in
 // case, none twice, and none a known key in another case ("Name");

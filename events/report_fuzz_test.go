@@ -10,8 +10,8 @@ import (
 
 // FuzzParseReport feeds ParseReport what a device may publish on its
 // event topic: it never panics, refuses with ErrMalformed only, and what
-// it accepts keeps DESIGN.md section 7's rules and survives a round trip
-// through its JSON.
+// it accepts keeps the rules of an event report (docs/device-protocol.md,
+// "Event reports") and survives a round trip through its JSON.
 func FuzzParseReport(f *testing.F) {
 	for _, seed := range []string{
 		`{"name":"door","content":"opened","type":1,"time":1700000000000}`,

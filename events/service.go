@@ -17,7 +17,8 @@ const (
 	TopicEvent = "event"
 )
 
-// Limits of what a device publishes (DESIGN.md section 7).
+// Limits of what a device publishes (docs/device-protocol.md, "Telemetry"
+// and "Event reports"), and of a pull (docs/events.md, "Pull").
 const (
 	MaxPayload   = 65536
 	MaxSuffix    = 128

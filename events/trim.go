@@ -12,8 +12,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Config is the event log's settings: the config key events of DESIGN.md
-// section 7.
+// Config is the event log's settings: the events.* keys of the service's
+// configuration (docs/configuration.md).
 type Config struct {
 	// Retention is how long an event is kept.
 	Retention time.Duration
@@ -26,7 +26,8 @@ type Config struct {
 	Linger    time.Duration
 }
 
-// DefaultConfig returns the defaults of DESIGN.md section 7.
+// DefaultConfig returns the defaults of the events.* keys
+// (docs/configuration.md).
 func DefaultConfig() Config {
 	return Config{Retention: 24 * time.Hour, MaxPerApp: 1_000_000, BatchSize: 100, Linger: 200 * time.Millisecond}
 }

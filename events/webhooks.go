@@ -10,7 +10,7 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Webhook formats (DESIGN.md section 7).
+// Webhook formats (docs/events.md, "Webhooks").
 const (
 	// FormatEvents posts a JSON array of events in their one shape.
 	FormatEvents = ""

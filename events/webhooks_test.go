@@ -22,10 +22,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
 const appKey = "app-key-1"
@@ -350,7 +350,7 @@ func TestWebhookSignedWithBasicAndStandardWebhooks(t *testing.T) {
 	rcv.waitIDs(ids)
 	p := rcv.received()[0]
 	// The secret receivers configure, as the admin API shows it.
-	secret := callback.SigningSecret(testApp)
+	secret := webhook.SigningSecret(testApp)
 	if err := verifyStandardWebhook(secret, p.header, p.body); err != nil {
 		t.Fatalf("signature does not verify: %v", err)
 	}
@@ -385,7 +385,7 @@ func TestWebhookJIOTOnePerPOST(t *testing.T) {
 	if len(posts) != 3 {
 		t.Fatalf("%d POSTs, want one per device.event (3)", len(posts))
 	}
-	secret := callback.SigningSecret(testApp)
+	secret := webhook.SigningSecret(testApp)
 	for i, p := range posts {
 		if err := verifyStandardWebhook(secret, p.header, p.body); err != nil {
 			t.Fatalf("POST %d: %v", i, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
+	"github.com/devmsg/devmsg/presence"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
@@ -66,9 +67,9 @@ type API struct {
 	// recorded holds the sessions whose login is in the store, the ones
 	// Resync may judge by their presence entry.
 	recorded sync.Map // *broker.Session → struct{}
-	// since holds when each connection of this process logged in (Unix
-	// ms) by connection id, for the online_ms of its device.offline.
-	since sync.Map
+	// presence applies the presence rules to the connections of this
+	// process.
+	presence presence.Tracker
 
 	locks [stripes]sync.Mutex
 
@@ -168,7 +169,7 @@ func (g *API) Connected(s *broker.Session) {
 	k := devKey{s.AppKey, s.DeviceName}
 	g.supersede(k)
 	err := g.login(s)
-	if errors.Is(err, errDisabled) || errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, presence.ErrDisabled) || errors.Is(err, store.ErrNotFound) {
 		s.Close()
 		return
 	}
@@ -179,31 +180,16 @@ func (g *API) Connected(s *broker.Session) {
 }
 
 // login records s as the device's connection, under the device's lock,
-// with its device.online in the same write: preceded, when the entry
-// still names another connection (here or on another node), by that
-// connection's device.offline (takeover). That connection's own logout
-// then finds the entry no longer its own and writes nothing, so every
-// online is followed by exactly one offline, in the log's order.
+// with its device.online in the same write (presence.Tracker.Login), and
+// closes the connection the device still had on another node.
 func (g *API) login(s *broker.Session) error {
-	t := g.now()
-	now, conn := t.Unix(), g.connID(s)
+	t, c := g.now(), g.conn(s)
 	var prev store.Device
-	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) error {
-		if d.Flag != store.FlagEnabled {
-			return errDisabled // disabled since Authenticate
-		}
-		prev = *d
-		if d.Status == 1 && d.Node == g.node && d.Conn == conn {
-			return errSkip // a retried login whose failed write had landed
-		}
-		d.Status, d.ClientIP, d.LastLoginTime, d.Node, d.Conn = 1, s.RemoteIP, now, g.node, conn
-		if d.TimeActive == 0 {
-			d.TimeActive = now
-		}
-		d.Emit = g.loginEvents(prev, s, t)
-		return nil
+	_, err := g.store.UpdateDevice(context.Background(), s.AppKey, s.DeviceName, func(d *store.Device) (err error) {
+		prev, err = g.presence.Login(d, c, t)
+		return err
 	})
-	if errors.Is(err, errSkip) {
+	if errors.Is(err, presence.ErrUnchanged) {
 		return nil
 	}
 	if err != nil {
@@ -216,20 +202,13 @@ func (g *API) login(s *broker.Session) error {
 	return nil
 }
 
-// errSkip leaves a device as it is from inside an UpdateDevice;
-// errDisabled refuses a login.
-var (
-	errSkip     = errors.New("no change")
-	errDisabled = errors.New("device disabled")
-)
-
 // Disconnected marks the device offline unless a newer connection, here
 // or on another node, holds it.
 func (g *API) Disconnected(s *broker.Session) {
 	g.recorded.Delete(s)
 	g.dispatch.Detach(s, s.AppKey, s.DeviceName)
 	defer g.lock(s.AppKey, s.DeviceName)()
-	defer g.since.Delete(g.connID(s))
+	defer g.presence.Forget(g.connID(s))
 	if !s.Current() {
 		return // taken over here: the newer session's login stands
 	}
@@ -244,19 +223,13 @@ func (g *API) Disconnected(s *broker.Session) {
 }
 
 // logout marks the device offline, with its device.offline in the same
-// write, if w's connection still holds it; under the device's lock. A
-// connection taken over (its offline written by the login that took
-// over) or marked offline already (node_lost) writes nothing.
+// write, if w's connection still holds it (presence.Logout); under the
+// device's lock.
 func (g *API) logout(k devKey, w presenceWrite) error {
 	_, err := g.store.UpdateDevice(context.Background(), k.app, k.dev, func(d *store.Device) error {
-		if d.Status != 1 || d.Node != g.node || d.Conn != w.conn {
-			return errSkip // taken over, or already offline
-		}
-		d.Status, d.LastLogoutTime = 0, w.at
-		d.Emit = []store.Event{w.off}
-		return nil
+		return presence.Logout(d, g.node, w.conn, w.at, w.off)
 	})
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, errSkip) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, presence.ErrUnchanged) {
 		return nil
 	}
 	return err
@@ -304,7 +277,7 @@ func (g *API) retryPresence() {
 		case !w.login:
 			err = g.logout(k, w)
 		case w.s.Live() && w.s.Current():
-			if err = g.login(w.s); errors.Is(err, errDisabled) || errors.Is(err, store.ErrNotFound) {
+			if err = g.login(w.s); errors.Is(err, presence.ErrDisabled) || errors.Is(err, store.ErrNotFound) {
 				go w.s.Close()
 				err = nil
 			}
@@ -480,20 +453,9 @@ func (g *API) kick(ctx context.Context, appKey, device string) {
 	defer g.lock(appKey, device)()
 	t := g.now()
 	_, err = g.store.UpdateDevice(ctx, appKey, device, func(d *store.Device) error {
-		if d.Status != 1 || d.Node != held.Node || d.Conn != held.Conn {
-			return errSkip
-		}
-		ms := int64(-1)
-		if v, ok := g.since.Load(d.Conn); ok {
-			ms = t.UnixMilli() - v.(int64)
-		}
-		off := *d
-		off.AppKey, off.Name = appKey, device
-		d.Emit = []store.Event{events.OfflineOf(off, events.ReasonKicked, t, ms)}
-		d.Status, d.LastLogoutTime = 0, t.Unix()
-		return nil
+		return g.presence.Kicked(d, held, appKey, device, t)
 	})
-	if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, store.ErrNotFound) {
+	if err != nil && !errors.Is(err, presence.ErrUnchanged) && !errors.Is(err, store.ErrNotFound) {
 		g.log.Error("mark a kicked device offline", "app", appKey, "device", device, "err", err)
 	}
 }
@@ -617,8 +579,7 @@ func (g *API) Resync(resubscribed bool) {
 // node holds one now: that connection here is stale and is closed.
 func (g *API) Reassert(ctx context.Context) {
 	for _, s := range g.broker.Sessions() {
-		conn := g.connID(s)
-		stale := false
+		c := g.conn(s)
 		unlock := g.lock(s.AppKey, s.DeviceName)
 		if _, ok := g.recorded.Load(s); !ok || !s.Live() || !s.Current() {
 			// Gone meanwhile (its logout stands), or its login is not
@@ -627,25 +588,15 @@ func (g *API) Reassert(ctx context.Context) {
 			continue
 		}
 		_, err := g.store.UpdateDevice(ctx, s.AppKey, s.DeviceName, func(d *store.Device) error {
-			if d.Status == 1 && d.Node == g.node && d.Conn == conn {
-				return errSkip
-			}
-			if d.Status == 1 && d.Node != g.node {
-				stale = true
-				return errSkip
-			}
 			// Marked offline (node_lost) while this node looked dead:
 			// online again, and said so.
-			prev := *d
-			d.Status, d.Node, d.Conn = 1, g.node, conn
-			d.Emit = g.loginEvents(prev, s, g.now())
-			return nil
+			return g.presence.Reassert(d, c, g.now())
 		})
 		unlock()
-		if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, store.ErrNotFound) {
+		if err != nil && !errors.Is(err, presence.ErrUnchanged) && !errors.Is(err, store.ErrNotFound) {
 			g.log.Error("mark a device online again", "app", s.AppKey, "device", s.DeviceName, "err", err)
 		}
-		if stale {
+		if errors.Is(err, presence.ErrHeldElsewhere) {
 			go s.TakenOver()
 		}
 	}

@@ -8,11 +8,11 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
 // eventWebhookRoutes serves an app's event webhooks (DESIGN.md section
@@ -44,7 +44,7 @@ func eventWebhooksView(app store.App) gin.H {
 		}
 		out[i] = eventWebhookView{h.URL, types, h.Format, h.CreatedAt}
 	}
-	return gin.H{"webhooks": out, "signing_secret": callback.SigningSecret(app)}
+	return gin.H{"webhooks": out, "signing_secret": webhook.SigningSecret(app)}
 }
 
 // listEventWebhooks serves GET /admin/v1/apps/{key}/events/webhooks.
@@ -85,7 +85,7 @@ func (a *API) addEventWebhook(c *gin.Context) error {
 	if h, err = events.CheckWebhook(h); err != nil {
 		return err
 	}
-	if err := callback.CheckURL(u, a.cfg.CallbackAllowCustomPorts); err != nil {
+	if err := webhook.CheckURL(u, a.cfg.CallbackAllowCustomPorts); err != nil {
 		// The callback URL rules, worded for this URL.
 		return errInvalid("event webhook %s", strings.TrimPrefix(err.Error(), "callback "))
 	}
@@ -94,7 +94,7 @@ func (a *API) addEventWebhook(c *gin.Context) error {
 	if err := events.CheckAddable(app, u); err != nil {
 		return err
 	}
-	err = callback.Verify(c.Request.Context(), a.verifier, u, app)
+	err = webhook.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		// DESIGN.md section 4: no address, no dial detail.
 		return errInvalid("URL not allowed: event webhook URL %q", u)

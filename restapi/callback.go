@@ -16,6 +16,7 @@ import (
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
 // Dead-letter listing limits.
@@ -31,12 +32,12 @@ const (
 )
 
 // newVerifyClient returns the client of echostr verifications: bounded by
-// timeout (0: callback.DefaultVerifyTimeout), following no redirect,
+// timeout (0: webhook.DefaultVerifyTimeout), following no redirect,
 // keeping no idle connection to URLs it may never see again, and
 // connecting only where the address guard allows.
 func newVerifyClient(timeout time.Duration, allowed []netip.Prefix) *http.Client {
 	if timeout <= 0 {
-		timeout = callback.DefaultVerifyTimeout
+		timeout = webhook.DefaultVerifyTimeout
 	}
 	transport := netguard.New(allowed).Transport()
 	transport.DisableKeepAlives = true
@@ -60,7 +61,7 @@ func viewCallback(app store.App) callbackView {
 			types = append(types, t)
 		}
 	}
-	return callbackView{app.Callback.Enabled, types, callback.SigningSecret(app)}
+	return callbackView{app.Callback.Enabled, types, webhook.SigningSecret(app)}
 }
 
 // getCallback serves GET /admin/v1/apps/{key}/callback: the switch, the
@@ -158,7 +159,7 @@ func urlField(obj object) (string, error) {
 
 // checkURL applies the URL rules of spec section 6.1.
 func (a *API) checkURL(u string) error {
-	if err := callback.CheckURL(u, a.cfg.CallbackAllowCustomPorts); err != nil {
+	if err := webhook.CheckURL(u, a.cfg.CallbackAllowCustomPorts); err != nil {
 		return errInvalid("%v", err)
 	}
 	return nil
@@ -166,7 +167,7 @@ func (a *API) checkURL(u string) error {
 
 // verifyURL performs the echostr verification, with the app's headers.
 func (a *API) verifyURL(c *gin.Context, app store.App, u string) error {
-	err := callback.Verify(c.Request.Context(), a.verifier, u, app)
+	err := webhook.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		// DESIGN.md section 4: no address, no dial detail.
 		return errInvalid("URL not allowed: callback URL %q", u)

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/events"
+	"github.com/devmsg/devmsg/webhook"
 )
 
 // eventsWait is the long-poll of each pull: the most the API allows, so an
@@ -309,7 +309,7 @@ func (f *forwarder) send(ctx context.Context, evs []json.RawMessage) bool {
 }
 
 func (f *forwarder) post(ctx context.Context, id string, body []byte) error {
-	req, err := callback.NewPost(ctx, f.url, "devmsg-events", callback.Signer{User: f.key, Password: f.secret, Key: f.signingKey}, id, time.Now(), body)
+	req, err := webhook.NewPost(ctx, f.url, "devmsg-events", webhook.Signer{User: f.key, Password: f.secret, Key: f.signingKey}, id, time.Now(), body)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/mqttapi"
+	"github.com/devmsg/devmsg/presence"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
@@ -211,7 +212,7 @@ func (m *Main) joinCluster(ctx context.Context) error {
 		return nil
 	}
 	rs := m.redis
-	node, err := cluster.Join(ctx, cluster.Config{NodeID: m.Config.NodeID, Prefix: rs.Prefix(), Offline: events.NodeLost}, rs.Client(), m.store, m.log)
+	node, err := cluster.Join(ctx, cluster.Config{NodeID: m.Config.NodeID, Prefix: rs.Prefix(), Offline: presence.NodeLost}, rs.Client(), m.store, m.log)
 	if err != nil {
 		return err
 	}
@@ -246,7 +247,7 @@ func (m *Main) resetPresence(ctx context.Context) error {
 	if m.node != nil {
 		resetNode = m.node.ID()
 	}
-	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix(), events.NodeLost)
+	n, err := m.store.ResetPresence(ctx, resetNode, math.MaxInt64, time.Now().Unix(), presence.NodeLost)
 	if err != nil {
 		return fmt.Errorf("reset presence: %w", err)
 	}

@@ -1,4 +1,4 @@
-package callback
+package webhook
 
 import (
 	"context"
@@ -38,13 +38,13 @@ func TestReasonHidesAddresses(t *testing.T) {
 			if c.err == nil {
 				t.Fatal("no error to word")
 			}
-			got := reason(c.err)
+			got := Reason(c.err)
 			if got != c.want {
-				t.Errorf("reason(%v) = %q, want %q", c.err, got, c.want)
+				t.Errorf("Reason(%v) = %q, want %q", c.err, got, c.want)
 			}
 			for _, leak := range []string{"127.0.0.1", "10.255.255.53", "10.0.0.5", "203.0.113.7"} {
 				if strings.Contains(got, leak) {
-					t.Errorf("reason(%v) = %q shows %s", c.err, got, leak)
+					t.Errorf("Reason(%v) = %q shows %s", c.err, got, leak)
 				}
 			}
 		})

@@ -1,4 +1,4 @@
-package callback_test
+package webhook_test
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/webhook"
 )
 
 func TestCheckURL(t *testing.T) {
-	long := "https://example.com/" + strings.Repeat("a", callback.MaxURLBytes-len("https://example.com/"))
+	long := "https://example.com/" + strings.Repeat("a", webhook.MaxURLBytes-len("https://example.com/"))
 	tests := []struct {
 		name     string
 		url      string
@@ -62,7 +62,7 @@ func TestCheckURL(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := callback.CheckURL(tc.url, tc.custom)
+			err := webhook.CheckURL(tc.url, tc.custom)
 			switch {
 			case tc.fragment == "" && err != nil:
 				t.Fatalf("CheckURL(%q) = %v, want nil", tc.url, err)
@@ -80,7 +80,7 @@ func FuzzCheckURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if err := callback.CheckURL(s, false); err != nil {
+		if err := webhook.CheckURL(s, false); err != nil {
 			return
 		}
 		// Anything accepted must be something Verify can request.
@@ -148,7 +148,7 @@ func TestVerify(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newEchoServer(t, tc.answer)
-			err := callback.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, srv.URL+"/cb", testApp)
+			err := webhook.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, srv.URL+"/cb", testApp)
 			switch {
 			case tc.fragment == "" && err != nil:
 				t.Fatalf("Verify = %v, want nil", err)
@@ -163,7 +163,7 @@ func TestVerify(t *testing.T) {
 
 func TestVerifyTrailingNewlineMessage(t *testing.T) {
 	srv := newEchoServer(t, func(w http.ResponseWriter, e string) { io.WriteString(w, e+"\n") })
-	err := callback.Verify(context.Background(), loopback, srv.URL, testApp)
+	err := webhook.Verify(context.Background(), loopback, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "more after the echostr value") {
 		t.Fatalf("Verify = %v, want it to say the body has more after the echostr", err)
 	}
@@ -179,7 +179,7 @@ func TestVerifyEchostrIsFreshAndRandom(t *testing.T) {
 		io.WriteString(w, e)
 	})
 	for range 3 {
-		if err := callback.Verify(context.Background(), loopback, srv.URL, testApp); err != nil {
+		if err := webhook.Verify(context.Background(), loopback, srv.URL, testApp); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -195,14 +195,14 @@ func TestVerifyEchostrIsFreshAndRandom(t *testing.T) {
 
 func TestVerifyKeepsTheQuery(t *testing.T) {
 	srv := newEchoServer(t, func(w http.ResponseWriter, e string) { io.WriteString(w, e) })
-	if err := callback.Verify(context.Background(), loopback, srv.URL+"/cb?b=2&a=1&flag&sp=a%20b", testApp); err != nil {
+	if err := webhook.Verify(context.Background(), loopback, srv.URL+"/cb?b=2&a=1&flag&sp=a%20b", testApp); err != nil {
 		t.Fatal(err)
 	}
 	q := srv.lastQuery()
 	if !strings.HasPrefix(q, "b=2&a=1&flag&sp=a%20b&echostr=") || len(q) != len("b=2&a=1&flag&sp=a%20b&echostr=")+32 {
 		t.Fatalf("query %q: want the URL's own query unchanged, then &echostr=<32 characters>", q)
 	}
-	if err := callback.Verify(context.Background(), loopback, srv.URL+"/cb", testApp); err != nil {
+	if err := webhook.Verify(context.Background(), loopback, srv.URL+"/cb", testApp); err != nil {
 		t.Fatal(err)
 	}
 	if q := srv.lastQuery(); !strings.HasPrefix(q, "echostr=") || len(q) != len("echostr=")+32 {
@@ -221,7 +221,7 @@ func TestVerifyTimeout(t *testing.T) {
 	})
 	defer close(release) // before srv.Close, which waits for the handler
 	start := time.Now()
-	err := callback.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL, testApp)
+	err := webhook.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "verification failed: no response within 200ms") {
 		t.Fatalf("Verify = %v, want no response within 200ms", err)
 	}
@@ -231,7 +231,7 @@ func TestVerifyTimeout(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	err = callback.Verify(ctx, &http.Client{}, srv.URL, testApp)
+	err = webhook.Verify(ctx, &http.Client{}, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "verification failed: no response within") {
 		t.Fatalf("Verify with a context deadline = %v, want no response within ...", err)
 	}
@@ -251,7 +251,7 @@ func TestVerifySlowBody(t *testing.T) {
 		io.WriteString(w, e)
 	})
 	defer close(release)
-	err := callback.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL, testApp)
+	err := webhook.Verify(context.Background(), &http.Client{Timeout: 200 * time.Millisecond}, srv.URL, testApp)
 	if err == nil || !strings.Contains(err.Error(), "no response within 200ms") {
 		t.Fatalf("Verify = %v, want no response within 200ms", err)
 	}
@@ -264,7 +264,7 @@ func TestVerifyDoesNotFollowRedirects(t *testing.T) {
 			http.Redirect(w, r, target.URL+"/?"+r.URL.RawQuery, code)
 		}))
 		// A client that would follow redirects: Verify must not.
-		err := callback.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, redirect.URL, testApp)
+		err := webhook.Verify(context.Background(), &http.Client{Timeout: 5 * time.Second}, redirect.URL, testApp)
 		redirect.Close()
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("verification failed: HTTP %d", code)) ||
 			!strings.Contains(err.Error(), "redirects are not followed") {
@@ -280,7 +280,7 @@ func TestVerifyUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	addr := srv.URL
 	srv.Close()
-	err := callback.Verify(context.Background(), loopback, addr, testApp)
+	err := webhook.Verify(context.Background(), loopback, addr, testApp)
 	if err == nil || !strings.HasPrefix(err.Error(), "verification failed: ") {
 		t.Fatalf("Verify = %v, want verification failed: ...", err)
 	}
@@ -291,10 +291,10 @@ func TestVerifyUnreachable(t *testing.T) {
 
 func TestSigningSecret(t *testing.T) {
 	app := store.App{SigningSecret: "Vb8Nq2Lm5Xc7Rt1Zs4Hd9Kf3Jg6Pw0Ya"}
-	if got, want := string(callback.SigningKey(app)), app.SigningSecret; got != want {
+	if got, want := string(webhook.SigningKey(app)), app.SigningSecret; got != want {
 		t.Errorf("SigningKey = %q, want %q", got, want)
 	}
-	if got, want := callback.SigningSecret(app), "whsec_VmI4TnEyTG01WGM3UnQxWnM0SGQ5S2YzSmc2UHcwWWE="; got != want {
+	if got, want := webhook.SigningSecret(app), "whsec_VmI4TnEyTG01WGM3UnQxWnM0SGQ5S2YzSmc2UHcwWWE="; got != want {
 		t.Errorf("SigningSecret = %q, want %q", got, want)
 	}
 }
@@ -318,14 +318,14 @@ func TestVerifySendsAppHeaders(t *testing.T) {
 			return
 		}
 		id, ts := r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp")
-		if id == "" || ts == "" || r.Header.Get("webhook-signature") != callback.Sign(callback.SigningKey(testApp), id, ts, nil) {
+		if id == "" || ts == "" || r.Header.Get("webhook-signature") != webhook.Sign(webhook.SigningKey(testApp), id, ts, nil) {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
 		io.WriteString(w, r.URL.Query().Get("echostr"))
 	}))
 	defer srv.Close()
-	if err := callback.Verify(context.Background(), loopback, srv.URL, testApp); err != nil {
+	if err := webhook.Verify(context.Background(), loopback, srv.URL, testApp); err != nil {
 		t.Fatalf("Verify against a receiver that checks the headers: %v", err)
 	}
 }
@@ -335,7 +335,7 @@ func TestVerifySendsAppHeaders(t *testing.T) {
 // no address.
 func TestVerifyGuardedByDefault(t *testing.T) {
 	srv := newEchoServer(t, func(w http.ResponseWriter, e string) { io.WriteString(w, e) })
-	err := callback.Verify(context.Background(), nil, srv.URL, testApp)
+	err := webhook.Verify(context.Background(), nil, srv.URL, testApp)
 	if !errors.Is(err, netguard.ErrNotAllowed) {
 		t.Fatalf("Verify(%s) = %v, want netguard.ErrNotAllowed", srv.URL, err)
 	}

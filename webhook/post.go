@@ -1,8 +1,9 @@
-package callback
+package webhook
 
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -25,9 +26,10 @@ func NewClient(allowed []netip.Prefix, timeout time.Duration, idlePerHost int) *
 	}
 }
 
-// Signer holds what signs a delivery POST (DESIGN.md section 4): the
-// Basic credentials (the app's key and master secret) and the Standard
-// Webhooks key.
+// Signer holds what signs a delivery POST: the Basic credentials (the
+// app's key and master secret) and the Standard Webhooks key. A receiver
+// may check either (docs/callbacks.md, "Verify that a callback came from
+// devmsg").
 type Signer struct {
 	User, Password string
 	Key            []byte
@@ -50,4 +52,18 @@ func NewPost(ctx context.Context, url, agent string, s Signer, id string, now ti
 	req.Header.Set("webhook-timestamp", ts)
 	req.Header.Set("webhook-signature", Sign(s.Key, id, ts, body))
 	return req, nil
+}
+
+// Do sends req with client and returns the answer's HTTP status (0 and
+// the error without an answer). It reads a little of the answer's body,
+// so the connection can be reused, and closes it. Which statuses count as
+// delivered is the caller's rule.
+func Do(client *http.Client, req *http.Request) (int, error) {
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }

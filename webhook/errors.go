@@ -1,4 +1,4 @@
-package callback
+package webhook
 
 import (
 	"errors"
@@ -9,11 +9,11 @@ import (
 	"github.com/devmsg/devmsg/internal/netguard"
 )
 
-// reason words a failed connection or exchange with an app's URL for the
+// Reason words a failed connection or exchange with an app's URL for the
 // app itself (verification answers, the deliveries and dead-letter lists):
 // what went wrong, never an address its host resolved to, a local address
 // or the resolver devmsg asked. Logs keep the whole error for the operator.
-func reason(err error) string {
+func Reason(err error) string {
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		return netguard.ErrNotAllowed.Error()
 	}

@@ -1,4 +1,4 @@
-package callback
+package webhook
 
 import (
 	"bytes"
@@ -27,11 +27,11 @@ const DefaultVerifyTimeout = 10 * time.Second
 // echostrLen is the length of the random echostr value.
 const echostrLen = 32
 
-// CheckURL applies the rules a callback URL must meet before it is
-// verified (spec section 6.1, DESIGN.md section 4). Each broken rule has
-// its own message, naming the rule, so a console can show it as is. Unless
-// allowCustomPorts, a URL may name a port only if it is its scheme's
-// default.
+// CheckURL applies the rules a callback or event webhook URL must meet
+// before it is verified (the URL rules of docs/api.md, "Callback URLs").
+// Each broken rule has its own message, naming the rule, so a console can
+// show it as is. Unless allowCustomPorts, a URL may name a port only if it
+// is its scheme's default.
 func CheckURL(raw string, allowCustomPorts bool) error {
 	if len(raw) > MaxURLBytes {
 		return fmt.Errorf("callback URL must be at most %d bytes, got %d", MaxURLBytes, len(raw))
@@ -85,14 +85,14 @@ func CheckURL(raw string, allowCustomPorts bool) error {
 	return nil
 }
 
-// Verify performs the echostr check of spec section 4.7 on rawURL: a GET
-// with the query parameter echostr set to a fresh random string, which
-// passes only if the answer is HTTP 200 with exactly that string as its
-// body (no newline, no whitespace). Redirects are not followed: the URL
-// itself must answer. The GET carries the headers of the record POSTs:
-// Basic app key and master secret, and the Standard Webhooks signature
-// (of an empty body), so a receiver that checks them on every request
-// accepts it. client bounds the time (nil means one with
+// Verify performs the echostr check on rawURL (docs/callbacks.md,
+// "Configure"): a GET with the query parameter echostr set to a fresh
+// random string, which passes only if the answer is HTTP 200 with exactly
+// that string as its body (no newline, no whitespace). Redirects are not
+// followed: the URL itself must answer. The GET carries the headers of the
+// record POSTs: Basic app key and master secret, and the Standard Webhooks
+// signature (of an empty body), so a receiver that checks them on every
+// request accepts it. client bounds the time (nil means one with
 // DefaultVerifyTimeout and the address guard with no exemption), as does
 // ctx. Call CheckURL first. A URL the client's guard refuses gives an
 // error wrapping netguard.ErrNotAllowed.
@@ -175,5 +175,5 @@ func verifyError(ctx context.Context, err error, limit time.Duration) error {
 	if errors.Is(err, netguard.ErrNotAllowed) {
 		return netguard.ErrNotAllowed // no address, no dial detail
 	}
-	return fmt.Errorf("verification failed: %s", reason(err))
+	return fmt.Errorf("verification failed: %s", Reason(err))
 }
