@@ -20,7 +20,7 @@ const ackBatch = 256
 // four writers stored 17,000 to 24,000 PUBACKs a second in fan-out,
 // every device's window filled with messages acknowledged but not yet
 // stored, and deliveries stopped for up to a second while sends went on
-// (BENCHMARKS.md, "Where fan-out's slow runs stall").
+// (docs/perf-notes.md, "Deliveries and PUBACKs").
 const ackWriteMax = 16 * ackBatch
 
 // ackWriters is the most writes of PUBACKs under way at once. A write

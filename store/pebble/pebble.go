@@ -152,8 +152,8 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		// rewrote the whole of the last level at every fourth flush: the
 		// compactions took a third of the CPU of a broadcast and 11% of a
 		// fan-out. Now a burst of that size fills about one memtable and is compacted
-		// after it, in fewer, larger compactions (BENCHMARKS.md, "Pebble's
-		// memtable and L0 threshold"). The cost: up to two memtables of
+		// after it, in fewer, larger compactions (docs/perf-notes.md, "The
+		// embedded store's memtables"). The cost: up to two memtables of
 		// memory (128 MiB) beside the block cache, and a longer WAL to
 		// replay after a crash.
 		MemTableSize:          64 << 20,
@@ -170,8 +170,8 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	// waits for its sync. From 8 commits in flight down to 2: at 2,000
 	// deliveries/s on a quiet machine the server used 0.57 to 0.66 cores
 	// instead of 0.79 to 0.84 and the delivery p99 fell from 13 to 15 ms
-	// to 7 to 10, for about 1 ms more at p50 (BENCHMARKS.md, "The WAL's
-	// sync spacing").
+	// to 7 to 10, for about 1 ms more at p50 (docs/perf-notes.md, "The
+	// disk").
 	po.WALMinSyncInterval = func() time.Duration {
 		if s.committing.Load() >= groupCommitters {
 			return walMinSyncInterval
