@@ -65,7 +65,7 @@ func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.M
 			continue
 		}
 		settled[i] = true
-		if err := failMessage(ctx, s.store, m, store.StateFailed, code, reason, s.now()); err != nil {
+		if err := Fail(ctx, s.store, m, store.StateFailed, code, reason, s.now()); err != nil {
 			return settled, err
 		}
 	}
@@ -91,9 +91,13 @@ func (s *Service) readEach(ctx context.Context, app string) func([]string) ([]st
 	}
 }
 
-// failMessage moves m, if still pending, to state with a delivery
-// failure record (record 5) of code and reason.
-func failMessage(ctx context.Context, st interface {
+// errSkip leaves a message as it is from inside an UpdateMessage.
+var errSkip = errors.New("no change")
+
+// Fail moves m, if still pending, to state with a delivery failure
+// record (record 5) of code and reason: a message no longer pending, or
+// gone, is left as it is.
+func Fail(ctx context.Context, st interface {
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
 }, m store.Message, state string, code int, reason string, now time.Time,
 ) error {

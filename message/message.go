@@ -97,14 +97,10 @@ func NewIDs(ctx context.Context, nodeID int, st interface {
 	return ids, nil
 }
 
-// Local returns the Router of a node on its own: d alone, with no other
-// node to reach.
-func Local(d *Dispatcher) Router { return local{d} }
-
-type local struct{ d *Dispatcher }
-
-func (l local) Online(dev store.Device) bool           { return l.d.Online(dev.AppKey, dev.Name) }
-func (l local) Notify(m store.Message, _ store.Device) { l.d.Notify(m) }
+// SetClock has s take the time from now rather than the system clock,
+// as tests that move time by hand need (the delivery tests' sends). Call
+// it before s is used.
+func (s *Service) SetClock(now func() time.Time) { s.now = now }
 
 type offline struct{}
 

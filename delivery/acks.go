@@ -1,4 +1,4 @@
-package message
+package delivery
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -103,7 +104,7 @@ func (d *Dispatcher) storeAcks(batch []ack) {
 			return errSkip
 		}
 		m.State = store.StateDelivered
-		m.Records = append(m.Records, NewRecord(*m, store.RecordDeliverySuccess, 0, "", now))
+		m.Records = append(m.Records, message.NewRecord(*m, store.RecordDeliverySuccess, 0, "", now))
 		return nil
 	}
 	updates := make([]store.MessageUpdate, len(batch))

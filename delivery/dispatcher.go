@@ -1,4 +1,4 @@
-package message
+package delivery
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -211,6 +212,17 @@ func (r *route) occupied() int {
 	return n
 }
 
+// Local returns the message.Router of a node on its own: d alone, with
+// no other node to reach.
+func Local(d *Dispatcher) message.Router { return local{d} }
+
+type local struct{ d *Dispatcher }
+
+var _ message.Router = local{}
+
+func (l local) Online(dev store.Device) bool           { return l.d.Online(dev.AppKey, dev.Name) }
+func (l local) Notify(m store.Message, _ store.Device) { l.d.Notify(m) }
+
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
 func NewDispatcher(st store.Store, log *slog.Logger) *Dispatcher {
 	return &Dispatcher{store: st, log: log, now: time.Now, maxHold: defaultMaxHold, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
@@ -393,14 +405,6 @@ func (d *Dispatcher) hold(r *route) bool {
 		r.holdTimer.Reset(d.maxHold)
 	}
 	return true
-}
-
-// payload is the JSON a device receives on msg (DESIGN.md section 3).
-type payload struct {
-	MsgID      string `json:"msgid"`
-	Body       string `json:"msg_body"`
-	SentTime   int64  `json:"sent_time"`
-	ExpireTime int64  `json:"expire_time"`
 }
 
 // flush sends the route's pending messages that are not yet sent on its
@@ -722,11 +726,6 @@ func (d *Dispatcher) publish(r *route, m store.Message) bool {
 	return true
 }
 
-// devicePayload is what the device receives for m.
-func devicePayload(m store.Message) []byte {
-	return appendDevicePayload(make([]byte, 0, len(m.Body)+96), m)
-}
-
 // recordSent records message id in flight on r with packet id pid. Under r.mu.
 func (d *Dispatcher) recordSent(r *route, pid uint16, id int64) {
 	if r.inflight == nil { // made at the first message: an idle device costs no maps
@@ -974,7 +973,7 @@ func (d *Dispatcher) ExpireDue(ctx context.Context) error {
 		// messages go, not at some later wake-up.
 		devs := map[[2]string]bool{}
 		for _, m := range msgs {
-			if err := d.fail(ctx, m, store.StateExpired, ErrCodeTTLExpired, "ttl expired"); err != nil {
+			if err := d.fail(ctx, m, store.StateExpired, message.ErrCodeTTLExpired, "ttl expired"); err != nil {
 				return err
 			}
 			d.expired.Add(1)
@@ -1009,7 +1008,7 @@ func (d *Dispatcher) FailPending(ctx context.Context, app, dev string, code int,
 }
 
 func (d *Dispatcher) fail(ctx context.Context, m store.Message, state string, code int, reason string) error {
-	return failMessage(ctx, d.store, m, state, code, reason, d.now())
+	return message.Fail(ctx, d.store, m, state, code, reason, d.now())
 }
 
 // Click records that the device's user clicked message id (record 6). A
@@ -1019,29 +1018,8 @@ func (d *Dispatcher) Click(ctx context.Context, appKey, dev string, id int64) er
 		if m.DeviceName != dev {
 			return store.ErrNotFound
 		}
-		m.Records = append(m.Records, NewRecord(*m, store.RecordClick, 0, "", d.now()))
+		m.Records = append(m.Records, message.NewRecord(*m, store.RecordClick, 0, "", d.now()))
 		return nil
 	})
 	return err
-}
-
-// NewRecord builds a status record of message m as it is stored: the
-// fields m already holds are left for Records to fill in, which halves the
-// bytes written per message. errCode 0 means no error object.
-func NewRecord(m store.Message, typ, errCode int, errMsg string, now time.Time) store.Record {
-	r := store.Record{Type: typ, SentTime: now.Unix()}
-	if errCode != 0 {
-		r.Error = &store.RecordError{Code: errCode, Message: errMsg}
-	}
-	return r
-}
-
-// Records returns m's status records in the callback format, every field
-// filled in.
-func Records(m store.Message) []store.Record {
-	out := make([]store.Record, len(m.Records))
-	for i, r := range m.Records {
-		out[i] = m.Filled(r)
-	}
-	return out
 }
