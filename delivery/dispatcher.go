@@ -41,13 +41,28 @@ type Conn interface {
 	Publish(topic string, payload []byte, qos byte) (uint16, error)
 }
 
+// Store is what the Dispatcher needs of the store: the device queues it
+// reads to send, the message writes of deliveries, expiries, failures and
+// clicks, and Barrier before it hands a device what a read found.
+type Store interface {
+	PendingIDs(ctx context.Context, appKey, deviceName string, limit int) ([]int64, error)
+	PendingMessages(ctx context.Context, appKey, deviceName string, limit int) ([]store.Message, error)
+	GetMessage(ctx context.Context, appKey string, id int64) (store.Message, error)
+	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
+	UpdateMessages(ctx context.Context, updates []store.MessageUpdate) ([]error, error)
+	ExpiredMessages(ctx context.Context, before int64, limit int) ([]store.Message, error)
+	Barrier(ctx context.Context) error
+}
+
+var _ Store = store.Store(nil)
+
 // Dispatcher delivers pending messages to connected devices and moves
 // each message to delivered (on the device's PUBACK) or expired (at its
 // TTL). The store's pending queue is the only record: the dispatcher's
 // state is per connection, and a new connection starts from the queue,
 // so anything unacknowledged is sent again.
 type Dispatcher struct {
-	store store.Store
+	store Store
 	log   *slog.Logger
 	now   func() time.Time
 	// maxHold bounds how long a flush holds announced messages for the
@@ -88,7 +103,7 @@ func (l local) Online(dev store.Device) bool           { return l.d.Online(dev.A
 func (l local) Notify(m store.Message, _ store.Device) { l.d.Notify(m) }
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
-func NewDispatcher(st store.Store, log *slog.Logger) *Dispatcher {
+func NewDispatcher(st Store, log *slog.Logger) *Dispatcher {
 	return &Dispatcher{store: st, log: log, now: time.Now, maxHold: defaultMaxHold, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
 }
 
