@@ -72,25 +72,8 @@ func (d *Dispatcher) flush(r *route) {
 		d.log.Error("load pending messages", "app", r.app, "device", r.dev, "err", err)
 		return
 	}
-	// Forget sent messages that left the queue without a PUBACK on this
-	// connection (expired, retracted), so they stop holding the window:
-	// those the read covered (the queue is in msgid order) but did not find.
-	// Nearly always every sent message is still queued, and counting
-	// them by the ids read is cheaper than looking each up in ids.
 	complete := len(ids) < n+r.window
-	queued := 0
-	for _, id := range ids {
-		if _, ok := r.sent[id]; ok {
-			queued++
-		}
-	}
-	if queued < n {
-		for id := range r.sent {
-			if _, found := slices.BinarySearch(ids, id); !found && (complete || id < ids[len(ids)-1]) {
-				delete(r.sent, id)
-			}
-		}
-	}
+	r.forgetLeft(ids, complete)
 	r.forgetHandled(ids, complete)
 	r.backlog = len(ids) == n+r.window
 	occupied := r.occupied()
@@ -114,6 +97,36 @@ func (d *Dispatcher) flush(r *route) {
 		time.AfterFunc(retryAfterStoreError, func() { d.Wake(r.app, r.dev) })
 		return
 	}
+	d.sendLoaded(ctx, r, msgs)
+}
+
+// forgetLeft forgets the sent messages that left the queue without a
+// PUBACK on this connection (expired, retracted), so they stop holding
+// the window: those the queue read ids covered (the queue is in msgid
+// order; complete: ids is the whole queue) but did not find. Nearly
+// always every sent message is still queued, and counting them by the
+// ids read is cheaper than looking each up in ids. Under r.mu.
+func (r *route) forgetLeft(ids []int64, complete bool) {
+	n := len(r.sent)
+	queued := 0
+	for _, id := range ids {
+		if _, ok := r.sent[id]; ok {
+			queued++
+		}
+	}
+	if queued < n {
+		for id := range r.sent {
+			if _, found := slices.BinarySearch(ids, id); !found && (complete || id < ids[len(ids)-1]) {
+				delete(r.sent, id)
+			}
+		}
+	}
+}
+
+// sendLoaded publishes the messages flush loaded that are still pending
+// and not expired, after a Barrier unless each is known durable, and
+// records those a read found unannounced (addReadSent). Under r.mu.
+func (d *Dispatcher) sendLoaded(ctx context.Context, r *route, msgs []loaded) {
 	now := d.now().Unix()
 	synced := false
 	send := make([]store.Message, 0, len(msgs))
