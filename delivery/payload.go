@@ -13,7 +13,8 @@ import (
 // appender writes exactly the bytes json.Marshal writes for the same
 // value (payload_test.go checks it), so payloads read as before.
 
-// payload is the JSON a device receives on msg (DESIGN.md section 3).
+// payload is the JSON a device receives on msg, its fields as
+// docs/device-protocol.md ("Messages") lists them.
 type payload struct {
 	MsgID      string `json:"msgid"`
 	Body       string `json:"msg_body"`

@@ -10,7 +10,7 @@ import (
 )
 
 // Disabling a device writes its flag and then fails its pending messages
-// (API.Disabled, Dispatcher.FailPending). A send reads the flag
+// (mqttapi.API.Disabled, delivery.Dispatcher.FailPending). A send reads the flag
 // before it stores its message, so a message stored after the device was
 // read enabled but after that sweep read the queue would stay pending on
 // a disabled device, and reach it if it were enabled again within the
