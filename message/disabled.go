@@ -10,12 +10,12 @@ import (
 )
 
 // Disabling a device writes its flag and then fails its pending messages
-// (mqttapi.API.Disabled, delivery.Dispatcher.FailPending). A send reads the flag
-// before it stores its message, so a message stored after the device was
-// read enabled but after that sweep read the queue would stay pending on
-// a disabled device, and reach it if it were enabled again within the
-// TTL. The outside tester found 26 of 10,000 devices disabled during a
-// broadcast left so.
+// (mqttapi.API.Disabled, delivery.Dispatcher.FailPending). A send reads
+// the flag before it stores its message, so a message stored after the
+// device was read enabled but after that sweep read the queue would stay
+// pending on a disabled device, and reach it if it were enabled again
+// within the TTL. The outside tester found 26 of 10,000 devices disabled
+// during a broadcast left so.
 //
 // Deleting a device is the same: the device goes, then its pending
 // messages fail (3007).
