@@ -10,12 +10,12 @@ import (
 )
 
 // Disabling a device writes its flag and then fails its pending messages
-// (API.Disabled, Dispatcher.FailPending). A send reads the flag
-// before it stores its message, so a message stored after the device was
-// read enabled but after that sweep read the queue would stay pending on
-// a disabled device, and reach it if it were enabled again within the
-// TTL. The outside tester found 26 of 10,000 devices disabled during a
-// broadcast left so.
+// (mqttapi.API.Disabled, delivery.Dispatcher.FailPending). A send reads
+// the flag before it stores its message, so a message stored after the
+// device was read enabled but after that sweep read the queue would stay
+// pending on a disabled device, and reach it if it were enabled again
+// within the TTL. The outside tester found 26 of 10,000 devices disabled
+// during a broadcast left so.
 //
 // Deleting a device is the same: the device goes, then its pending
 // messages fail (3007).
@@ -65,7 +65,7 @@ func (s *Service) settleDisabled(ctx context.Context, app string, msgs []store.M
 			continue
 		}
 		settled[i] = true
-		if err := failMessage(ctx, s.store, m, store.StateFailed, code, reason, s.now()); err != nil {
+		if err := Fail(ctx, s.store, m, store.StateFailed, code, reason, s.now()); err != nil {
 			return settled, err
 		}
 	}
@@ -91,9 +91,13 @@ func (s *Service) readEach(ctx context.Context, app string) func([]string) ([]st
 	}
 }
 
-// failMessage moves m, if still pending, to state with a delivery
-// failure record (record 5) of code and reason.
-func failMessage(ctx context.Context, st interface {
+// errSkip leaves a message as it is from inside an UpdateMessage.
+var errSkip = errors.New("no change")
+
+// Fail moves m, if still pending, to state with a delivery failure
+// record (record 5) of code and reason: a message no longer pending, or
+// gone, is left as it is.
+func Fail(ctx context.Context, st interface {
 	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
 }, m store.Message, state string, code int, reason string, now time.Time,
 ) error {

@@ -1,44 +1,22 @@
 package message
 
 import (
-	"encoding/json"
 	"strconv"
 
-	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/internal/jsonenc"
 )
 
 // The JSON that every message of a fan-out costs, written by hand:
 // json.Marshal's reflection over these small structs was 3.5% of the
 // server's CPU in the fanout bench (three answers per message of a batch
-// send, and the payload of every publish). Each appender writes exactly
-// the bytes json.Marshal writes for the same value (jsonappend_test.go
-// checks it), so stored answers and payloads read as before.
-
-// appendJSONString appends s as json.Marshal encodes it: printable ASCII
-// is copied, with '"' and '\\' escaped; a string holding anything else
-// goes through json.Marshal, whose escaping (HTML characters, control
-// characters, invalid UTF-8, U+2028 and U+2029) is then kept exactly.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return append(b, '"')
-}
+// send, and the payload of every publish: package delivery writes those).
+// Each appender writes exactly the bytes json.Marshal writes for the same
+// value (jsonappend_test.go checks it), so stored answers read as before.
 
 // appendBatchResult appends r as json.Marshal(r) would.
 func appendBatchResult(b []byte, r BatchResult) []byte {
 	b = append(b, `{"device_name":`...)
-	b = appendJSONString(b, r.DeviceName)
+	b = jsonenc.AppendString(b, r.DeviceName)
 	b = append(b, `,"code":`...)
 	b = strconv.AppendInt(b, int64(r.Code), 10)
 	if r.MsgID != 0 {
@@ -47,7 +25,7 @@ func appendBatchResult(b []byte, r BatchResult) []byte {
 	}
 	if r.Message != "" {
 		b = append(b, `,"message":`...)
-		b = appendJSONString(b, r.Message)
+		b = jsonenc.AppendString(b, r.Message)
 	}
 	return append(b, '}')
 }
@@ -109,38 +87,4 @@ func plainJSON(s string) bool {
 		}
 	}
 	return true
-}
-
-// appendDevicePayload appends what the device receives for m, as
-// json.Marshal writes its payload (the id a decimal string), without
-// making the id's string.
-func appendDevicePayload(b []byte, m store.Message) []byte {
-	b = append(b, `{"msgid":"`...)
-	b = strconv.AppendInt(b, m.ID, 10)
-	b = append(b, `","msg_body":`...)
-	b = appendJSONString(b, m.Body)
-	b = append(b, `,"sent_time":`...)
-	b = strconv.AppendInt(b, m.TimeCreate, 10)
-	b = append(b, `,"expire_time":`...)
-	b = strconv.AppendInt(b, m.ExpireTime, 10)
-	return append(b, '}')
-}
-
-// devicePayloads is devicePayload for each of msgs, written into one
-// buffer: one allocation per flush rather than one per message. Each
-// payload is capped at its end, so nothing appended to one reaches the
-// next.
-func devicePayloads(msgs []store.Message) [][]byte {
-	size := 0
-	for _, m := range msgs {
-		size += len(m.Body) + 96
-	}
-	buf := make([]byte, 0, size)
-	payloads := make([][]byte, len(msgs))
-	for i, m := range msgs {
-		start := len(buf)
-		buf = appendDevicePayload(buf, m)
-		payloads[i] = buf[start:len(buf):len(buf)]
-	}
-	return payloads
 }

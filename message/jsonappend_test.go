@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/devmsg/devmsg/errdefs"
-	"github.com/devmsg/devmsg/store"
 )
 
 var jsonStrings = []string{
@@ -17,14 +15,11 @@ var jsonStrings = []string{
 }
 
 // TestAppendersMatchMarshal checks that the hand-written encoders write
-// exactly what json.Marshal writes: stored batch answers and device
-// payloads must not change with them.
+// exactly what json.Marshal writes: stored batch answers must not change
+// with them (package jsonenc and package delivery check the strings and
+// the device payloads).
 func TestAppendersMatchMarshal(t *testing.T) {
 	for _, s := range jsonStrings {
-		want, _ := json.Marshal(s)
-		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
-			t.Errorf("string %q: got %s, want %s", s, got, want)
-		}
 		for _, r := range []BatchResult{
 			{DeviceName: s, Code: 0, MsgID: 1234567890123},
 			{DeviceName: s, Code: ErrCodeQueueFull, MsgID: 7, Message: s},
@@ -48,56 +43,21 @@ func TestAppendersMatchMarshal(t *testing.T) {
 				}
 			}
 		}
-		for _, id := range []int64{1, 123, 1234567890123} {
-			m := store.Message{ID: id, Body: s, TimeCreate: 1764000000, ExpireTime: -5}
-			want, _ = json.Marshal(payload{MsgID: strconv.FormatInt(id, 10), Body: s, SentTime: m.TimeCreate, ExpireTime: m.ExpireTime})
-			if got := appendDevicePayload(nil, m); !bytes.Equal(got, want) {
-				t.Errorf("payload %+v: got %s, want %s", m, got, want)
-			}
-		}
 	}
 }
 
 // TestAppendersDoNotAllocate checks what the appenders are for: with room
-// in the buffer, encoding an answer or a payload of plain ASCII allocates
-// nothing (json.Marshal allocates several times per value).
+// in the buffer, encoding an answer of plain ASCII allocates nothing
+// (json.Marshal allocates several times per value; package delivery
+// checks the payloads).
 func TestAppendersDoNotAllocate(t *testing.T) {
 	buf := make([]byte, 0, 512)
 	r := BatchResult{DeviceName: "dev-000123", Code: ErrCodeQueueFull, MsgID: 1234567890123, Message: "device \"dev-000123\" queue full: 1000 messages pending"}
-	m := store.Message{ID: 1234567890123, Body: "1764000000123456789", TimeCreate: 1764000000, ExpireTime: 1764003600}
 	if n := testing.AllocsPerRun(100, func() { buf = appendBatchResult(buf[:0], r) }); n != 0 {
 		t.Errorf("appendBatchResult: %v allocations", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { buf = appendDeviceResult(buf[:0], r.DeviceName, r.Code, r.MsgID, queueFullAnswer) }); n != 0 {
 		t.Errorf("appendDeviceResult: %v allocations", n)
-	}
-	if n := testing.AllocsPerRun(100, func() { buf = appendDevicePayload(buf[:0], m) }); n != 0 {
-		t.Errorf("appendDevicePayload: %v allocations", n)
-	}
-}
-
-// TestDevicePayloadsShareOneBuffer checks the batch publish's payloads:
-// each is exactly devicePayload's, even when escaping outgrows the
-// estimated buffer, none can be appended into the next, and a flush of
-// several plain messages costs two allocations, not one per message.
-func TestDevicePayloadsShareOneBuffer(t *testing.T) {
-	msgs := []store.Message{
-		{ID: 7, Body: "plain", TimeCreate: 1764000000, ExpireTime: 1764003600},
-		{ID: 8, Body: strings.Repeat("<\u2028", 200), TimeCreate: 1764000001, ExpireTime: 1764003601},
-		{ID: 1234567890123, Body: `"quoted"\`, TimeCreate: 1764000002, ExpireTime: 1764003602},
-	}
-	payloads := devicePayloads(msgs)
-	for i, m := range msgs {
-		if want := devicePayload(m); !bytes.Equal(payloads[i], want) {
-			t.Errorf("payload %d: got %s, want %s", i, payloads[i], want)
-		}
-		if cap(payloads[i]) != len(payloads[i]) {
-			t.Errorf("payload %d: cap %d beyond its length %d", i, cap(payloads[i]), len(payloads[i]))
-		}
-	}
-	plain := []store.Message{msgs[0], msgs[0], msgs[0], msgs[0]}
-	if n := testing.AllocsPerRun(100, func() { devicePayloads(plain) }); n > 2 {
-		t.Errorf("devicePayloads of 4: %v allocations", n)
 	}
 }
 

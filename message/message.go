@@ -14,7 +14,7 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Limits of a send request (spec section 4.2, DESIGN.md section 2).
+// Limits of a send request, as docs/api.md ("Send a message") states them.
 const (
 	MaxBodyBytes   = 2048
 	MaxTTL         = 604800
@@ -22,7 +22,8 @@ const (
 	MaxParamsBytes = 1024
 )
 
-// Error codes inside status records (DESIGN.md section 4).
+// Error codes inside status records (docs/api.md, "Message states and
+// status records").
 const (
 	ErrCodeDeviceDisabled   = 3003
 	ErrCodeQueueFull        = 3004
@@ -97,14 +98,10 @@ func NewIDs(ctx context.Context, nodeID int, st interface {
 	return ids, nil
 }
 
-// Local returns the Router of a node on its own: d alone, with no other
-// node to reach.
-func Local(d *Dispatcher) Router { return local{d} }
-
-type local struct{ d *Dispatcher }
-
-func (l local) Online(dev store.Device) bool           { return l.d.Online(dev.AppKey, dev.Name) }
-func (l local) Notify(m store.Message, _ store.Device) { l.d.Notify(m) }
+// SetClock has s take the time from now rather than the system clock,
+// as tests that move time by hand need (the delivery tests' sends). Call
+// it before s is used.
+func (s *Service) SetClock(now func() time.Time) { s.now = now }
 
 type offline struct{}
 
@@ -161,7 +158,7 @@ func (s *Service) Send(ctx context.Context, app store.App, dev store.Device, req
 		NewRecord(m, store.RecordSubmitSuccess, 0, "", now),
 	}
 	if req.TTL == 0 && !s.router.Online(dev) {
-		// ttl 0 is "now or never" (DESIGN.md section 4): a device that is
+		// ttl 0 is "now or never" (docs/api.md): a device that is
 		// not connected and subscribed fails at once; nothing is queued.
 		m.State = store.StateFailed
 		m.Records = append(m.Records, NewRecord(m, store.RecordDeliveryFailure, ErrCodeDeviceOffline, "device offline and ttl is 0", now))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/cluster"
+	"github.com/devmsg/devmsg/delivery"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
@@ -22,7 +23,7 @@ import (
 )
 
 // Service topics: what the service publishes under a device's prefix.
-var ServiceTopics = []string{message.TopicMsg, shadow.TopicDesired, shadow.TopicReportReply}
+var ServiceTopics = []string{delivery.TopicMsg, shadow.TopicDesired, shadow.TopicReportReply}
 
 // Topics a device publishes to.
 const TopicClick = "msg/click"
@@ -52,7 +53,7 @@ type Peers interface {
 // there as a cluster event.
 type API struct {
 	store    store.Store
-	dispatch *message.Dispatcher
+	dispatch *delivery.Dispatcher
 	sync     *shadow.Sync
 	events   *events.Service
 	log      *slog.Logger
@@ -105,7 +106,7 @@ var (
 // New returns an API; SetBroker must be called before devices connect,
 // and SetPeers too in cluster mode. ev stores what devices publish as
 // events.
-func New(st store.Store, d *message.Dispatcher, sy *shadow.Sync, ev *events.Service, log *slog.Logger) *API {
+func New(st store.Store, d *delivery.Dispatcher, sy *shadow.Sync, ev *events.Service, log *slog.Logger) *API {
 	return &API{store: st, dispatch: d, sync: sy, events: ev, log: log, now: time.Now, token: secret.Alnum(16)}
 }
 
@@ -294,7 +295,7 @@ func (g *API) retryPresence() {
 // Subscribed starts message delivery or sends the desired document.
 func (g *API) Subscribed(s *broker.Session, topic string) {
 	switch topic {
-	case message.TopicMsg:
+	case delivery.TopicMsg:
 		g.dispatch.Attach(s, s.AppKey, s.DeviceName)
 		if g.peers != nil {
 			// A message stored by a request that read this device's
@@ -311,7 +312,7 @@ func (g *API) Subscribed(s *broker.Session, topic string) {
 // subscription to msg; PUBACKs of what was sent still count, and a new
 // SUBSCRIBE on the connection goes on where delivery stopped.
 func (g *API) Unsubscribed(s *broker.Session, topic string) {
-	if topic == message.TopicMsg {
+	if topic == delivery.TopicMsg {
 		g.dispatch.Unsubscribe(s, s.AppKey, s.DeviceName)
 	}
 }

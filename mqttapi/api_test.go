@@ -14,6 +14,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/devmsg/devmsg/broker"
+	"github.com/devmsg/devmsg/delivery"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/message"
@@ -34,7 +35,7 @@ type world struct {
 	t        *testing.T
 	st       store.Store
 	gw       *mqttapi.API
-	dispatch *message.Dispatcher
+	dispatch *delivery.Dispatcher
 	msgs     *message.Service
 	events   *events.Service
 	broker   *broker.Broker
@@ -57,7 +58,7 @@ func newWorldOn(t *testing.T, st store.Store) *world {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	t.Cleanup(func() { st.Close() })
-	d := message.NewDispatcher(st, log)
+	d := delivery.NewDispatcher(st, log)
 	ev := events.NewService(st)
 	gw := mqttapi.New(st, d, shadow.NewSync(st, log), ev, log)
 	b := broker.New(broker.Config{TCPAddr: "127.0.0.1:0", ServiceTopics: mqttapi.ServiceTopics}, gw, log)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/devmsg/devmsg/delivery"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
@@ -43,7 +44,7 @@ func (d *deletions) Deleted(ctx context.Context, appKey, device string) error {
 	if d.fail != nil {
 		return d.fail
 	}
-	disp := message.NewDispatcher(d.e.st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	disp := delivery.NewDispatcher(d.e.st, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return disp.FailPending(ctx, appKey, device, message.ErrCodeDeviceDeleted, "device deleted")
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/cluster"
 	"github.com/devmsg/devmsg/console"
+	"github.com/devmsg/devmsg/delivery"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
@@ -92,7 +93,7 @@ type Main struct {
 	adminHash [32]byte
 
 	reg        *prometheus.Registry
-	dispatcher *message.Dispatcher
+	dispatcher *delivery.Dispatcher
 	events     *events.Service
 	mqttAPI    *mqttapi.API
 	callbacks  *callback.Worker
@@ -264,7 +265,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 	m.reg = prometheus.NewRegistry()
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.counted.Collector())
 
-	m.dispatcher = message.NewDispatcher(st, log)
+	m.dispatcher = delivery.NewDispatcher(st, log)
 	m.events = events.NewService(st)
 	m.mqttAPI = mqttapi.New(st, m.dispatcher, shadow.NewSync(st, log), m.events, log)
 	var limiter restapi.Limiter // nil: per process
@@ -722,7 +723,7 @@ func defaultAppCreated(ctx context.Context, st store.Store, key string) bool {
 }
 
 // registerDeviceMetrics exports the broker's and the dispatcher's counts.
-func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *message.Dispatcher) {
+func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *delivery.Dispatcher) {
 	counter := func(name, help string, f func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
 	}

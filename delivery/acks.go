@@ -1,4 +1,4 @@
-package message
+package delivery
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -103,7 +104,7 @@ func (d *Dispatcher) storeAcks(batch []ack) {
 			return errSkip
 		}
 		m.State = store.StateDelivered
-		m.Records = append(m.Records, NewRecord(*m, store.RecordDeliverySuccess, 0, "", now))
+		m.Records = append(m.Records, message.NewRecord(*m, store.RecordDeliverySuccess, 0, "", now))
 		return nil
 	}
 	updates := make([]store.MessageUpdate, len(batch))
@@ -144,4 +145,86 @@ func (d *Dispatcher) storeAcks(batch []ack) {
 	for r := range starts {
 		d.start(r)
 	}
+}
+
+// errSkip leaves a message as it is from inside an UpdateMessage.
+var errSkip = errors.New("no change")
+
+// Acked records the device's PUBACK of packet id pid on connection c:
+// the message it carried is delivered, unless it left the pending state
+// meanwhile (expired, retracted), which stands. The write is left to the
+// ack stage (see acks.go), so the connection's read loop never waits for
+// the store; the message keeps its place in the window until it is done.
+func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
+	d.mu.Lock()
+	r := d.routes[routeKey(app, dev)]
+	if r == nil || r.conn != c {
+		// A message sent before the connection unsubscribed (a new
+		// SUBSCRIBE on it takes this route back: route).
+		r = d.unsubscribed[routeKey(app, dev)]
+	}
+	d.mu.Unlock()
+	if r == nil || r.conn != c {
+		return
+	}
+	r.mu.Lock()
+	id, ok := r.inflight[pid]
+	delete(r.inflight, pid)
+	// The route's count first, the device's second (and the reverse in
+	// storeAcks), so that a flush of r never sees its own PUBACKs in
+	// the device's count without them in its own: ackingElsewhere.
+	if ok {
+		r.acking.Add(1)
+	}
+	// The last PUBACK sends what flushNotified held for it.
+	flush := ok && r.holding && len(r.inflight) == 0
+	if flush {
+		r.holding = false
+		r.holdTimer.Stop() // its flush would find nothing held
+	}
+	r.mu.Unlock()
+	if flush {
+		d.start(r)
+	}
+	if !ok {
+		return // a PUBACK of a property publish
+	}
+	k := routeKey(app, dev)
+	d.mu.Lock()
+	if d.acking == nil {
+		d.acking = map[routeID]int{}
+	}
+	d.acking[k]++
+	d.mu.Unlock()
+	d.acks.add(d, ack{r: r, id: id, counted: true})
+}
+
+// ackingElsewhere reports whether PUBACKs that came on another
+// connection of r's device wait in the ack stage. Under r.mu.
+func (d *Dispatcher) ackingElsewhere(r *route) bool {
+	d.mu.Lock()
+	n := d.acking[routeKey(r.app, r.dev)]
+	d.mu.Unlock()
+	return n > int(r.acking.Load())
+}
+
+// acked ends a's wait in the ack stage, its delivery stored (or failed
+// to be), and returns the device's route if that is another connection
+// now, to be woken: it may have put off its queue read for a.
+func (d *Dispatcher) acked(a ack) *route {
+	if !a.counted {
+		return nil
+	}
+	k := routeKey(a.r.app, a.r.dev)
+	d.mu.Lock()
+	if d.acking[k]--; d.acking[k] <= 0 {
+		delete(d.acking, k)
+	}
+	cur := d.routes[k]
+	d.mu.Unlock()
+	a.r.acking.Add(-1)
+	if cur != nil && cur != a.r {
+		return cur
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package message
+package delivery
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
 )
@@ -50,7 +51,8 @@ func (c *conn) received() []int64 {
 type fixture struct {
 	st    *pebble.Store
 	d     *Dispatcher
-	svc   *Service
+	svc   *message.Service
+	ids   *idgen.Generator
 	app   store.App
 	clock time.Time
 }
@@ -70,11 +72,11 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := st.CreateDevices(ctx, "app", []store.Device{{Name: "dev-1", Secret: "s"}}); err != nil {
 		t.Fatal(err)
 	}
-	ids, _ := idgen.New(0)
+	f.ids, _ = idgen.New(0)
 	f.d = NewDispatcher(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f.d.now = func() time.Time { return f.clock }
-	f.svc = NewService(st, ids, Local(f.d))
-	f.svc.now = f.d.now
+	f.svc = message.NewService(st, f.ids, Local(f.d))
+	f.svc.SetClock(f.d.now)
 	return f
 }
 
@@ -124,7 +126,7 @@ func (f *fixture) send(t *testing.T, ttl int64) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := f.svc.Send(context.Background(), f.app, dev, SendRequest{Body: "b", TTL: ttl}, 0, func(int64) *store.SeqEntry { return nil })
+	m, err := f.svc.Send(context.Background(), f.app, dev, message.SendRequest{Body: "b", TTL: ttl}, 0, func(int64) *store.SeqEntry { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,7 @@ func TestDispatcherExpiry(t *testing.T) {
 	must(t, f.d.ExpireDue(ctx))
 	st, types := f.state(t, expire)
 	m, _ := f.st.GetMessage(ctx, "app", expire)
-	if st != store.StateExpired || !slices.Equal(types, []int{0, 2, 5}) || m.Records[2].Error.Code != ErrCodeTTLExpired {
+	if st != store.StateExpired || !slices.Equal(types, []int{0, 2, 5}) || m.Records[2].Error.Code != message.ErrCodeTTLExpired {
 		t.Fatalf("after ttl and grace: %s %v", st, types)
 	}
 	if st, _ := f.state(t, keep); st != store.StatePending {
@@ -255,7 +257,7 @@ func TestRetractAndClick(t *testing.T) {
 		t.Fatalf("retract pending: %+v %v", m, err)
 	}
 	m, _ = f.svc.Retract(ctx, "app", a)
-	if r := m.Records[len(m.Records)-1]; m.State != store.StateRetracted || r.Type != store.RecordRetractionFailed || r.Error.Code != ErrCodeAlreadyFinished {
+	if r := m.Records[len(m.Records)-1]; m.State != store.StateRetracted || r.Type != store.RecordRetractionFailed || r.Error.Code != message.ErrCodeAlreadyFinished {
 		t.Fatalf("retract retracted: %+v", m)
 	}
 	c := &conn{}
@@ -267,7 +269,7 @@ func TestRetractAndClick(t *testing.T) {
 	f.d.Acked(c, "app", "dev-1", 1)
 	eventually(t, "the PUBACK stored", func() bool { st, _ := f.state(t, b); return st == store.StateDelivered })
 	m, _ = f.svc.Retract(ctx, "app", b)
-	if r := m.Records[len(m.Records)-1]; m.State != store.StateDelivered || r.Error == nil || r.Error.Code != ErrCodeAlreadyDelivered {
+	if r := m.Records[len(m.Records)-1]; m.State != store.StateDelivered || r.Error == nil || r.Error.Code != message.ErrCodeAlreadyDelivered {
 		t.Fatalf("retract delivered: %+v", m)
 	}
 	must(t, f.d.Click(ctx, "app", "dev-1", b))
@@ -407,7 +409,7 @@ func TestDispatcherSkipsBarrierForNotifiedMessages(t *testing.T) {
 	// of the generator's): the notified message is published at once,
 	// without a read or a Barrier; the Wake's read finds the other, which
 	// is published only after a Barrier that follows the read.
-	quiet := store.Message{ID: f.svc.ids.Next() + 1<<30, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+	quiet := store.Message{ID: f.ids.Next() + 1<<30, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
 		TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending}
 	if err := f.st.CreateMessage(context.Background(), quiet, 0, nil); err != nil {
 		t.Fatal(err)

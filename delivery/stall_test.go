@@ -1,10 +1,11 @@
-package message
+package delivery
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -65,7 +66,7 @@ func TestStalledDeviceHoldsNoOneElse(t *testing.T) {
 	f.d.acks.add(f.d, ack{r: f.route(), id: id1})
 	dev2, err := f.st.GetDevice(ctx, "app", "dev-2")
 	must(t, err)
-	m2, err := f.svc.Send(ctx, f.app, dev2, SendRequest{Body: "b", TTL: 60}, 0, func(int64) *store.SeqEntry { return nil })
+	m2, err := f.svc.Send(ctx, f.app, dev2, message.SendRequest{Body: "b", TTL: 60}, 0, func(int64) *store.SeqEntry { return nil })
 	must(t, err)
 	eventually(t, "dev-2's message sent", func() bool { return len(c2.received()) == 1 })
 	c2.mu.Lock()

@@ -1,4 +1,4 @@
-package message
+package delivery
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func TestDispatcherReadsOnlyMessagesItSends(t *testing.T) {
 		t.Fatalf("%d messages and %d more queue reads for 10 notified sends with up to 9 in flight, want none", n, scans-1)
 	}
 	// A message queued without a Notify is read, alone.
-	quiet := store.Message{ID: f.svc.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+	quiet := store.Message{ID: f.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
 		TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending}
 	must(t, f.st.CreateMessage(context.Background(), quiet, 0, nil))
 	f.d.Wake("app", "dev-1")
@@ -221,7 +221,7 @@ func TestDispatcherIgnoresLateNotify(t *testing.T) {
 	f := newFixture(t)
 	c := &conn{}
 	f.d.Attach(c, "app", "dev-1")
-	m := store.Message{ID: f.svc.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+	m := store.Message{ID: f.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
 		TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending}
 	must(t, f.st.CreateMessage(context.Background(), m, 0, nil))
 	f.d.Wake("app", "dev-1")
@@ -253,7 +253,7 @@ func TestDispatcherSendsLateLowerIDWithoutRead(t *testing.T) {
 	f.d.Attach(c, "app", "dev-1")
 	idle := f.idle
 	eventually(t, "the first flush done", idle)
-	base := f.svc.ids.Next()
+	base := f.ids.Next()
 	var msgs []store.Message
 	for _, id := range []int64{base, base + 1} {
 		m := store.Message{ID: id, AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
@@ -307,7 +307,7 @@ func TestDispatcherBarrierForBroadcastMessages(t *testing.T) {
 		} else { // announced to a new route: its first flush reads the queue
 			f.d.route(c, "app", "dev-1")
 		}
-		m := store.Message{ID: f.svc.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
+		m := store.Message{ID: f.ids.Next(), AppKey: "app", DeviceName: "dev-1", Body: "b", TTL: 60,
 			TimeCreate: f.clock.Unix(), ExpireTime: f.clock.Unix() + 60, State: store.StatePending, Broadcast: 7}
 		must(t, f.st.CreateMessage(context.Background(), m, 0, nil))
 		log.mu.Lock()
