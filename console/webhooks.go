@@ -10,7 +10,7 @@ import (
 )
 
 // webhookFormatJIOT is the format of a webhook written for the source
-// API's event callback (DESIGN.md section 7).
+// API's event callback (docs/api.md, "Event webhooks").
 const webhookFormatJIOT = "jiot"
 
 // eventWebhook is one of the app's event webhooks, as the admin API lists

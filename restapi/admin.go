@@ -416,7 +416,8 @@ func (a *API) getDevice(c *gin.Context) error {
 }
 
 // deleteDevice serves DELETE /admin/v1/apps/{key}/devices/{name}
-// (DESIGN.md section 5; devices.Service.Delete orders the steps).
+// (docs/api.md, "Delete a device"; devices.Service.Delete orders the
+// steps).
 func (a *API) deleteDevice(c *gin.Context) error {
 	app, err := a.appParam(c)
 	if err != nil {

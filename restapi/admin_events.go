@@ -15,8 +15,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// eventWebhookRoutes serves an app's event webhooks (DESIGN.md section
-// 7), when the API has them.
+// eventWebhookRoutes serves an app's event webhooks (docs/api.md, "Event
+// webhooks"), when the API has them.
 func (a *API) eventWebhookRoutes(g *gin.RouterGroup) {
 	if a.cfg.EventWebhooks == nil {
 		return
@@ -96,7 +96,8 @@ func (a *API) addEventWebhook(c *gin.Context) error {
 	}
 	err = callback.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
-		// DESIGN.md section 4: no address, no dial detail.
+		// A refused address is named neither by address nor by dial
+		// detail (docs/callbacks.md, "Address guard").
 		return errInvalid("URL not allowed: event webhook URL %q", u)
 	}
 	if err != nil {

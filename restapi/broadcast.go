@@ -11,7 +11,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// createBroadcast serves POST /msg/v1/broadcast (DESIGN.md section 8).
+// createBroadcast serves POST /msg/v1/broadcast (docs/api.md,
+// "Broadcast").
 func (a *API) createBroadcast(c *gin.Context) error {
 	var t message.Target
 	f, done, err := a.openFanSend(c, "POST /msg/v1/broadcast", func(obj object) (err error) {

@@ -168,7 +168,8 @@ func (a *API) checkURL(u string) error {
 func (a *API) verifyURL(c *gin.Context, app store.App, u string) error {
 	err := callback.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
-		// DESIGN.md section 4: no address, no dial detail.
+		// A refused address is named neither by address nor by dial
+		// detail (docs/callbacks.md, "Address guard").
 		return errInvalid("URL not allowed: callback URL %q", u)
 	}
 	if err != nil {

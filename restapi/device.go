@@ -12,8 +12,9 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Limits of spec section 8 and DESIGN.md section 2, and the result code
-// of a device name that is taken.
+// Limits of spec section 8 (docs/api.md, "Create devices in batch" and
+// "Set desired properties"), and the result code of a device name that
+// is taken.
 const (
 	MaxBatchDevices     = 1000
 	MaxPropertiesPerSet = 100

@@ -14,7 +14,7 @@ import (
 	"github.com/devmsg/devmsg/events"
 )
 
-// Defaults of a pull (DESIGN.md section 7).
+// Defaults of a pull (docs/events.md, "Pull").
 const (
 	DefaultPullLimit = 100
 	// pullGrace is the time a long-poll's connection is given beyond its
@@ -32,7 +32,7 @@ type pullAnswer struct {
 	Newest string `json:"newest"`
 }
 
-// pullEvents serves GET /event/v1/events (DESIGN.md section 7): the app's
+// pullEvents serves GET /event/v1/events (docs/events.md, "Pull"): the app's
 // events after a cursor, filtered, long-polling up to wait seconds when
 // none is there yet.
 func (a *API) pullEvents(c *gin.Context) error {

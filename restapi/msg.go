@@ -14,7 +14,8 @@ import (
 // MaxCallbackURLBytes bounds the temporary callback URL of a send.
 const MaxCallbackURLBytes = 2048
 
-// sendMessage serves POST /msg/v1/msg (spec 4.2, DESIGN.md section 2).
+// sendMessage serves POST /msg/v1/msg (spec 4.2; docs/api.md, "Send a
+// message").
 func (a *API) sendMessage(c *gin.Context) error {
 	obj, err := readBody(c)
 	if err != nil {
@@ -129,7 +130,8 @@ type messageView struct {
 	Records    []store.Record `json:"records"`
 }
 
-// getMessage serves GET /msg/v1/msg?msgid= (DESIGN.md section 2).
+// getMessage serves GET /msg/v1/msg?msgid= (docs/api.md, "Query a
+// message").
 func (a *API) getMessage(c *gin.Context) error {
 	id, err := msgidParam(c)
 	if err != nil {
@@ -142,7 +144,8 @@ func (a *API) getMessage(c *gin.Context) error {
 	return a.writeRead(c, viewMessage(m))
 }
 
-// retractMessage serves DELETE /msg/v1/msg?msgid= (DESIGN.md section 2):
+// retractMessage serves DELETE /msg/v1/msg?msgid= (docs/api.md, "Retract
+// a message"):
 // the message as it stands afterwards, its last record saying whether
 // the retraction succeeded (7) or not (8).
 func (a *API) retractMessage(c *gin.Context) error {
