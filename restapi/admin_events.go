@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/events"
@@ -26,25 +27,18 @@ func (a *API) eventWebhookRoutes(g *gin.RouterGroup) {
 	g.DELETE("/apps/:key/events/webhooks", a.wrap(a.deleteEventWebhook))
 }
 
-type eventWebhookView struct {
-	URL       string   `json:"url"`
-	Types     []string `json:"types"`
-	Format    string   `json:"format"`
-	CreatedAt int64    `json:"created_at"` // Unix ms
-}
-
 // eventWebhooksView lists the app's webhooks with the signing secret
 // their receivers verify with (the callbacks' one).
-func eventWebhooksView(app store.App) gin.H {
-	out := make([]eventWebhookView, len(app.EventWebhooks))
+func eventWebhooksView(app store.App) apitypes.EventWebhooks {
+	out := make([]apitypes.EventWebhook, len(app.EventWebhooks))
 	for i, h := range app.EventWebhooks {
 		types := h.Types
 		if types == nil {
 			types = events.Types
 		}
-		out[i] = eventWebhookView{h.URL, types, h.Format, h.CreatedAt}
+		out[i] = apitypes.EventWebhook{URL: h.URL, Types: types, Format: h.Format, CreatedAt: h.CreatedAt}
 	}
-	return gin.H{"webhooks": out, "signing_secret": callback.SigningSecret(app)}
+	return apitypes.EventWebhooks{SigningSecret: callback.SigningSecret(app), Webhooks: out}
 }
 
 // listEventWebhooks serves GET /admin/v1/apps/{key}/events/webhooks.
