@@ -2,13 +2,14 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
 func TestBatchCreateFromList(t *testing.T) {
@@ -39,12 +40,10 @@ func TestBatchCreateFromList(t *testing.T) {
 	if len(secrets) != 2 {
 		t.Fatalf("%d secrets shown", len(secrets))
 	}
-	var base1 struct {
-		Secret string `json:"device_secret"`
-	}
+	var base1 apitypes.BaseInfo
 	e.apiCall(a.Key, a.Secret, "GET", "/device/v1/baseinfo?device_name=dev-0001", nil, &base1)
-	if base1.Secret != secrets[0][1] {
-		t.Errorf("shown secret %q, stored %q", secrets[0][1], base1.Secret)
+	if base1.DeviceSecret != secrets[0][1] {
+		t.Errorf("shown secret %q, stored %q", secrets[0][1], base1.DeviceSecret)
 	}
 	var dev struct{ Device struct{ Mark string } }
 	e.apiCall(a.Key, a.Secret, "GET", "/admin/v1/apps/"+a.Key+"/devices/dev-0001", nil, &dev)
@@ -165,16 +164,11 @@ func TestDevicePageAndDesiredProperty(t *testing.T) {
 	p = b.post(dev+"/property", url.Values{"name": {"temp"}, "value": {"1"}, "version": {"1"}})
 	p.want(t, 200, "Not applied: 6003 version invalid.")
 
-	var out struct {
-		Properties []struct {
-			Name  string          `json:"name"`
-			Value json.RawMessage `json:"desired_value"`
-		}
-	}
+	var out apitypes.PropertySummary
 	e.apiCall(a.Key, a.Secret, "GET", "/device/v1/property?device_name=dev-0001", nil, &out)
 	raw := map[string]string{}
 	for _, p := range out.Properties {
-		raw[p.Name] = string(p.Value)
+		raw[p.Name] = string(p.DesiredValue)
 	}
 	if want := map[string]string{"temp": "21.5", "mode": `"eco"`, "code": `"42"`}; fmt.Sprint(raw) != fmt.Sprint(want) {
 		t.Errorf("desired values %v, want %v", raw, want)

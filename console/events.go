@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/events"
 )
 
@@ -101,11 +102,7 @@ func (f eventFilter) pull(q *req, after int64, limit int, wait time.Duration) (e
 }
 
 // eventsAnswer is the pull API's answer.
-type eventsAnswer struct {
-	Events []events.Wire `json:"events"`
-	Next   string        `json:"next"`
-	Newest string        `json:"newest"`
-}
+type eventsAnswer apitypes.EventPage
 
 // next is the answer's cursor, or after when it has none.
 func (a eventsAnswer) next(after int64) int64 {
@@ -127,7 +124,7 @@ type eventRow struct {
 	Folded bool
 }
 
-func newEventRow(w events.Wire) eventRow {
+func newEventRow(w apitypes.Event) eventRow {
 	r := eventRow{ID: w.ID, Type: w.Type, Device: w.DeviceName, Time: w.Time, AppKey: w.AppKey}
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, unescapeHTML(w.Data), "", "  ") == nil {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
 func TestMessageAndTrace(t *testing.T) {
@@ -62,9 +64,7 @@ func TestRecentMessages(t *testing.T) {
 	e.createDevices(other, "dev-0001")
 	var ids []string
 	for i := range messagesPerPage + 10 {
-		var out struct {
-			MsgID int64 `json:"msgid"`
-		}
+		var out apitypes.SendAnswer
 		ttl := 60 * (i % 2) // ttl 0 to an offline device fails at once
 		e.apiCall(a.Key, a.Secret, "POST", "/msg/v1/msg", map[string]any{"seq_no": i + 1, "device_name": fmt.Sprintf("dev-000%d", i%2+1), "msg_body": "m", "ttl": ttl}, &out)
 		ids = append(ids, fmt.Sprint(out.MsgID))
