@@ -9,8 +9,8 @@
 // body as a map, whose keys encoding/json sorts, the type's fields are in
 // key order, so that the bytes stay what clients have always read.
 // Answers the API writes with a hand-rolled encoder (the send, broadcast
-// and batch answers, the error body) are checked against these types by
-// restapi's tests.
+// and batch answers, the error body, the health answers) are checked
+// against these types by restapi's tests.
 //
 // A request type marks its optional fields with omitempty and, where a
 // zero or empty value means something (ttl 0, types []), with a pointer:

@@ -12,3 +12,8 @@ type ErrorDetail struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
 }
+
+// Health is the answer to GET /healthz ("ok") and GET /readyz ("ready").
+type Health struct {
+	Status string `json:"status"`
+}

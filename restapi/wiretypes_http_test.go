@@ -52,4 +52,10 @@ func TestFastPathAnswersAreAPITypes(t *testing.T) {
 	r = e.call("POST", "/msg/v1/msg", `{"seq_no":4,"msg_body":"hi"}`)
 	r.wantError(t, 400, 1002)
 	sameAsAPIType(t, "error", r.body, &apitypes.ErrorBody{})
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		r = e.do("GET", path, nil, nil)
+		r.wantOK(t)
+		sameAsAPIType(t, path, r.body, &apitypes.Health{})
+	}
 }
