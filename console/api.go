@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/errdefs"
 )
 
@@ -90,12 +91,7 @@ func (c *Console) call(r *http.Request, cr creds, method, path string, query url
 		rec.status = http.StatusOK
 	}
 	if rec.status != http.StatusOK {
-		var eb struct {
-			Error struct {
-				Code    int    `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var eb apitypes.ErrorBody
 		if json.Unmarshal(rec.body.Bytes(), &eb) != nil || eb.Error.Message == "" {
 			return &apiError{rec.status, 0, fmt.Sprintf("%s %s answered HTTP %d", method, path, rec.status), cause.Err()}
 		}
@@ -123,7 +119,7 @@ func (q *req) appAPI(method, path string, query url.Values, body, out any) error
 		if !q.s.admin {
 			q.appCreds = &q.s.cr
 		} else {
-			var app appView
+			var app apitypes.App
 			if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
 				return err
 			}
@@ -154,143 +150,4 @@ func seqNo() int64 {
 			return n
 		}
 	}
-}
-
-// The API's documents, as far as the console reads them.
-
-type appSummary struct {
-	Name      string `json:"name"`
-	Key       string `json:"key"`
-	CreatedAt int64  `json:"created_at"`
-}
-
-type appList struct {
-	Apps []appSummary `json:"apps"`
-}
-
-type appView struct {
-	Name         string         `json:"name"`
-	Key          string         `json:"key"`
-	MasterSecret string         `json:"master_secret"`
-	CreatedAt    int64          `json:"created_at"`
-	RateLimits   map[string]int `json:"rate_limits"`
-}
-
-// propDef is one entry of a property model. Numbers stay json.Number so
-// an int64 bound survives the round trip.
-type propDef struct {
-	Name      string      `json:"name"`
-	Type      string      `json:"type"`
-	Min       json.Number `json:"min,omitempty"`
-	Max       json.Number `json:"max,omitempty"`
-	MaxLength json.Number `json:"max_length,omitempty"`
-}
-
-type propModel struct {
-	Properties []propDef `json:"properties"`
-}
-
-type deviceSummary struct {
-	Name       string   `json:"name"`
-	Mark       string   `json:"mark"`
-	Flag       int      `json:"flag"`
-	Status     int      `json:"status"`
-	TimeCreate int64    `json:"time_create"`
-	TimeActive int64    `json:"time_active"`
-	Tags       []string `json:"tags"`
-}
-
-type devicePage struct {
-	Devices    []deviceSummary `json:"devices"`
-	NextCursor string          `json:"next_cursor"`
-}
-
-type deviceDetail struct {
-	Device struct {
-		Name           string   `json:"name"`
-		Mark           string   `json:"mark"`
-		Flag           int      `json:"flag"`
-		Status         int      `json:"status"`
-		ClientIP       string   `json:"client_ip"`
-		LastLoginTime  string   `json:"last_login_time"`
-		LastLogoutTime string   `json:"last_logout_time"`
-		TimeCreate     int64    `json:"time_create"`
-		TimeActive     int64    `json:"time_active"`
-		Tags           []string `json:"tags"`
-	} `json:"device"`
-	Properties propSummary `json:"properties"`
-}
-
-type propSummary struct {
-	Properties []struct {
-		Name          string          `json:"name"`
-		DesiredValue  json.RawMessage `json:"desired_value"`
-		DesiredSTime  int64           `json:"desired_stime"`
-		ReportedValue json.RawMessage `json:"reported_value"`
-		ReportedSTime int64           `json:"reported_stime"`
-	} `json:"properties"`
-	SDKVer              string `json:"sdk_ver"`
-	AppVer              string `json:"app_ver"`
-	LastDesiredSTime    int64  `json:"last_desired_stime"`
-	LastReportedSTime   int64  `json:"last_reported_stime"`
-	LastDesiredVersion  int64  `json:"last_desired_version"`
-	LastReportedVersion int64  `json:"last_reported_version"`
-}
-
-type record struct {
-	Type     int    `json:"type"`
-	MsgID    string `json:"msgid"`
-	UserID   string `json:"userid"`
-	SentTime int64  `json:"sent_time"`
-	Error    *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	Params json.RawMessage `json:"params"`
-}
-
-type messageTrace struct {
-	MsgID      int64    `json:"msgid"`
-	DeviceName string   `json:"device_name"`
-	State      string   `json:"state"`
-	TTL        int64    `json:"ttl"`
-	TimeCreate int64    `json:"time_create"`
-	Records    []record `json:"records"`
-}
-
-type callbackSettings struct {
-	Enabled       bool   `json:"enabled"`
-	Types         []int  `json:"types"`
-	SigningSecret string `json:"signing_secret"`
-}
-
-type callbackURLs struct {
-	URLs []struct {
-		URL     string `json:"url"`
-		Default bool   `json:"default"`
-	} `json:"urls"`
-}
-
-type deliveries struct {
-	Deliveries []struct {
-		Time      string  `json:"time"`
-		URL       string  `json:"url"`
-		Records   int     `json:"records"`
-		Attempt   int     `json:"attempt"`
-		Status    int     `json:"status"`
-		LatencyMS float64 `json:"latency_ms"`
-		Error     string  `json:"error"`
-	} `json:"deliveries"`
-}
-
-type deadLetters struct {
-	DeadLetters []struct {
-		ID        string   `json:"id"`
-		URL       string   `json:"url"`
-		Attempts  int      `json:"attempts"`
-		LastError string   `json:"last_error"`
-		Time      int64    `json:"time"`
-		Records   []record `json:"records"`
-	} `json:"dead_letters"`
-	Next string `json:"next"`
 }

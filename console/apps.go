@@ -8,13 +8,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
 // rateCategories are the rate-limit categories, in the order shown.
 var rateCategories = []string{"create", "property", "message", "query"}
 
 type appRow struct {
-	appSummary
+	apitypes.AppSummary
 	Backlog    float64
 	HasBacklog bool
 }
@@ -23,8 +25,8 @@ type overviewData struct {
 	Metrics    overview
 	HasMetrics bool
 	MetricsErr string
-	Apps       []appRow // the admin's view
-	App        *appView // an app owner's view
+	Apps       []appRow      // the admin's view
+	App        *apitypes.App // an app owner's view
 	Backlog    float64
 	HasBacklog bool
 }
@@ -42,19 +44,19 @@ func (c *Console) overviewPage(q *req) error {
 		return v, ok
 	}
 	if q.s.admin {
-		var list appList
+		var list apitypes.AppList
 		if err := q.api(http.MethodGet, "/admin/v1/apps", nil, nil, &list); err != nil {
 			return err
 		}
 		for _, a := range list.Apps {
-			row := appRow{appSummary: a}
+			row := appRow{AppSummary: a}
 			row.Backlog, row.HasBacklog = backlog(a.Key)
 			d.Apps = append(d.Apps, row)
 		}
 		return q.render(http.StatusOK, "overview", "Overview", "overview", d)
 	}
 	q.key = q.s.appKey
-	var app appView
+	var app apitypes.App
 	if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
 		return err
 	}
@@ -69,7 +71,7 @@ func (c *Console) appsPage(q *req) error {
 		http.Redirect(q.w, q.r, Prefix+"apps/"+url.PathEscape(q.s.appKey), http.StatusSeeOther)
 		return nil
 	}
-	var list appList
+	var list apitypes.AppList
 	if err := q.api(http.MethodGet, "/admin/v1/apps", nil, nil, &list); err != nil {
 		return err
 	}
@@ -78,8 +80,8 @@ func (c *Console) appsPage(q *req) error {
 
 func (c *Console) createApp(q *req) (string, error) {
 	back := Prefix + "apps"
-	var out appView
-	err := q.api(http.MethodPost, "/admin/v1/apps", nil, map[string]string{"name": strings.TrimSpace(q.r.PostFormValue("name"))}, &out)
+	var out apitypes.CreatedApp
+	err := q.api(http.MethodPost, "/admin/v1/apps", nil, apitypes.CreateAppRequest{Name: strings.TrimSpace(q.r.PostFormValue("name"))}, &out)
 	if err != nil {
 		return back, err
 	}
@@ -92,9 +94,9 @@ func (c *Console) createApp(q *req) (string, error) {
 }
 
 type appPageData struct {
-	App        appView
+	App        apitypes.App
 	RateLimits []rateLimit
-	Model      []propDef
+	Model      []apitypes.PropertyDef
 	Types      []string
 }
 
@@ -104,16 +106,16 @@ type rateLimit struct {
 }
 
 func (c *Console) appPage(q *req) error {
-	var app appView
+	var app apitypes.App
 	if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
 		return err
 	}
 	app.MasterSecret = "" // shown only through Reveal
-	var limits map[string]int
+	var limits apitypes.RateLimits
 	if err := q.api(http.MethodGet, q.appPath("/ratelimits"), nil, nil, &limits); err != nil {
 		return err
 	}
-	var model propModel
+	var model apitypes.PropertyModel
 	if err := q.api(http.MethodGet, q.appPath("/properties"), nil, nil, &model); err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func (c *Console) revealSecret(q *req) (string, error) {
 	if q.r.PostFormValue("confirm") == "" {
 		return back, userErrorf("Tick the box to confirm that you want to see the master secret.")
 	}
-	var app appView
+	var app apitypes.App
 	if err := q.api(http.MethodGet, q.appPath(""), nil, nil, &app); err != nil {
 		return back, err
 	}
@@ -139,12 +141,9 @@ func (c *Console) revealSecret(q *req) (string, error) {
 
 func (c *Console) rotateSecret(q *req) (string, error) {
 	back := q.consolePath("")
-	var out struct {
-		Key          string `json:"key"`
-		MasterSecret string `json:"master_secret"`
-	}
+	var out apitypes.MasterSecret
 	err := q.api(http.MethodPost, q.appPath("/master_secret"), nil,
-		map[string]string{"confirm": strings.TrimSpace(q.r.PostFormValue("confirm"))}, &out)
+		apitypes.RotateSecretRequest{Confirm: strings.TrimSpace(q.r.PostFormValue("confirm"))}, &out)
 	if err != nil {
 		return back, err
 	}
@@ -163,7 +162,7 @@ func (c *Console) rotateSecret(q *req) (string, error) {
 
 func (c *Console) setRateLimits(q *req) (string, error) {
 	back := q.consolePath("")
-	body := map[string]any{}
+	body := apitypes.RateLimitChanges{}
 	for _, cat := range rateCategories {
 		v := strings.TrimSpace(q.r.PostFormValue(cat))
 		if v == "" {
@@ -187,8 +186,8 @@ var numberRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+
 
 // propFromForm reads a property model entry from a form. Its rules are
 // the API's to check; only what JSON cannot carry is refused here.
-func propFromForm(r *http.Request) (propDef, error) {
-	p := propDef{
+func propFromForm(r *http.Request) (apitypes.PropertyDef, error) {
+	p := apitypes.PropertyDef{
 		Name: strings.TrimSpace(r.PostFormValue("name")),
 		Type: r.PostFormValue("type"),
 	}
@@ -210,8 +209,8 @@ func propFromForm(r *http.Request) (propDef, error) {
 
 // changeModel reads the app's model, applies change and stores the
 // result, which replaces the whole model.
-func (q *req) changeModel(change func([]propDef) ([]propDef, error)) error {
-	var model propModel
+func (q *req) changeModel(change func([]apitypes.PropertyDef) ([]apitypes.PropertyDef, error)) error {
+	var model apitypes.PropertyModel
 	if err := q.api(http.MethodGet, q.appPath("/properties"), nil, nil, &model); err != nil {
 		return err
 	}
@@ -220,9 +219,9 @@ func (q *req) changeModel(change func([]propDef) ([]propDef, error)) error {
 		return err
 	}
 	if props == nil {
-		props = []propDef{}
+		props = []apitypes.PropertyDef{}
 	}
-	return q.api(http.MethodPut, q.appPath("/properties"), nil, propModel{props}, nil)
+	return q.api(http.MethodPut, q.appPath("/properties"), nil, apitypes.PropertyModel{Properties: props}, nil)
 }
 
 func (c *Console) addProperty(q *req) (string, error) {
@@ -231,8 +230,8 @@ func (c *Console) addProperty(q *req) (string, error) {
 	if err != nil {
 		return back, err
 	}
-	err = q.changeModel(func(ps []propDef) ([]propDef, error) {
-		if slices.ContainsFunc(ps, func(o propDef) bool { return o.Name == p.Name }) {
+	err = q.changeModel(func(ps []apitypes.PropertyDef) ([]apitypes.PropertyDef, error) {
+		if slices.ContainsFunc(ps, func(o apitypes.PropertyDef) bool { return o.Name == p.Name }) {
 			return nil, userErrorf("The model has a property %q already; change it in the table.", p.Name)
 		}
 		return append(ps, p), nil
@@ -251,8 +250,8 @@ func (c *Console) updateProperty(q *req) (string, error) {
 	if err != nil {
 		return back, err
 	}
-	err = q.changeModel(func(ps []propDef) ([]propDef, error) {
-		i := slices.IndexFunc(ps, func(o propDef) bool { return o.Name == orig })
+	err = q.changeModel(func(ps []apitypes.PropertyDef) ([]apitypes.PropertyDef, error) {
+		i := slices.IndexFunc(ps, func(o apitypes.PropertyDef) bool { return o.Name == orig })
 		if i < 0 {
 			return nil, userErrorf("The model has no property %q (any more).", orig)
 		}
@@ -269,8 +268,8 @@ func (c *Console) updateProperty(q *req) (string, error) {
 func (c *Console) removeProperty(q *req) (string, error) {
 	back := q.consolePath("") + "#properties"
 	name := q.r.PostFormValue("name")
-	err := q.changeModel(func(ps []propDef) ([]propDef, error) {
-		i := slices.IndexFunc(ps, func(o propDef) bool { return o.Name == name })
+	err := q.changeModel(func(ps []apitypes.PropertyDef) ([]apitypes.PropertyDef, error) {
+		i := slices.IndexFunc(ps, func(o apitypes.PropertyDef) bool { return o.Name == name })
 		if i < 0 {
 			return nil, userErrorf("The model has no property %q (any more).", name)
 		}

@@ -7,19 +7,14 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
-// broadcastView is GET /msg/v1/broadcast's answer.
+// broadcastView is GET /msg/v1/broadcast's answer, with what the page
+// computes from it.
 type broadcastView struct {
-	BroadcastID int64  `json:"broadcast_id"`
-	State       string `json:"state"`
-	Targets     int64  `json:"targets"`
-	Queued      int64  `json:"queued"`
-	Delivered   int64  `json:"delivered"`
-	Expired     int64  `json:"expired"`
-	Failed      int64  `json:"failed"`
-	Retracted   int64  `json:"retracted"`
-	TimeCreate  int64  `json:"time_create"`
+	apitypes.Broadcast
 }
 
 // Live reports whether the page should keep refreshing its progress: the
@@ -43,7 +38,7 @@ func (c *Console) broadcastPage(q *req) error {
 	d := broadcastData{ID: strings.TrimSpace(q.r.URL.Query().Get("id"))}
 	if d.ID != "" {
 		var b broadcastView
-		err := q.appAPI(http.MethodGet, "/msg/v1/broadcast", url.Values{"broadcast_id": {d.ID}}, nil, &b)
+		err := q.appAPI(http.MethodGet, "/msg/v1/broadcast", url.Values{"broadcast_id": {d.ID}}, nil, &b.Broadcast)
 		var ae *apiError
 		switch {
 		case errors.As(err, &ae) && ae.Status == http.StatusBadRequest:
@@ -60,35 +55,32 @@ func (c *Console) broadcastPage(q *req) error {
 // createBroadcast sends the form's broadcast and shows its progress.
 func (c *Console) createBroadcast(q *req) (string, error) {
 	back := q.consolePath("/broadcast")
-	target := map[string]any{"all": true}
+	target := apitypes.BroadcastTarget{All: true}
 	if q.r.PostFormValue("target") != "all" {
 		tag := strings.TrimSpace(q.r.PostFormValue("tag"))
 		if tag == "" {
 			return back, userErrorf("Name a tag, or choose every device.")
 		}
-		target = map[string]any{"tag": tag}
+		target = apitypes.BroadcastTarget{Tag: tag}
 	}
-	body := map[string]any{
-		"seq_no":   seqNo(),
-		"target":   target,
-		"msg_body": strings.ReplaceAll(q.r.PostFormValue("msg_body"), "\r\n", "\n"),
+	body := apitypes.BroadcastRequest{
+		SeqNo:   seqNo(),
+		Target:  target,
+		MsgBody: strings.ReplaceAll(q.r.PostFormValue("msg_body"), "\r\n", "\n"),
 	}
 	if ttl := strings.TrimSpace(q.r.PostFormValue("ttl")); ttl != "" {
 		n, err := strconv.ParseInt(ttl, 10, 64)
 		if err != nil {
 			return back, userErrorf("ttl must be a whole number of seconds, not %q.", ttl)
 		}
-		body["ttl"] = n
+		body.TTL = &n
 	}
-	var out struct {
-		ID      int64 `json:"broadcast_id"`
-		Targets int64 `json:"targets"`
-	}
+	var out apitypes.BroadcastCreated
 	if err := q.appAPI(http.MethodPost, "/msg/v1/broadcast", nil, body, &out); err != nil {
 		return back, err
 	}
-	c.setFlash(q.s.id, &flash{Kind: "ok", Message: fmt.Sprintf("Broadcast %d accepted for %d devices.", out.ID, out.Targets)})
-	return back + "?id=" + strconv.FormatInt(out.ID, 10), nil
+	c.setFlash(q.s.id, &flash{Kind: "ok", Message: fmt.Sprintf("Broadcast %d accepted for %d devices.", out.BroadcastID, out.Targets)})
+	return back + "?id=" + strconv.FormatInt(out.BroadcastID, 10), nil
 }
 
 // cancelBroadcast cancels the form's broadcast.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
 // recordTypes names the status record types 0 to 8.
@@ -28,11 +30,11 @@ type typeBox struct {
 }
 
 type callbacksData struct {
-	Settings    callbackSettings
+	Settings    apitypes.CallbackSettings
 	Types       []typeBox
-	URLs        callbackURLs
-	Deliveries  deliveries
-	DeadLetters deadLetters
+	URLs        apitypes.CallbackURLs
+	Deliveries  apitypes.Deliveries
+	DeadLetters apitypes.DeadLetters
 	Cursor      string
 }
 
@@ -66,7 +68,7 @@ func (q *req) callbacksPath() string { return q.consolePath("/callbacks") }
 func (c *Console) setSwitch(q *req) (string, error) {
 	back := q.callbacksPath()
 	on := q.r.PostFormValue("enabled") == "1"
-	if err := q.api(http.MethodPut, q.appPath("/callback"), nil, map[string]bool{"enabled": on}, nil); err != nil {
+	if err := q.api(http.MethodPut, q.appPath("/callback"), nil, apitypes.CallbackChange{Enabled: &on}, nil); err != nil {
 		return back, err
 	}
 	msg := "Callbacks are off: new status records are dropped, not kept."
@@ -89,7 +91,7 @@ func (c *Console) setTypes(q *req) (string, error) {
 			types = append(types, n)
 		}
 	}
-	if err := q.api(http.MethodPut, q.appPath("/callback"), nil, map[string][]int{"types": types}, nil); err != nil {
+	if err := q.api(http.MethodPut, q.appPath("/callback"), nil, apitypes.CallbackChange{Types: &types}, nil); err != nil {
 		return back, err
 	}
 	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "Record types saved."})
@@ -103,7 +105,7 @@ func (c *Console) addURL(q *req) (string, error) {
 	u := formURL(q)
 	// The API checks the rules, then verifies the URL live; its message
 	// says which rule failed or what the URL answered.
-	if err := q.api(http.MethodPost, q.appPath("/callback/urls"), nil, map[string]string{"url": u}, nil); err != nil {
+	if err := q.api(http.MethodPost, q.appPath("/callback/urls"), nil, apitypes.URLRequest{URL: u}, nil); err != nil {
 		return back, err
 	}
 	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "Verified and added: " + u + " answered the echostr check."})
@@ -113,7 +115,7 @@ func (c *Console) addURL(q *req) (string, error) {
 func (c *Console) testURL(q *req) (string, error) {
 	back := q.callbacksPath()
 	u := formURL(q)
-	if err := q.api(http.MethodPost, q.appPath("/callback/urls/test"), nil, map[string]string{"url": u}, nil); err != nil {
+	if err := q.api(http.MethodPost, q.appPath("/callback/urls/test"), nil, apitypes.URLRequest{URL: u}, nil); err != nil {
 		return back, err
 	}
 	c.setFlash(q.s.id, &flash{Kind: "ok", Message: "Test passed: " + u + " answered the echostr check."})
@@ -123,7 +125,7 @@ func (c *Console) testURL(q *req) (string, error) {
 func (c *Console) defaultURL(q *req) (string, error) {
 	back := q.callbacksPath()
 	u := formURL(q)
-	if err := q.api(http.MethodPost, q.appPath("/callback/urls/default"), nil, map[string]string{"url": u}, nil); err != nil {
+	if err := q.api(http.MethodPost, q.appPath("/callback/urls/default"), nil, apitypes.URLRequest{URL: u}, nil); err != nil {
 		return back, err
 	}
 	c.setFlash(q.s.id, &flash{Kind: "ok", Message: u + " is now the default URL."})
@@ -143,9 +145,7 @@ func (c *Console) deleteURL(q *req) (string, error) {
 func (c *Console) redeliver(q *req) (string, error) {
 	back := q.callbacksPath() + "#deadletters"
 	id := q.r.PathValue("id")
-	var out struct {
-		Records int `json:"records"`
-	}
+	var out apitypes.Redelivered
 	if err := q.api(http.MethodPost, q.appPath("/callback/deadletters/"+url.PathEscape(id)+"/redeliver"), nil, nil, &out); err != nil {
 		return back, err
 	}

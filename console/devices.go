@@ -14,13 +14,14 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/message"
 )
 
 type devicesData struct {
 	Prefix  string
 	Cursor  string
-	Devices []deviceSummary
+	Devices []apitypes.DeviceSummary
 	Next    string
 }
 
@@ -35,7 +36,7 @@ func (c *Console) devicesPage(q *req) error {
 	}
 	// The API pages by cursor over the name index, so a page costs the
 	// same with a million devices as with ten.
-	var page devicePage
+	var page apitypes.DevicePage
 	if err := q.api(http.MethodGet, q.appPath("/devices"), query, nil, &page); err != nil {
 		return err
 	}
@@ -98,19 +99,12 @@ func (c *Console) createDevices(q *req) (string, error) {
 	}
 	for start := 0; start < len(pending); start += 1000 {
 		chunk := pending[start:min(start+1000, len(pending))]
-		devs := make([]map[string]string, len(chunk))
+		devs := make([]apitypes.NewDevice, len(chunk))
 		for j, i := range chunk {
-			devs[j] = map[string]string{"name": lines[i].Name, "mark": lines[i].Mark}
+			devs[j] = apitypes.NewDevice{Name: lines[i].Name, Mark: lines[i].Mark}
 		}
-		var out struct {
-			Resp []struct {
-				DeviceName   string `json:"device_name"`
-				Code         int    `json:"code"`
-				DeviceSecret string `json:"device_secret"`
-				Message      string `json:"message"`
-			} `json:"resp"`
-		}
-		if err := q.appAPI(http.MethodPost, "/device/v1/devices", nil, map[string]any{"device": devs}, &out); err != nil {
+		var out apitypes.CreateDevicesAnswer
+		if err := q.appAPI(http.MethodPost, "/device/v1/devices", nil, apitypes.CreateDevicesRequest{Device: devs}, &out); err != nil {
 			if start == 0 {
 				return back, err
 			}
@@ -206,7 +200,7 @@ func parseCSV(f io.Reader) ([]batchLine, error) {
 }
 
 type devicePageData struct {
-	Device     deviceDetail
+	Device     apitypes.AdminDevice
 	ModelNames []string
 	Disabled   bool
 }
@@ -222,7 +216,7 @@ func (c *Console) devicePage(q *req) error {
 	if err := q.api(http.MethodGet, q.appPath("/devices/"+url.PathEscape(name)), nil, nil, &d.Device); err != nil {
 		return err
 	}
-	var model propModel
+	var model apitypes.PropertyModel
 	if err := q.api(http.MethodGet, q.appPath("/properties"), nil, nil, &model); err != nil {
 		return err
 	}
@@ -257,20 +251,16 @@ func (c *Console) setDesired(q *req) (string, error) {
 	if err != nil {
 		return back, userErrorf("The form lost the device's desired version; reload the page.")
 	}
-	body := map[string]any{
-		"seq_no":      seqNo(),
-		"device_name": q.r.PathValue("name"),
-		"version":     version,
-		"properties": []map[string]any{{
-			"name":  name,
-			"value": desiredValue(q.r.PostFormValue("value"), q.r.PostFormValue("as_string") != ""),
+	body := apitypes.SetPropertyRequest{
+		SeqNo:      seqNo(),
+		DeviceName: q.r.PathValue("name"),
+		Version:    version,
+		Properties: []apitypes.PropertyValue{{
+			Name:  name,
+			Value: desiredValue(q.r.PostFormValue("value"), q.r.PostFormValue("as_string") != ""),
 		}},
 	}
-	var out struct {
-		OpCode   int    `json:"op_code"`
-		OpID     int64  `json:"op_id"`
-		OpStatus string `json:"op_status"`
-	}
+	var out apitypes.PropertySetAnswer
 	if err := q.appAPI(http.MethodPost, "/device/v1/property", nil, body, &out); err != nil {
 		return back, err
 	}
@@ -291,7 +281,7 @@ func (c *Console) setFlag(q *req) (string, error) {
 	if err != nil || (flag != 0 && flag != 1) {
 		return back, userErrorf("flag must be 0 (enable) or 1 (disable).")
 	}
-	if err := q.api(http.MethodPatch, q.appPath("/devices/"+url.PathEscape(q.r.PathValue("name"))), nil, map[string]int{"flag": flag}, nil); err != nil {
+	if err := q.api(http.MethodPatch, q.appPath("/devices/"+url.PathEscape(q.r.PathValue("name"))), nil, apitypes.DevicePatch{Flag: &flag}, nil); err != nil {
 		return back, err
 	}
 	msg := "Device enabled."
@@ -310,7 +300,7 @@ func (c *Console) setTags(q *req) (string, error) {
 	if tags == nil {
 		tags = []string{}
 	}
-	body := map[string]any{"tags": tags}
+	body := apitypes.DevicePatch{Tags: &tags}
 	if err := q.api(http.MethodPatch, q.appPath("/devices/"+url.PathEscape(q.r.PathValue("name"))), nil, body, nil); err != nil {
 		return back, err
 	}
@@ -332,23 +322,21 @@ func (c *Console) deleteDevice(q *req) (string, error) {
 
 func (c *Console) sendMessage(q *req) (string, error) {
 	back := q.devicePath()
-	body := map[string]any{
-		"seq_no":      seqNo(),
-		"device_name": q.r.PathValue("name"),
+	body := apitypes.SendRequest{
+		SeqNo:      seqNo(),
+		DeviceName: q.r.PathValue("name"),
 		// Browsers send a textarea's line breaks as CRLF; the device gets
 		// the \n the user typed, and the byte count the form showed.
-		"msg_body": strings.ReplaceAll(q.r.PostFormValue("msg_body"), "\r\n", "\n"),
+		MsgBody: strings.ReplaceAll(q.r.PostFormValue("msg_body"), "\r\n", "\n"),
 	}
 	if ttl := strings.TrimSpace(q.r.PostFormValue("ttl")); ttl != "" {
 		n, err := strconv.ParseInt(ttl, 10, 64)
 		if err != nil {
 			return back, userErrorf("ttl must be a whole number of seconds, not %q.", ttl)
 		}
-		body["ttl"] = n
+		body.TTL = &n
 	}
-	var out struct {
-		MsgID int64 `json:"msgid"`
-	}
+	var out apitypes.SendAnswer
 	if err := q.appAPI(http.MethodPost, "/msg/v1/msg", nil, body, &out); err != nil {
 		return back, err
 	}

@@ -9,7 +9,9 @@
 // is enforced in one place. Pages are html/template with go:embed, one
 // small stylesheet, and a few lines of JavaScript that only enhance: every
 // page works without it (the live event view then lists events page by
-// page instead of streaming them).
+// page instead of streaming them). The bodies it sends and reads are the
+// API's own types, declared once in package apitypes; the console and
+// restapi never import each other.
 //
 // The package is large (over 2,000 lines, 200 of them this comment)
 // because it is a whole web application: one file per page set (apps,

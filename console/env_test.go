@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
@@ -164,11 +165,7 @@ type app struct{ Name, Key, Secret string }
 
 func (e *env) createApp(name string) app {
 	e.t.Helper()
-	var out struct {
-		Name         string `json:"name"`
-		Key          string `json:"key"`
-		MasterSecret string `json:"master_secret"`
-	}
+	var out apitypes.CreatedApp
 	e.apiCall("admin", adminPassword, "POST", "/admin/v1/apps", map[string]string{"name": name}, &out)
 	return app{out.Name, out.Key, out.MasterSecret}
 }

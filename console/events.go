@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/events"
 )
 
@@ -101,11 +102,7 @@ func (f eventFilter) pull(q *req, after int64, limit int, wait time.Duration) (e
 }
 
 // eventsAnswer is the pull API's answer.
-type eventsAnswer struct {
-	Events []events.Wire `json:"events"`
-	Next   string        `json:"next"`
-	Newest string        `json:"newest"`
-}
+type eventsAnswer apitypes.EventPage
 
 // next is the answer's cursor, or after when it has none.
 func (a eventsAnswer) next(after int64) int64 {
@@ -127,7 +124,7 @@ type eventRow struct {
 	Folded bool
 }
 
-func newEventRow(w events.Wire) eventRow {
+func newEventRow(w apitypes.Event) eventRow {
 	r := eventRow{ID: w.ID, Type: w.Type, Device: w.DeviceName, Time: w.Time, AppKey: w.AppKey}
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, unescapeHTML(w.Data), "", "  ") == nil {
@@ -274,27 +271,12 @@ func (c *Console) newestEvent(q *req) (int64, error) {
 // app's credentials, long-polling, and stops when the browser goes away
 // or the console closes.
 func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
-	s, _ := c.session(r)
-	if s == nil {
-		// EventSource does not follow a sign-in redirect; the script
-		// says the session ended.
-		http.Error(w, "not signed in", http.StatusUnauthorized)
+	q, ok := c.streamRequest(w, r)
+	if !ok {
 		return
 	}
-	q := &req{c: c, w: w, r: r, s: s, key: r.PathValue("key")}
-	if !s.admin && q.key != s.appKey {
-		http.Error(w, "not found", http.StatusNotFound)
-		return
-	}
-	cursor := r.Header.Get("Last-Event-ID")
-	if cursor == "" {
-		cursor = r.URL.Query().Get("after")
-	}
-	after, err := strconv.ParseInt(cursor, 10, 64)
-	if cursor == "" {
-		after, err = 0, nil
-	}
-	if err != nil || after < 0 {
+	after, err := streamCursor(r)
+	if err != nil {
 		http.Error(w, "the cursor must be an event id", http.StatusBadRequest)
 		return
 	}
@@ -311,87 +293,159 @@ func (c *Console) eventStream(w http.ResponseWriter, r *http.Request) {
 	c.streams.Add(1)
 	defer c.streams.Add(-1)
 
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no") // a proxy must pass each event on at once
-	w.WriteHeader(http.StatusOK)
-	send := func(msg string) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteBudget))
-		if _, err := io.WriteString(w, msg); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	send := startStream(w)
 	if !send(fmt.Sprintf("retry: %d\n: stream of %s after %d\n\n", streamRetry.Milliseconds(), q.key, after)) {
 		return
 	}
-	t := c.pages["events"]
-	behind := 0 // events sent back to back in full pulls
+	st := &eventStreamState{after: after}
 	for {
-		page, err := f.pull(q, after, streamBatch, c.streamWait)
+		page, err := f.pull(q, st.after, streamBatch, c.streamWait)
 		if ctx.Err() != nil {
 			return // the browser went away, or the console closed
 		}
-		if !c.touch(s.id) {
+		if !c.touch(q.s.id) {
 			// Signed out (maybe in another tab) or expired: what the
 			// session could see, it no longer may.
 			send(sseMessage("", "devmsg-error", "Your session ended. Sign in again."))
 			return
 		}
 		if err != nil {
-			var ae *apiError
-			if errors.As(err, &ae) && ae.Status != http.StatusTooManyRequests && ae.Status < 500 {
-				// A refusal that trying again would not change: a bad
-				// filter, a cursor the log no longer has, a rotated
-				// secret. The script shows it and stops.
-				send(sseMessage("", "devmsg-error", ae.Message))
-				return
-			}
-			// Over the rate limit, or the service failed: end the
-			// response; the browser reconnects after streamRetry with
-			// the last id it got.
-			if ae == nil {
-				c.log.Error("console event stream", "app", q.key, "err", err)
-			}
+			c.streamPullFailed(q, send, err)
 			return
 		}
-		var out strings.Builder
-		for _, e := range page.Events {
-			var row bytes.Buffer
-			if err := t.ExecuteTemplate(&row, "event-row", newEventRow(e)); err != nil {
-				c.log.Error("console event stream: render", "app", q.key, "err", err)
-				return
-			}
-			out.WriteString(sseMessage(e.ID, "devmsg-event", row.String()))
+		out, ok := c.streamRows(q, page)
+		if !ok {
+			return
 		}
-		next := page.next(after)
-		if len(page.Events) == 0 {
-			// Nothing matched: move the browser's cursor past what was
-			// examined (an id alone changes Last-Event-ID without an
-			// event), and show the connection is alive.
-			if next != after {
-				out.WriteString("id: " + strconv.FormatInt(next, 10) + "\n\n")
-			}
-			out.WriteString(": waiting\n\n")
-		}
-		after = next
-		if len(page.Events) < streamBatch {
-			behind = 0
-		} else if behind += len(page.Events); behind >= streamCatchUp {
-			// The pull's answer carries the newest id: no second read.
-			if newest, err := strconv.ParseInt(page.Newest, 10, 64); err == nil && newest > after {
-				out.WriteString(sseMessage(strconv.FormatInt(newest, 10), "devmsg-skip", fmt.Sprintf(
-					"Events came faster than this view shows them: it skipped ahead to event %d. The ones in between are in the log: filter the view, or pull them.", newest)))
-				after = newest
-			}
-			behind = 0
-		}
-		if !send(out.String()) {
+		out += st.advance(page)
+		if !send(out) {
 			return
 		}
 	}
+}
+
+// streamRequest checks the stream's session and app, answering the
+// browser itself when it may not have the stream.
+func (c *Console) streamRequest(w http.ResponseWriter, r *http.Request) (*req, bool) {
+	s, _ := c.session(r)
+	if s == nil {
+		// EventSource does not follow a sign-in redirect; the script
+		// says the session ended.
+		http.Error(w, "not signed in", http.StatusUnauthorized)
+		return nil, false
+	}
+	q := &req{c: c, w: w, r: r, s: s, key: r.PathValue("key")}
+	if !s.admin && q.key != s.appKey {
+		http.Error(w, "not found", http.StatusNotFound)
+		return nil, false
+	}
+	return q, true
+}
+
+// streamCursor reads where the stream starts: Last-Event-ID, else
+// ?after=, else 0 (the oldest kept event).
+func streamCursor(r *http.Request) (int64, error) {
+	cursor := r.Header.Get("Last-Event-ID")
+	if cursor == "" {
+		cursor = r.URL.Query().Get("after")
+	}
+	if cursor == "" {
+		return 0, nil
+	}
+	after, err := strconv.ParseInt(cursor, 10, 64)
+	if err == nil && after < 0 {
+		err = fmt.Errorf("negative event id %d", after)
+	}
+	return after, err
+}
+
+// startStream writes the headers of an event stream and returns the
+// function that sends to it, false once the browser cannot be written to.
+func startStream(w http.ResponseWriter) func(msg string) bool {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // a proxy must pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	return func(msg string) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteBudget))
+		if _, err := io.WriteString(w, msg); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+}
+
+// streamPullFailed ends the stream after a failed pull, telling the
+// script when trying again would not help.
+func (c *Console) streamPullFailed(q *req, send func(string) bool, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status != http.StatusTooManyRequests && ae.Status < 500 {
+		// A refusal that trying again would not change: a bad
+		// filter, a cursor the log no longer has, a rotated
+		// secret. The script shows it and stops.
+		send(sseMessage("", "devmsg-error", ae.Message))
+		return
+	}
+	// Over the rate limit, or the service failed: end the
+	// response; the browser reconnects after streamRetry with
+	// the last id it got.
+	if ae == nil {
+		c.log.Error("console event stream", "app", q.key, "err", err)
+	}
+}
+
+// streamRows renders the page's events as SSE messages, one table row
+// each; false when a row could not be rendered.
+func (c *Console) streamRows(q *req, page eventsAnswer) (string, bool) {
+	t := c.pages["events"]
+	var out strings.Builder
+	for _, e := range page.Events {
+		var row bytes.Buffer
+		if err := t.ExecuteTemplate(&row, "event-row", newEventRow(e)); err != nil {
+			c.log.Error("console event stream: render", "app", q.key, "err", err)
+			return "", false
+		}
+		out.WriteString(sseMessage(e.ID, "devmsg-event", row.String()))
+	}
+	return out.String(), true
+}
+
+// eventStreamState is where a stream is in the log.
+type eventStreamState struct {
+	after  int64 // the cursor of the next pull
+	behind int   // events sent back to back in full pulls
+}
+
+// advance moves the cursor past the page and returns what goes to the
+// browser after the page's rows: the new cursor and a keep-alive when
+// nothing matched, a skip notice when the stream fell too far behind.
+func (st *eventStreamState) advance(page eventsAnswer) string {
+	var out strings.Builder
+	next := page.next(st.after)
+	if len(page.Events) == 0 {
+		// Nothing matched: move the browser's cursor past what was
+		// examined (an id alone changes Last-Event-ID without an
+		// event), and show the connection is alive.
+		if next != st.after {
+			out.WriteString("id: " + strconv.FormatInt(next, 10) + "\n\n")
+		}
+		out.WriteString(": waiting\n\n")
+	}
+	st.after = next
+	if len(page.Events) < streamBatch {
+		st.behind = 0
+	} else if st.behind += len(page.Events); st.behind >= streamCatchUp {
+		// The pull's answer carries the newest id: no second read.
+		if newest, err := strconv.ParseInt(page.Newest, 10, 64); err == nil && newest > st.after {
+			out.WriteString(sseMessage(strconv.FormatInt(newest, 10), "devmsg-skip", fmt.Sprintf(
+				"Events came faster than this view shows them: it skipped ahead to event %d. The ones in between are in the log: filter the view, or pull them.", newest)))
+			st.after = newest
+		}
+		st.behind = 0
+	}
+	return out.String()
 }
 
 // sseMessage is one Server-Sent Events message; data may span lines.

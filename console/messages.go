@@ -6,21 +6,18 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
 type messagesData struct {
 	MsgID string
-	Trace *messageTrace
+	Trace *apitypes.Message
 	Error string
 	// Recent lists the app's messages, newest first, when no msgid is
 	// traced; Cursor is this page's, Next the following one's.
-	Recent       []messageTrace
+	Recent       []apitypes.Message
 	Cursor, Next string
-}
-
-type messagePage struct {
-	Messages   []messageTrace `json:"messages"`
-	NextCursor string         `json:"next_cursor"`
 }
 
 // messagesPage traces the message of ?msgid=, or lists the app's recent
@@ -29,7 +26,7 @@ func (c *Console) messagesPage(q *req) error {
 	query := q.r.URL.Query()
 	d := messagesData{MsgID: strings.TrimSpace(query.Get("msgid")), Cursor: query.Get("cursor")}
 	if d.MsgID != "" {
-		var t messageTrace
+		var t apitypes.Message
 		err := q.appAPI(http.MethodGet, "/msg/v1/msg", url.Values{"msgid": {d.MsgID}}, nil, &t)
 		var ae *apiError
 		switch {
@@ -46,7 +43,7 @@ func (c *Console) messagesPage(q *req) error {
 	if d.Cursor != "" {
 		list.Set("cursor", d.Cursor)
 	}
-	var page messagePage
+	var page apitypes.MessagePage
 	if err := q.api(http.MethodGet, q.appPath("/messages"), list, nil, &page); err != nil {
 		return err
 	}
@@ -57,7 +54,7 @@ func (c *Console) messagesPage(q *req) error {
 func (c *Console) retract(q *req) (string, error) {
 	id := strings.TrimSpace(q.r.PostFormValue("msgid"))
 	back := q.consolePath("/messages?msgid=" + url.QueryEscape(id))
-	var t messageTrace
+	var t apitypes.Message
 	if err := q.appAPI(http.MethodDelete, "/msg/v1/msg", url.Values{"msgid": {id}}, nil, &t); err != nil {
 		return back, err
 	}

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
 const (
@@ -422,7 +424,7 @@ func (e *badCreds) Error() string { return e.msg }
 // would, and returns the session they open.
 func (c *Console) verify(r *http.Request, mode string, cr creds) (*session, error) {
 	if mode == "admin" {
-		var out appList
+		var out apitypes.AppList
 		err := c.call(r, cr, http.MethodGet, "/admin/v1/apps", nil, nil, &out)
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
@@ -438,7 +440,7 @@ func (c *Console) verify(r *http.Request, mode string, cr creds) (*session, erro
 		}
 		return &session{admin: true, who: cr.user, cr: cr}, nil
 	}
-	var app appView
+	var app apitypes.App
 	err := c.call(r, cr, http.MethodGet, "/admin/v1/apps/"+url.PathEscape(cr.user), nil, nil, &app)
 	var ae *apiError
 	if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.notFound()) {

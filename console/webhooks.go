@@ -6,20 +6,18 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/events"
 )
 
 // webhookFormatJIOT is the format of a webhook written for the source
-// API's event callback (DESIGN.md section 7).
+// API's event callback (docs/api.md, "Event webhooks").
 const webhookFormatJIOT = "jiot"
 
 // eventWebhook is one of the app's event webhooks, as the admin API lists
-// it.
+// it, with what the page computes from it.
 type eventWebhook struct {
-	URL       string   `json:"url"`
-	Types     []string `json:"types"`
-	Format    string   `json:"format"`
-	CreatedAt int64    `json:"created_at"` // Unix ms
+	apitypes.EventWebhook
 }
 
 // AllTypes reports whether the webhook gets every event type.
@@ -32,22 +30,21 @@ func (w eventWebhook) AllTypes() bool {
 	return true
 }
 
-type eventWebhooks struct {
-	Webhooks      []eventWebhook `json:"webhooks"`
-	SigningSecret string         `json:"signing_secret"`
-}
-
 type webhooksData struct {
-	eventWebhooks
-	Types []string
+	Webhooks      []eventWebhook
+	SigningSecret string
+	Types         []string
 }
 
 func (c *Console) webhooksPage(q *req) error {
-	var list eventWebhooks
+	var list apitypes.EventWebhooks
 	if err := q.api(http.MethodGet, q.appPath("/events/webhooks"), nil, nil, &list); err != nil {
 		return err
 	}
-	d := webhooksData{eventWebhooks: list, Types: events.Types}
+	d := webhooksData{SigningSecret: list.SigningSecret, Types: events.Types}
+	for _, w := range list.Webhooks {
+		d.Webhooks = append(d.Webhooks, eventWebhook{w})
+	}
 	return q.render(http.StatusOK, "webhooks", "Event webhooks", "webhooks", d)
 }
 
@@ -56,18 +53,13 @@ func (q *req) webhooksPath() string { return q.consolePath("/webhooks") }
 func (c *Console) addWebhook(q *req) (string, error) {
 	back := q.webhooksPath()
 	u := formURL(q)
-	body := map[string]any{"url": u}
-	var types []string
+	// None ticked leaves types out: the API's default, every type; an
+	// empty format is left out too.
+	body := apitypes.EventWebhookRequest{URL: u, Format: strings.TrimSpace(q.r.PostFormValue("format"))}
 	for _, t := range q.r.PostForm["types"] {
-		if !slices.Contains(types, t) {
-			types = append(types, t)
+		if !slices.Contains(body.Types, t) {
+			body.Types = append(body.Types, t)
 		}
-	}
-	if len(types) > 0 { // none ticked: the API's default, every type
-		body["types"] = types
-	}
-	if f := strings.TrimSpace(q.r.PostFormValue("format")); f != "" {
-		body["format"] = f
 	}
 	// The API checks the rules, then verifies the URL live with the
 	// echostr GET; its message says which rule failed or what the URL

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
 // TestEventWebhooksPage lists, adds (verified live by a real receiver
@@ -24,7 +26,7 @@ func TestEventWebhooksPage(t *testing.T) {
 	b := e.browser()
 	b.loginApp(a)
 	base := "/console/apps/" + a.Key + "/webhooks"
-	list := func() (v eventWebhooks) {
+	list := func() (v apitypes.EventWebhooks) {
 		e.apiCall(a.Key, a.Secret, "GET", "/admin/v1/apps/"+a.Key+"/events/webhooks", nil, &v)
 		return v
 	}

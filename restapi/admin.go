@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/errdefs"
@@ -104,13 +105,7 @@ func (a *API) createApp(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{"name": app.Name, "key": app.Key, "master_secret": app.MasterSecret})
-}
-
-type appSummary struct {
-	Name      string `json:"name"`
-	Key       string `json:"key"`
-	CreatedAt int64  `json:"created_at"`
+	return writeJSON(c, apitypes.CreatedApp{Key: app.Key, MasterSecret: app.MasterSecret, Name: app.Name})
 }
 
 // listApps serves GET /admin/v1/apps: every app for the admin, only
@@ -123,19 +118,11 @@ func (a *API) listApps(c *gin.Context) error {
 			return fmt.Errorf("list apps: %w", err)
 		}
 	}
-	out := make([]appSummary, len(apps))
+	out := make([]apitypes.AppSummary, len(apps))
 	for i, app := range apps {
-		out[i] = appSummary{app.Name, app.Key, app.CreatedAt}
+		out[i] = apitypes.AppSummary{Name: app.Name, Key: app.Key, CreatedAt: app.CreatedAt}
 	}
-	return writeJSON(c, gin.H{"apps": out})
-}
-
-type appView struct {
-	Name         string         `json:"name"`
-	Key          string         `json:"key"`
-	MasterSecret string         `json:"master_secret"`
-	CreatedAt    int64          `json:"created_at"`
-	RateLimits   map[string]int `json:"rate_limits"`
+	return writeJSON(c, apitypes.AppList{Apps: out})
 }
 
 // getApp serves GET /admin/v1/apps/{key}: the app with its master secret
@@ -145,7 +132,7 @@ func (a *API) getApp(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, appView{app.Name, app.Key, app.MasterSecret, app.CreatedAt, a.appSvc.RateLimits(app)})
+	return writeJSON(c, apitypes.App{Name: app.Name, Key: app.Key, MasterSecret: app.MasterSecret, CreatedAt: app.CreatedAt, RateLimits: a.appSvc.RateLimits(app)})
 }
 
 // rotateMasterSecret serves POST /admin/v1/apps/{key}/master_secret: a
@@ -169,7 +156,7 @@ func (a *API) rotateMasterSecret(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{"key": app.Key, "master_secret": app.MasterSecret})
+	return writeJSON(c, apitypes.MasterSecret{Key: app.Key, MasterSecret: app.MasterSecret})
 }
 
 func (a *API) getModel(c *gin.Context) error {
@@ -177,11 +164,28 @@ func (a *API) getModel(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	model := app.Properties
-	if model == nil {
-		model = []store.PropertyDef{}
+	return writeJSON(c, modelAnswer(app.Properties))
+}
+
+// modelAnswer is a property model as the API shows it: [] for none, each
+// bound written as encoding/json writes the stored number.
+func modelAnswer(model []store.PropertyDef) apitypes.PropertyModel {
+	out := make([]apitypes.PropertyDef, len(model))
+	for i, p := range model {
+		out[i] = apitypes.PropertyDef{Name: p.Name, Type: p.Type, Min: floatNumber(p.Min), Max: floatNumber(p.Max)}
+		if p.MaxLength != nil {
+			out[i].MaxLength = json.Number(strconv.Itoa(*p.MaxLength))
+		}
 	}
-	return writeJSON(c, gin.H{"properties": model})
+	return apitypes.PropertyModel{Properties: out}
+}
+
+// floatNumber is f as encoding/json writes a float64, "" for nil.
+func floatNumber(f *float64) json.Number {
+	if f == nil {
+		return ""
+	}
+	return json.Number(mustJSON(*f))
 }
 
 // putModel replaces the app's property model.
@@ -200,10 +204,7 @@ func (a *API) putModel(c *gin.Context) error {
 	if err := a.appSvc.SetModel(c.Request.Context(), app.Key, model); err != nil {
 		return err
 	}
-	if model == nil {
-		model = []store.PropertyDef{}
-	}
-	return writeJSON(c, gin.H{"properties": model})
+	return writeJSON(c, modelAnswer(model))
 }
 
 // getRateLimits serves GET /admin/v1/apps/{key}/ratelimits: requests per
@@ -213,7 +214,7 @@ func (a *API) getRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, a.appSvc.RateLimits(app))
+	return writeJSON(c, apitypes.RateLimits(a.appSvc.RateLimits(app)))
 }
 
 // putRateLimits sets some or all categories' limits; only the admin may
@@ -243,21 +244,14 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, limits)
+	return writeJSON(c, apitypes.RateLimits(limits))
 }
 
-type deviceSummary struct {
-	Name       string   `json:"name"`
-	Mark       string   `json:"mark"`
-	Flag       int      `json:"flag"`
-	Status     int      `json:"status"`
-	TimeCreate int64    `json:"time_create"`
-	TimeActive int64    `json:"time_active"`
-	Tags       []string `json:"tags"`
-}
-
-func summarize(d store.Device) deviceSummary {
-	return deviceSummary{d.Name, d.Mark, d.Flag, d.Status, d.TimeCreate, d.TimeActive, tagsAnswer(d.Tags)}
+func summarize(d store.Device) apitypes.DeviceSummary {
+	return apitypes.DeviceSummary{
+		Name: d.Name, Mark: d.Mark, Flag: d.Flag, Status: d.Status,
+		TimeCreate: d.TimeCreate, TimeActive: d.TimeActive, Tags: tagsAnswer(d.Tags),
+	}
 }
 
 // queryLimit reads a listing's limit parameter: def when absent, else
@@ -297,11 +291,11 @@ func (a *API) listDevices(c *gin.Context) error {
 	if err != nil {
 		return fmt.Errorf("list devices: %w", err)
 	}
-	out := make([]deviceSummary, len(page.Devices))
+	out := make([]apitypes.DeviceSummary, len(page.Devices))
 	for i, d := range page.Devices {
 		out[i] = summarize(d)
 	}
-	return writeJSON(c, gin.H{"devices": out, "next_cursor": page.Next})
+	return writeJSON(c, apitypes.DevicePage{Devices: out, NextCursor: page.Next})
 }
 
 // listMessages serves GET /admin/v1/apps/{key}/messages?cursor=&limit=:
@@ -331,11 +325,11 @@ func (a *API) listMessages(c *gin.Context) error {
 		ms = ms[:limit]
 		next = strconv.FormatInt(ms[limit-1].ID, 10)
 	}
-	out := make([]messageView, len(ms))
+	out := make([]apitypes.Message, len(ms))
 	for i, m := range ms {
 		out[i] = viewMessage(m)
 	}
-	return writeJSON(c, gin.H{"messages": out, "next_cursor": next})
+	return writeJSON(c, apitypes.MessagePage{Messages: out, NextCursor: next})
 }
 
 // patchDevice serves PATCH /admin/v1/apps/{key}/devices/{name}: flag,
@@ -375,22 +369,6 @@ func (a *API) patchDevice(c *gin.Context) error {
 	return writeJSON(c, summarize(d))
 }
 
-// deviceDetail is a device as the admin API shows it on its own: the
-// listing's fields plus presence, with login times as GET
-// /device/v1/status gives them.
-type deviceDetail struct {
-	Name           string   `json:"name"`
-	Mark           string   `json:"mark"`
-	Flag           int      `json:"flag"`
-	Status         int      `json:"status"`
-	ClientIP       string   `json:"client_ip"`
-	LastLoginTime  string   `json:"last_login_time"`
-	LastLogoutTime string   `json:"last_logout_time"`
-	TimeCreate     int64    `json:"time_create"`
-	TimeActive     int64    `json:"time_active"`
-	Tags           []string `json:"tags"`
-}
-
 // getDevice serves GET /admin/v1/apps/{key}/devices/{name}: base info,
 // presence and properties in one answer, for the console's device page.
 func (a *API) getDevice(c *gin.Context) error {
@@ -406,17 +384,19 @@ func (a *API) getDevice(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{
-		"device": deviceDetail{
-			d.Name, d.Mark, d.Flag, d.Status, d.ClientIP,
-			unixString(d.LastLoginTime), unixString(d.LastLogoutTime), d.TimeCreate, d.TimeActive, tagsAnswer(d.Tags),
+	return writeJSON(c, apitypes.AdminDevice{
+		Device: apitypes.DeviceDetail{
+			Name: d.Name, Mark: d.Mark, Flag: d.Flag, Status: d.Status, ClientIP: d.ClientIP,
+			LastLoginTime: unixString(d.LastLoginTime), LastLogoutTime: unixString(d.LastLogoutTime),
+			TimeCreate: d.TimeCreate, TimeActive: d.TimeActive, Tags: tagsAnswer(d.Tags),
 		},
-		"properties": props,
+		Properties: propertySummary(props),
 	})
 }
 
 // deleteDevice serves DELETE /admin/v1/apps/{key}/devices/{name}
-// (DESIGN.md section 5; devices.Service.Delete orders the steps).
+// (docs/api.md, "Delete a device"; devices.Service.Delete orders the
+// steps).
 func (a *API) deleteDevice(c *gin.Context) error {
 	app, err := a.appParam(c)
 	if err != nil {
@@ -426,5 +406,5 @@ func (a *API) deleteDevice(c *gin.Context) error {
 	if err := a.devices.Delete(c.Request.Context(), app.Key, name); err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{"device_name": name, "deleted": true})
+	return writeJSON(c, apitypes.DeletedDevice{Deleted: true, DeviceName: name})
 }

@@ -185,19 +185,7 @@ func TestDeleteDevice(t *testing.T) {
 		t.Fatalf("Deleted calls %q, want %q", got, want)
 	}
 
-	t.Run("pending message failed with 3007 and stays readable", func(t *testing.T) {
-		m := e.message(pending)
-		if m.State != store.StateFailed || m.DeviceName != "dev-0001" || len(m.Records) != 3 {
-			t.Fatalf("message %+v", m)
-		}
-		last := m.Records[2]
-		if last.Type != store.RecordDeliveryFailure || last.Error == nil || last.Error.Code != 3007 || last.Error.Message != "device deleted" {
-			t.Fatalf("last record %+v", last)
-		}
-		if m := e.message(otherPending); m.State != store.StatePending {
-			t.Fatalf("another device's message: %+v", m)
-		}
-	})
+	t.Run("pending message failed with 3007 and stays readable", func(t *testing.T) { testDeletedDeviceMessages(t, e, pending, otherPending) })
 	t.Run("the device is gone", func(t *testing.T) {
 		for _, path := range []string{"/device/v1/baseinfo", "/device/v1/status", "/device/v1/property"} {
 			e.call("GET", path+"?device_name=dev-0001", nil).wantError(t, 400, 1003, `"dev-0001" not found`)
@@ -213,23 +201,7 @@ func TestDeleteDevice(t *testing.T) {
 			t.Fatalf("device list %s", list.body)
 		}
 	})
-	t.Run("the name can be created again", func(t *testing.T) {
-		secret := e.createDevices("dev-0001")[0]
-		if secret == oldSecret {
-			t.Fatal("the re-created device has the old secret")
-		}
-		s := e.summary("dev-0001")
-		if len(s.Properties) != 0 || s.LastDesiredVersion != 1 || s.LastReportedVersion != 0 {
-			t.Fatalf("re-created device's properties %+v", s)
-		}
-		if m := e.message(e.send(`{"seq_no":6,"device_name":"dev-0001","msg_body":"again"}`)); m.State != store.StatePending {
-			t.Fatalf("message to the re-created device: %+v", m)
-		}
-		// The old message is still there, unchanged.
-		if m := e.message(pending); m.State != store.StateFailed || len(m.Records) != 3 {
-			t.Fatalf("old message after re-creation: %+v", m)
-		}
-	})
+	t.Run("the name can be created again", func(t *testing.T) { testRecreateDeletedDevice(t, e, oldSecret, pending) })
 	t.Run("admin deletes too", func(t *testing.T) {
 		e.do("DELETE", base+"dev-0002", nil, &adm).wantOK(t)
 		if m := e.message(otherPending); m.State != store.StateFailed || m.Records[len(m.Records)-1].Error.Code != 3007 {
@@ -242,4 +214,40 @@ func TestDeleteDevice(t *testing.T) {
 		e.do("DELETE", base+"dev-0003", nil, &own).wantOK(t)
 		e.call("GET", "/device/v1/baseinfo?device_name=dev-0003", nil).wantError(t, 400, 1003, "dev-0003")
 	})
+}
+
+// testDeletedDeviceMessages is TestDeleteDevice's subtest of the
+// deleted device's messages.
+func testDeletedDeviceMessages(t *testing.T, e *env, pending, otherPending int64) {
+	m := e.message(pending)
+	if m.State != store.StateFailed || m.DeviceName != "dev-0001" || len(m.Records) != 3 {
+		t.Fatalf("message %+v", m)
+	}
+	last := m.Records[2]
+	if last.Type != store.RecordDeliveryFailure || last.Error == nil || last.Error.Code != 3007 || last.Error.Message != "device deleted" {
+		t.Fatalf("last record %+v", last)
+	}
+	if m := e.message(otherPending); m.State != store.StatePending {
+		t.Fatalf("another device's message: %+v", m)
+	}
+}
+
+// testRecreateDeletedDevice is TestDeleteDevice's subtest of a device
+// created again under the deleted one's name.
+func testRecreateDeletedDevice(t *testing.T, e *env, oldSecret string, pending int64) {
+	secret := e.createDevices("dev-0001")[0]
+	if secret == oldSecret {
+		t.Fatal("the re-created device has the old secret")
+	}
+	s := e.summary("dev-0001")
+	if len(s.Properties) != 0 || s.LastDesiredVersion != 1 || s.LastReportedVersion != 0 {
+		t.Fatalf("re-created device's properties %+v", s)
+	}
+	if m := e.message(e.send(`{"seq_no":6,"device_name":"dev-0001","msg_body":"again"}`)); m.State != store.StatePending {
+		t.Fatalf("message to the re-created device: %+v", m)
+	}
+	// The old message is still there, unchanged.
+	if m := e.message(pending); m.State != store.StateFailed || len(m.Records) != 3 {
+		t.Fatalf("old message after re-creation: %+v", m)
+	}
 }

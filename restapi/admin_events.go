@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/netguard"
@@ -15,8 +16,8 @@ import (
 	"github.com/devmsg/devmsg/webhook"
 )
 
-// eventWebhookRoutes serves an app's event webhooks (DESIGN.md section
-// 7), when the API has them.
+// eventWebhookRoutes serves an app's event webhooks (docs/api.md, "Event
+// webhooks"), when the API has them.
 func (a *API) eventWebhookRoutes(g *gin.RouterGroup) {
 	if a.cfg.EventWebhooks == nil {
 		return
@@ -26,25 +27,18 @@ func (a *API) eventWebhookRoutes(g *gin.RouterGroup) {
 	g.DELETE("/apps/:key/events/webhooks", a.wrap(a.deleteEventWebhook))
 }
 
-type eventWebhookView struct {
-	URL       string   `json:"url"`
-	Types     []string `json:"types"`
-	Format    string   `json:"format"`
-	CreatedAt int64    `json:"created_at"` // Unix ms
-}
-
 // eventWebhooksView lists the app's webhooks with the signing secret
 // their receivers verify with (the callbacks' one).
-func eventWebhooksView(app store.App) gin.H {
-	out := make([]eventWebhookView, len(app.EventWebhooks))
+func eventWebhooksView(app store.App) apitypes.EventWebhooks {
+	out := make([]apitypes.EventWebhook, len(app.EventWebhooks))
 	for i, h := range app.EventWebhooks {
 		types := h.Types
 		if types == nil {
 			types = events.Types
 		}
-		out[i] = eventWebhookView{h.URL, types, h.Format, h.CreatedAt}
+		out[i] = apitypes.EventWebhook{URL: h.URL, Types: types, Format: h.Format, CreatedAt: h.CreatedAt}
 	}
-	return gin.H{"webhooks": out, "signing_secret": webhook.SigningSecret(app)}
+	return apitypes.EventWebhooks{SigningSecret: webhook.SigningSecret(app), Webhooks: out}
 }
 
 // listEventWebhooks serves GET /admin/v1/apps/{key}/events/webhooks.
@@ -96,7 +90,8 @@ func (a *API) addEventWebhook(c *gin.Context) error {
 	}
 	err = webhook.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
-		// DESIGN.md section 4: no address, no dial detail.
+		// A refused address is named neither by address nor by dial
+		// detail (docs/callbacks.md, "Address guard").
 		return errInvalid("URL not allowed: event webhook URL %q", u)
 	}
 	if err != nil {

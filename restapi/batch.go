@@ -11,7 +11,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// sendBatch serves POST /msg/v1/msgs (DESIGN.md section 8): one message
+// sendBatch serves POST /msg/v1/msgs (docs/api.md, "Send to many
+// devices"): one message
 // to each of up to 1000 devices, stored in one durable write, answered
 // with a result per name in request order. Each message takes one token
 // of the app's message rate, all at once before the write: a batch that

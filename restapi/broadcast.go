@@ -6,12 +6,14 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
 
-// createBroadcast serves POST /msg/v1/broadcast (DESIGN.md section 8).
+// createBroadcast serves POST /msg/v1/broadcast (docs/api.md,
+// "Broadcast").
 func (a *API) createBroadcast(c *gin.Context) error {
 	var t message.Target
 	f, done, err := a.openFanSend(c, "POST /msg/v1/broadcast", func(obj object) (err error) {
@@ -33,6 +35,9 @@ func (a *API) createBroadcast(c *gin.Context) error {
 	return nil
 }
 
+// broadcastAnswer is the body of an accepted broadcast's 200,
+// apitypes.BroadcastCreated written without encoding/json
+// (fastpath_test.go holds the two to the same bytes).
 func broadcastAnswer(id, targets int64) []byte {
 	return []byte(`{"broadcast_id":` + strconv.FormatInt(id, 10) + `,"targets":` + strconv.FormatInt(targets, 10) + `}`)
 }
@@ -70,20 +75,11 @@ func parseTarget(obj object) (message.Target, error) {
 	return message.Target{}, errInvalid("target must hold tag (a string) or all (true)")
 }
 
-type broadcastView struct {
-	BroadcastID int64  `json:"broadcast_id"`
-	State       string `json:"state"`
-	Targets     int64  `json:"targets"`
-	Queued      int64  `json:"queued"`
-	Delivered   int64  `json:"delivered"`
-	Expired     int64  `json:"expired"`
-	Failed      int64  `json:"failed"`
-	Retracted   int64  `json:"retracted"`
-	TimeCreate  int64  `json:"time_create"`
-}
-
-func viewBroadcast(b store.Broadcast, st message.BroadcastStats) broadcastView {
-	return broadcastView{b.ID, b.State, b.Targets, b.Queued, st.Delivered, st.Expired, st.Failed, st.Retracted, b.TimeCreate}
+func viewBroadcast(b store.Broadcast, st message.BroadcastStats) apitypes.Broadcast {
+	return apitypes.Broadcast{
+		BroadcastID: b.ID, State: b.State, Targets: b.Targets, Queued: b.Queued,
+		Delivered: st.Delivered, Expired: st.Expired, Failed: st.Failed, Retracted: st.Retracted, TimeCreate: b.TimeCreate,
+	}
 }
 
 // broadcastParam reads the broadcast_id query parameter.

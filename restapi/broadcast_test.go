@@ -195,8 +195,8 @@ func TestBroadcastCancel(t *testing.T) {
 	}
 }
 
-// TestBroadcastTargetsTakenAtAcceptance checks DESIGN.md section 8's
-// targets: the enabled devices that match when the broadcast is
+// TestBroadcastTargetsTakenAtAcceptance checks a broadcast's targets
+// (docs/api.md, "Broadcast"): the enabled devices that match when the broadcast is
 // accepted, whatever changes before the fan-out reaches them.
 func TestBroadcastTargetsTakenAtAcceptance(t *testing.T) {
 	e := startEnv(&env{t: t, dir: t.TempDir(), fanout: &message.FanoutConfig{Chunk: 2, Poll: 50 * time.Millisecond}})

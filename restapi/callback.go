@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/internal/netguard"
@@ -48,20 +49,14 @@ func newVerifyClient(timeout time.Duration, allowed []netip.Prefix) *http.Client
 	}
 }
 
-type callbackView struct {
-	Enabled       bool   `json:"enabled"`
-	Types         []int  `json:"types"`
-	SigningSecret string `json:"signing_secret"`
-}
-
-func viewCallback(app store.App) callbackView {
+func viewCallback(app store.App) apitypes.CallbackSettings {
 	types := app.Callback.Types
 	if types == nil { // nil means every type
 		for t := minRecordType; t <= maxRecordType; t++ {
 			types = append(types, t)
 		}
 	}
-	return callbackView{app.Callback.Enabled, types, webhook.SigningSecret(app)}
+	return apitypes.CallbackSettings{Enabled: app.Callback.Enabled, Types: types, SigningSecret: webhook.SigningSecret(app)}
 }
 
 // getCallback serves GET /admin/v1/apps/{key}/callback: the switch, the
@@ -131,12 +126,12 @@ func parseRecordTypes(raw json.RawMessage) ([]int, error) {
 	return types, nil
 }
 
-func urlsView(app store.App) gin.H {
-	urls := app.Callback.URLs
-	if urls == nil {
-		urls = []store.CallbackURL{}
+func urlsView(app store.App) apitypes.CallbackURLs {
+	urls := make([]apitypes.CallbackURL, len(app.Callback.URLs))
+	for i, u := range app.Callback.URLs {
+		urls[i] = apitypes.CallbackURL(u)
 	}
-	return gin.H{"urls": urls}
+	return apitypes.CallbackURLs{URLs: urls}
 }
 
 // listCallbackURLs serves GET /admin/v1/apps/{key}/callback/urls.
@@ -169,7 +164,8 @@ func (a *API) checkURL(u string) error {
 func (a *API) verifyURL(c *gin.Context, app store.App, u string) error {
 	err := webhook.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
-		// DESIGN.md section 4: no address, no dial detail.
+		// A refused address is named neither by address nor by dial
+		// detail (docs/callbacks.md, "Address guard").
 		return errInvalid("URL not allowed: callback URL %q", u)
 	}
 	if err != nil {
@@ -244,7 +240,7 @@ func (a *API) testCallbackURL(c *gin.Context) error {
 	if err := a.verifyURL(c, app, u); err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{"url": u, "ok": true})
+	return writeJSON(c, apitypes.URLTest{OK: true, URL: u})
 }
 
 // deleteCallbackURL serves DELETE .../callback/urls?url=...: any URL but
@@ -264,16 +260,6 @@ func (a *API) deleteCallbackURL(c *gin.Context) error {
 	return writeJSON(c, urlsView(app))
 }
 
-type deliveryView struct {
-	Time      string  `json:"time"` // RFC 3339, UTC, milliseconds
-	URL       string  `json:"url"`
-	Records   int     `json:"records"`
-	Attempt   int     `json:"attempt"`
-	Status    int     `json:"status"` // 0: no HTTP response
-	LatencyMS float64 `json:"latency_ms"`
-	Error     string  `json:"error"` // "" on success
-}
-
 // listDeliveries serves GET .../callback/deliveries: the app's latest
 // POST attempts, newest first, as the callback worker of this node
 // remembers them (in memory, so a restart or another node starts empty).
@@ -286,25 +272,19 @@ func (a *API) listDeliveries(c *gin.Context) error {
 	if a.cfg.Callbacks != nil {
 		recent = a.cfg.Callbacks.Recent(app.Key)
 	}
-	out := make([]deliveryView, len(recent))
+	out := make([]apitypes.Delivery, len(recent))
 	for i, d := range recent {
-		out[i] = deliveryView{d.Time.UTC().Format(rfc3339Milli), d.URL, d.Records, d.Attempt, d.Status, d.LatencyMS, d.Error}
+		out[i] = apitypes.Delivery{
+			Time: d.Time.UTC().Format(rfc3339Milli), URL: d.URL, Records: d.Records, Attempt: d.Attempt,
+			Status: d.Status, LatencyMS: d.LatencyMS, Error: d.Error,
+		}
 	}
-	return writeJSON(c, gin.H{"deliveries": out})
+	return writeJSON(c, apitypes.Deliveries{Deliveries: out})
 }
 
 // rfc3339Milli is RFC 3339 with exactly three fractional digits, so the
 // times of one second's attempts sort as strings.
 const rfc3339Milli = "2006-01-02T15:04:05.000Z07:00"
-
-type deadLetterView struct {
-	ID        string            `json:"id"`
-	URL       string            `json:"url"`
-	Attempts  int               `json:"attempts"`
-	LastError string            `json:"last_error"`
-	Time      int64             `json:"time"`
-	Records   []callback.Record `json:"records"`
-}
 
 // listDeadLetters serves GET .../callback/deadletters?cursor=&limit=:
 // batches whose delivery failed every retry, oldest first, each with its
@@ -335,15 +315,16 @@ func (a *API) listDeadLetters(c *gin.Context) error {
 		dls = dls[:limit]
 		next = dls[limit-1].ID
 	}
-	out := make([]deadLetterView, len(dls))
+	out := make([]apitypes.DeadLetter, len(dls))
 	for i, d := range dls {
-		recs := make([]callback.Record, len(d.Entries))
+		// Each record as the callback delivered it (callback.Record).
+		recs := make([]apitypes.CallbackRecord, len(d.Entries))
 		for j, e := range d.Entries {
-			recs[j] = callback.Record{ID: e.ID, Record: e.Record}
+			recs[j] = apitypes.CallbackRecord{ID: e.ID, Record: record(e.Record)}
 		}
-		out[i] = deadLetterView{d.ID, d.URL, d.Attempts, d.LastError, d.Time, recs}
+		out[i] = apitypes.DeadLetter{ID: d.ID, URL: d.URL, Attempts: d.Attempts, LastError: d.LastError, Time: d.Time, Records: recs}
 	}
-	return writeJSON(c, gin.H{"dead_letters": out, "next": next})
+	return writeJSON(c, apitypes.DeadLetters{DeadLetters: out, Next: next})
 }
 
 // redeliverDeadLetter serves POST .../callback/deadletters/{id}/redeliver:
@@ -357,5 +338,5 @@ func (a *API) redeliverDeadLetter(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, gin.H{"id": d.ID, "records": len(d.Entries)})
+	return writeJSON(c, apitypes.Redelivered{ID: d.ID, Records: len(d.Entries)})
 }

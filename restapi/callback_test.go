@@ -116,108 +116,130 @@ func urlBody(u string) map[string]string { return map[string]string{"url": u} }
 
 func TestCallbackSettings(t *testing.T) {
 	e := newEnv(t)
-	adm, own := adminCreds(), e.appCreds()
-	path := "/admin/v1/apps/" + e.app.Key + "/callback"
-	get := func(t *testing.T) callbackSettings {
-		t.Helper()
-		r := e.do("GET", path, nil, &own)
-		r.wantOK(t)
-		var s callbackSettings
-		r.decode(t, &s)
-		return s
-	}
-	put := func(t *testing.T, c creds, body string) callbackSettings {
-		t.Helper()
-		r := e.do("PUT", path, body, &c)
-		r.wantOK(t)
-		var s callbackSettings
-		r.decode(t, &s)
-		if again := get(t); !slices.Equal(again.Types, s.Types) || again.Enabled != s.Enabled {
-			t.Fatalf("PUT answered %+v, GET %+v", s, again)
-		}
-		return s
-	}
-	all := []int{0, 1, 2, 3, 4, 5, 6, 7, 8}
+	f := &callbackSettingsTest{e: e, adm: adminCreds(), own: e.appCreds(), path: "/admin/v1/apps/" + e.app.Key + "/callback"}
+	t.Run("defaults: off, every type", f.defaults)
+	t.Run("signing secret in Standard Webhooks form", f.signingSecret)
+	t.Run("switch", f.toggle)
+	t.Run("types", f.types)
+	t.Run("invalid", f.invalid)
+	t.Run("survives a restart", f.restart)
+}
 
-	t.Run("defaults: off, every type", func(t *testing.T) {
-		s := get(t)
-		if s.Enabled || !slices.Equal(s.Types, all) {
-			t.Fatalf("new app's settings %+v, want off and types 0..8", s)
-		}
-	})
-	t.Run("signing secret in Standard Webhooks form", func(t *testing.T) {
-		app, err := e.st.GetApp(t.Context(), e.app.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := "whsec_" + base64.StdEncoding.EncodeToString([]byte(app.SigningSecret))
-		if s := get(t); s.SigningSecret != want || app.SigningSecret == "" {
-			t.Fatalf("signing_secret %q, want %q", s.SigningSecret, want)
-		}
-	})
-	t.Run("switch", func(t *testing.T) {
-		if s := put(t, adm, `{"enabled":true}`); !s.Enabled || !slices.Equal(s.Types, all) {
-			t.Fatalf("after enabling: %+v", s)
-		}
-		// The admin's change is seen at once through the app's credentials,
-		// which authenticate through the app cache.
-		if !get(t).Enabled {
-			t.Fatal("the app does not see the admin's change")
-		}
-		if s := put(t, own, `{"enabled":false}`); s.Enabled {
-			t.Fatalf("after disabling: %+v", s)
-		}
-		put(t, own, `{"enabled":true}`)
-	})
-	t.Run("types", func(t *testing.T) {
-		if s := put(t, own, `{"types":[6,4,5]}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
-			t.Fatalf("after types [6,4,5]: %+v, want enabled and [4,5,6]", s)
-		}
-		if s := put(t, own, `{}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
-			t.Fatalf("after {}: %+v, want unchanged", s)
-		}
-		if s := put(t, own, `{"types":null,"enabled":null}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
-			t.Fatalf("after nulls: %+v, want unchanged", s)
-		}
-		if s := put(t, own, `{"types":[]}`); s.Types == nil || len(s.Types) != 0 {
-			t.Fatalf("after types []: %+v, want []", s)
-		}
-		if s := put(t, adm, `{"types":[8,7,6,5,4,3,2,1,0],"enabled":false}`); s.Enabled || !slices.Equal(s.Types, all) {
-			t.Fatalf("after all types: %+v", s)
-		}
-		put(t, own, `{"types":[4,5,6],"enabled":true}`)
-	})
-	t.Run("invalid", func(t *testing.T) {
-		bad := []struct{ name, body, fragment string }{
-			{"enabled not a bool", `{"enabled":"yes"}`, "enabled"},
-			{"enabled a number", `{"enabled":1}`, "enabled"},
-			{"types not an array", `{"types":"all"}`, "types"},
-			{"types an object", `{"types":{"0":true}}`, "types"},
-			{"type too big", `{"types":[4,9]}`, "types[1]: 9"},
-			{"type negative", `{"types":[-1]}`, "types[0]: -1"},
-			{"type a fraction", `{"types":[1.5]}`, "types[0]"},
-			{"type a string", `{"types":["1"]}`, "types[0]"},
-			{"type null", `{"types":[null]}`, "types[0]"},
-			{"duplicate type", `{"types":[4,5,4]}`, "types[2]: record type 4 appears twice"},
-			{"body an array", `[]`, "request body"},
-			{"malformed", `{"enabled":`, "request body"},
-			{"valid enabled with bad types", `{"enabled":false,"types":[10]}`, "types[0]"},
-		}
-		for _, tc := range bad {
-			t.Run(tc.name, func(t *testing.T) {
-				e.do("PUT", path, tc.body, &own).wantError(t, 400, 1003, tc.fragment)
-			})
-		}
-		if s := get(t); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
-			t.Fatalf("after refused changes: %+v, want unchanged", s)
-		}
-	})
-	t.Run("survives a restart", func(t *testing.T) {
-		e.restart()
-		if s := get(t); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
-			t.Fatalf("after restart: %+v", s)
-		}
-	})
+// callbackSettingsTest holds TestCallbackSettings' app; its subtests run
+// in order on it.
+type callbackSettingsTest struct {
+	e        *env
+	adm, own creds
+	path     string
+}
+
+// allRecordTypes are the record types 0 to 8.
+var allRecordTypes = []int{0, 1, 2, 3, 4, 5, 6, 7, 8}
+
+func (f *callbackSettingsTest) get(t *testing.T) callbackSettings {
+	t.Helper()
+	r := f.e.do("GET", f.path, nil, &f.own)
+	r.wantOK(t)
+	var s callbackSettings
+	r.decode(t, &s)
+	return s
+}
+
+func (f *callbackSettingsTest) put(t *testing.T, c creds, body string) callbackSettings {
+	t.Helper()
+	r := f.e.do("PUT", f.path, body, &c)
+	r.wantOK(t)
+	var s callbackSettings
+	r.decode(t, &s)
+	if again := f.get(t); !slices.Equal(again.Types, s.Types) || again.Enabled != s.Enabled {
+		t.Fatalf("PUT answered %+v, GET %+v", s, again)
+	}
+	return s
+}
+
+func (f *callbackSettingsTest) defaults(t *testing.T) {
+	s := f.get(t)
+	if s.Enabled || !slices.Equal(s.Types, allRecordTypes) {
+		t.Fatalf("new app's settings %+v, want off and types 0..8", s)
+	}
+}
+
+func (f *callbackSettingsTest) signingSecret(t *testing.T) {
+	app, err := f.e.st.GetApp(t.Context(), f.e.app.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "whsec_" + base64.StdEncoding.EncodeToString([]byte(app.SigningSecret))
+	if s := f.get(t); s.SigningSecret != want || app.SigningSecret == "" {
+		t.Fatalf("signing_secret %q, want %q", s.SigningSecret, want)
+	}
+}
+
+func (f *callbackSettingsTest) toggle(t *testing.T) {
+	if s := f.put(t, f.adm, `{"enabled":true}`); !s.Enabled || !slices.Equal(s.Types, allRecordTypes) {
+		t.Fatalf("after enabling: %+v", s)
+	}
+	// The admin's change is seen at once through the app's credentials,
+	// which authenticate through the app cache.
+	if !f.get(t).Enabled {
+		t.Fatal("the app does not see the admin's change")
+	}
+	if s := f.put(t, f.own, `{"enabled":false}`); s.Enabled {
+		t.Fatalf("after disabling: %+v", s)
+	}
+	f.put(t, f.own, `{"enabled":true}`)
+}
+
+func (f *callbackSettingsTest) types(t *testing.T) {
+	if s := f.put(t, f.own, `{"types":[6,4,5]}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+		t.Fatalf("after types [6,4,5]: %+v, want enabled and [4,5,6]", s)
+	}
+	if s := f.put(t, f.own, `{}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+		t.Fatalf("after {}: %+v, want unchanged", s)
+	}
+	if s := f.put(t, f.own, `{"types":null,"enabled":null}`); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+		t.Fatalf("after nulls: %+v, want unchanged", s)
+	}
+	if s := f.put(t, f.own, `{"types":[]}`); s.Types == nil || len(s.Types) != 0 {
+		t.Fatalf("after types []: %+v, want []", s)
+	}
+	if s := f.put(t, f.adm, `{"types":[8,7,6,5,4,3,2,1,0],"enabled":false}`); s.Enabled || !slices.Equal(s.Types, allRecordTypes) {
+		t.Fatalf("after all types: %+v", s)
+	}
+	f.put(t, f.own, `{"types":[4,5,6],"enabled":true}`)
+}
+
+func (f *callbackSettingsTest) invalid(t *testing.T) {
+	bad := []struct{ name, body, fragment string }{
+		{"enabled not a bool", `{"enabled":"yes"}`, "enabled"},
+		{"enabled a number", `{"enabled":1}`, "enabled"},
+		{"types not an array", `{"types":"all"}`, "types"},
+		{"types an object", `{"types":{"0":true}}`, "types"},
+		{"type too big", `{"types":[4,9]}`, "types[1]: 9"},
+		{"type negative", `{"types":[-1]}`, "types[0]: -1"},
+		{"type a fraction", `{"types":[1.5]}`, "types[0]"},
+		{"type a string", `{"types":["1"]}`, "types[0]"},
+		{"type null", `{"types":[null]}`, "types[0]"},
+		{"duplicate type", `{"types":[4,5,4]}`, "types[2]: record type 4 appears twice"},
+		{"body an array", `[]`, "request body"},
+		{"malformed", `{"enabled":`, "request body"},
+		{"valid enabled with bad types", `{"enabled":false,"types":[10]}`, "types[0]"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			f.e.do("PUT", f.path, tc.body, &f.own).wantError(t, 400, 1003, tc.fragment)
+		})
+	}
+	if s := f.get(t); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+		t.Fatalf("after refused changes: %+v, want unchanged", s)
+	}
+}
+
+func (f *callbackSettingsTest) restart(t *testing.T) {
+	f.e.restart()
+	if s := f.get(t); !s.Enabled || !slices.Equal(s.Types, []int{4, 5, 6}) {
+		t.Fatalf("after restart: %+v", s)
+	}
 }
 
 func TestCallbackURLs(t *testing.T) {
@@ -488,106 +510,6 @@ type deadLetterPage struct {
 		} `json:"records"`
 	} `json:"dead_letters"`
 	Next string `json:"next"`
-}
-
-func TestCallbackDeadLetters(t *testing.T) {
-	events := &redeliveries{}
-	e := callbackEnv(t, callbackEvents(events))
-	other := e.createApp("other")
-	adm, own := adminCreds(), e.appCreds()
-	base := "/admin/v1/apps/" + e.app.Key + "/callback/deadletters"
-	const hook = "http://127.0.0.1:9/cb"
-	list := func(t *testing.T, query string) deadLetterPage {
-		t.Helper()
-		r := e.do("GET", base+query, nil, &own)
-		r.wantOK(t)
-		var p deadLetterPage
-		r.decode(t, &p)
-		return p
-	}
-
-	t.Run("empty", func(t *testing.T) {
-		r := e.do("GET", base, nil, &own)
-		r.wantOK(t)
-		if string(r.body) != `{"dead_letters":[],"next":""}` {
-			t.Fatalf("empty list %s", r.body)
-		}
-	})
-
-	e.putDeadLetter(t, e.app.Key, hook, 1000, 3)
-	e.putDeadLetter(t, e.app.Key, hook, 2000, 1)
-	e.putDeadLetter(t, e.app.Key, hook, 3000, 2)
-	e.putDeadLetter(t, other.Key, hook, 4000, 1)
-
-	t.Run("list", func(t *testing.T) {
-		p := list(t, "")
-		if len(p.DeadLetters) != 3 || p.Next != "" {
-			t.Fatalf("list %+v, want 3 dead letters of this app and no next page", p)
-		}
-		d := p.DeadLetters[0]
-		if d.ID != "1000" || d.URL != hook || d.Attempts != 4 || d.LastError != "HTTP 503" || d.Time != 1767225900 || len(d.Records) != 3 {
-			t.Fatalf("first dead letter %+v", d)
-		}
-		r := d.Records[1]
-		if r.ID != "1188240153776620520-1" || r.Type != 5 || r.MsgID != "1188240153776620520" || r.Error == nil || r.Error.Code != 3005 {
-			t.Fatalf("record %+v", r)
-		}
-	})
-	t.Run("pages", func(t *testing.T) {
-		p := list(t, "?limit=2")
-		if len(p.DeadLetters) != 2 || p.DeadLetters[1].ID != "2000" || p.Next != "2000" {
-			t.Fatalf("first page %+v", p)
-		}
-		p = list(t, "?limit=2&cursor="+p.Next)
-		if len(p.DeadLetters) != 1 || p.DeadLetters[0].ID != "3000" || p.Next != "" {
-			t.Fatalf("second page %+v", p)
-		}
-		if p := list(t, "?limit=3"); len(p.DeadLetters) != 3 || p.Next != "" {
-			t.Fatalf("a full last page has a next page: %+v", p)
-		}
-	})
-	t.Run("bad parameters", func(t *testing.T) {
-		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=abc", "?limit=-1"} {
-			e.do("GET", base+q, nil, &own).wantError(t, 400, 1003, "limit")
-		}
-		for _, q := range []string{"?cursor=abc", "?cursor=-5"} {
-			e.do("GET", base+q, nil, &own).wantError(t, 400, 1003, "cursor")
-		}
-	})
-	t.Run("redeliver", func(t *testing.T) {
-		r := e.do("POST", base+"/2000/redeliver", nil, &own)
-		r.wantOK(t)
-		if string(r.body) != `{"id":"2000","records":1}` {
-			t.Fatalf("redeliver answered %s", r.body)
-		}
-		if got := events.list(); !slices.Equal(got, []string{e.app.Key + " " + hook}) {
-			t.Fatalf("Redelivered calls %q", got)
-		}
-		queued, err := e.st.ReadCallbacks(t.Context(), store.CallbackQueue{AppKey: e.app.Key, URL: hook}, 0, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(queued) != 1 || queued[0].ID != "1188240153776621520-0" {
-			t.Fatalf("queue after redelivery %+v", queued)
-		}
-		p := list(t, "")
-		if len(p.DeadLetters) != 2 || p.DeadLetters[0].ID != "1000" || p.DeadLetters[1].ID != "3000" {
-			t.Fatalf("list after redelivery %+v", p)
-		}
-		e.do("POST", base+"/3000/redeliver", nil, &adm).wantOK(t)
-	})
-	t.Run("redeliver unknown", func(t *testing.T) {
-		n := len(events.list())
-		e.do("POST", base+"/2000/redeliver", nil, &own).wantError(t, 400, 1003, `dead letter "2000" not found`)
-		e.do("POST", base+"/nope/redeliver", nil, &own).wantError(t, 400, 1003, "not found")
-		// Another app's dead letter is not this app's.
-		e.do("POST", base+"/4000/redeliver", nil, &adm).wantError(t, 400, 1003, "not found")
-		if len(events.list()) != n {
-			t.Fatal("a refused redelivery was reported to the worker")
-		}
-		o := credsOf(other)
-		e.do("POST", "/admin/v1/apps/"+other.Key+"/callback/deadletters/4000/redeliver", nil, &o).wantOK(t)
-	})
 }
 
 // TestCallbackCrossApp checks every callback endpoint: another app's

@@ -7,25 +7,20 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
 )
 
-// Limits of spec section 8 and DESIGN.md section 2, and the result code
-// of a device name that is taken.
+// Limits of spec section 8 (docs/api.md, "Create devices in batch" and
+// "Set desired properties"), and the result code of a device name that
+// is taken.
 const (
 	MaxBatchDevices     = 1000
 	MaxPropertiesPerSet = 100
 	CodeDeviceExists    = 3001
 )
-
-type createResult struct {
-	DeviceName   string `json:"device_name"`
-	Code         int    `json:"code"`
-	DeviceSecret string `json:"device_secret,omitempty"`
-	Message      string `json:"message,omitempty"`
-}
 
 // createDevices serves POST /device/v1/devices (spec 4.6).
 func (a *API) createDevices(c *gin.Context) error {
@@ -43,12 +38,12 @@ func (a *API) createDevices(c *gin.Context) error {
 	if len(elems) == 0 || len(elems) > MaxBatchDevices {
 		return errInvalid("device must hold 1 to %d objects, got %d", MaxBatchDevices, len(elems))
 	}
-	results := make([]createResult, len(elems))
+	results := make([]apitypes.CreateDeviceResult, len(elems))
 	news := make([]devices.NewDevice, 0, len(elems))
 	index := make([]int, 0, len(elems)) // news[j] answers results[index[j]]
 	for i, raw := range elems {
 		d, code, reason := parseNewDevice(raw, i)
-		results[i] = createResult{DeviceName: d.Name, Code: code, Message: reason}
+		results[i] = apitypes.CreateDeviceResult{DeviceName: d.Name, Code: code, Message: reason}
 		if code != 0 {
 			continue
 		}
@@ -69,7 +64,7 @@ func (a *API) createDevices(c *gin.Context) error {
 			}
 		}
 	}
-	return writeJSON(c, gin.H{"resp": results})
+	return writeJSON(c, apitypes.CreateDevicesAnswer{Resp: results})
 }
 
 // parseNewDevice reads one element of a batch create; a non-zero code says
@@ -128,12 +123,12 @@ func (a *API) baseInfo(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return a.writeRead(c, gin.H{
-		"device_secret": d.Secret,
-		"flag":          d.Flag,
-		"time_create":   d.TimeCreate,
-		"time_active":   d.TimeActive,
-		"tags":          tagsAnswer(d.Tags),
+	return a.writeRead(c, apitypes.BaseInfo{
+		DeviceSecret: d.Secret,
+		Flag:         d.Flag,
+		Tags:         tagsAnswer(d.Tags),
+		TimeActive:   d.TimeActive,
+		TimeCreate:   d.TimeCreate,
 	})
 }
 
@@ -143,11 +138,11 @@ func (a *API) status(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return a.writeRead(c, gin.H{
-		"status":           d.Status,
-		"client_ip":        d.ClientIP,
-		"last_login_time":  unixString(d.LastLoginTime),
-		"last_logout_time": unixString(d.LastLogoutTime),
+	return a.writeRead(c, apitypes.DeviceStatus{
+		ClientIP:       d.ClientIP,
+		LastLoginTime:  unixString(d.LastLoginTime),
+		LastLogoutTime: unixString(d.LastLogoutTime),
+		Status:         d.Status,
 	})
 }
 
@@ -169,7 +164,27 @@ func (a *API) getProperty(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return a.writeRead(c, sum)
+	return a.writeRead(c, propertySummary(sum))
+}
+
+// propertySummary is a device's property summary as the API shows it.
+func propertySummary(s shadow.Summary) apitypes.PropertySummary {
+	var props []apitypes.PropertyInfo
+	if s.Properties != nil {
+		props = make([]apitypes.PropertyInfo, len(s.Properties))
+		for i, p := range s.Properties {
+			props[i] = apitypes.PropertyInfo(p)
+		}
+	}
+	return apitypes.PropertySummary{
+		AppVer:              s.AppVer,
+		LastDesiredSTime:    s.LastDesiredSTime,
+		LastDesiredVersion:  s.LastDesiredVersion,
+		LastReportedSTime:   s.LastReportedSTime,
+		LastReportedVersion: s.LastReportedVersion,
+		Properties:          props,
+		SDKVer:              s.SDKVer,
+	}
 }
 
 // setProperty serves POST /device/v1/property (spec 4.1).
@@ -197,12 +212,12 @@ func (a *API) setProperty(c *gin.Context) error {
 	}
 	req := shadow.SetRequest{Device: name, Version: version, Names: names, Values: values}
 	res, err := a.shadows.SetDesired(c.Request.Context(), app, req, seqNo, func(r shadow.SetResult) *store.SeqEntry {
-		return a.seqEntry(fp, mustJSON(r))
+		return a.seqEntry(fp, mustJSON(apitypes.PropertySetAnswer(r)))
 	})
 	if err != nil {
 		return a.seqFailed(c, app.Key, seqNo, fp, err)
 	}
-	c.Data(200, "application/json", mustJSON(res))
+	c.Data(200, "application/json", mustJSON(apitypes.PropertySetAnswer(res)))
 	return nil
 }
 

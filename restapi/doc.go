@@ -6,6 +6,10 @@
 // they write nothing to the store themselves. Every error becomes the
 // spec's {"error":{"code","message"}} body in one place, writeError, which
 // maps the domain's typed errors (package errdefs) to the spec's codes.
+// Answers are built with the request and response types of package
+// apitypes, which the console shares; the few written by hand for speed
+// (a send's, a broadcast's, the error body) are held to those types'
+// bytes by the package's tests.
 //
 // seq_no replay stays here (seq.go) because what it records and replays is
 // an HTTP answer: the request's fingerprint, status and body. The services

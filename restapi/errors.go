@@ -52,7 +52,7 @@ type errorBody struct {
 
 // writeError is the one place errors become HTTP responses. The domain's
 // typed errors (package errdefs) are 400/1003 with their message (spec
-// section 7, DESIGN.md section 2); anything that is neither one of them
+// section 7; docs/api.md, "Errors"); anything that is neither one of them
 // nor an *apiError is an internal error: logged, and reported as 1000
 // without its details. The error is also recorded for an in-process
 // caller (the console) that asked for it with errdefs.WithRecorder.

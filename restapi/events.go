@@ -10,11 +10,12 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
 )
 
-// Defaults of a pull (DESIGN.md section 7).
+// Defaults of a pull (docs/events.md, "Pull").
 const (
 	DefaultPullLimit = 100
 	// pullGrace is the time a long-poll's connection is given beyond its
@@ -22,17 +23,7 @@ const (
 	pullGrace = 10 * time.Second
 )
 
-// pullAnswer is the body of a pull's 200.
-type pullAnswer struct {
-	Events []events.Wire `json:"events"`
-	Next   string        `json:"next"`
-	// Newest is the app's newest event id (store.EventPage.Newest), "0"
-	// for a log never written: where a reader that wants only what comes
-	// from now on starts, in one pull.
-	Newest string `json:"newest"`
-}
-
-// pullEvents serves GET /event/v1/events (DESIGN.md section 7): the app's
+// pullEvents serves GET /event/v1/events (docs/events.md, "Pull"): the app's
 // events after a cursor, filtered, long-polling up to wait seconds when
 // none is there yet.
 func (a *API) pullEvents(c *gin.Context) error {
@@ -65,7 +56,11 @@ func (a *API) pullEvents(c *gin.Context) error {
 	// No Barrier: the event log shows a reader only durable events
 	// (store.EventLog; Pebble holds each app's reads at its synced
 	// watermark, and a Redis read never sees an unsynced write).
-	return writeJSON(c, pullAnswer{Events: events.ToWires(p.Events), Next: strconv.FormatInt(p.Next, 10), Newest: strconv.FormatInt(p.Newest, 10)})
+	evs := make([]apitypes.Event, len(p.Events))
+	for i, e := range p.Events {
+		evs[i] = apitypes.Event(events.ToWire(e))
+	}
+	return writeJSON(c, apitypes.EventPage{Events: evs, Next: strconv.FormatInt(p.Next, 10), Newest: strconv.FormatInt(p.Newest, 10)})
 }
 
 // parsePull reads a pull's query parameters; the app key is left to the

@@ -1,7 +1,7 @@
 package restapi
 
-// Integers written in fraction or exponent form (the issue 16 outside
-// tester found them rounded through a float64).
+// Integers written in fraction or exponent form must be read exactly,
+// never rounded through a float64.
 
 import (
 	"encoding/json"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/store"
 )
@@ -14,7 +15,8 @@ import (
 // MaxCallbackURLBytes bounds the temporary callback URL of a send.
 const MaxCallbackURLBytes = 2048
 
-// sendMessage serves POST /msg/v1/msg (spec 4.2, DESIGN.md section 2).
+// sendMessage serves POST /msg/v1/msg (spec 4.2; docs/api.md, "Send a
+// message").
 func (a *API) sendMessage(c *gin.Context) error {
 	obj, err := readBody(c)
 	if err != nil {
@@ -43,7 +45,9 @@ func (a *API) sendMessage(c *gin.Context) error {
 	return nil
 }
 
-// sendAnswer is the body of a send's 200.
+// sendAnswer is the body of a send's 200, apitypes.SendAnswer written
+// without encoding/json (fastpath_test.go holds the two to the same
+// bytes).
 func sendAnswer(msgid int64) []byte {
 	return []byte(`{"msgid":` + strconv.FormatInt(msgid, 10) + `}`)
 }
@@ -120,16 +124,8 @@ func checkURLSyntax(s string) error {
 	return nil
 }
 
-type messageView struct {
-	MsgID      int64          `json:"msgid"`
-	DeviceName string         `json:"device_name"`
-	State      string         `json:"state"`
-	TTL        int64          `json:"ttl"`
-	TimeCreate int64          `json:"time_create"`
-	Records    []store.Record `json:"records"`
-}
-
-// getMessage serves GET /msg/v1/msg?msgid= (DESIGN.md section 2).
+// getMessage serves GET /msg/v1/msg?msgid= (docs/api.md, "Query a
+// message").
 func (a *API) getMessage(c *gin.Context) error {
 	id, err := msgidParam(c)
 	if err != nil {
@@ -142,7 +138,8 @@ func (a *API) getMessage(c *gin.Context) error {
 	return a.writeRead(c, viewMessage(m))
 }
 
-// retractMessage serves DELETE /msg/v1/msg?msgid= (DESIGN.md section 2):
+// retractMessage serves DELETE /msg/v1/msg?msgid= (docs/api.md, "Retract
+// a message"):
 // the message as it stands afterwards, its last record saying whether
 // the retraction succeeded (7) or not (8).
 func (a *API) retractMessage(c *gin.Context) error {
@@ -169,6 +166,34 @@ func msgidParam(c *gin.Context) (int64, error) {
 	return id, nil
 }
 
-func viewMessage(m store.Message) messageView {
-	return messageView{m.ID, m.DeviceName, m.State, m.TTL, m.TimeCreate, message.Records(m)}
+func viewMessage(m store.Message) apitypes.Message {
+	return apitypes.Message{
+		MsgID: m.ID, DeviceName: m.DeviceName, State: m.State, TTL: m.TTL, TimeCreate: m.TimeCreate,
+		Records: records(message.Records(m)),
+	}
+}
+
+// records is rs as the API shows them.
+func records(rs []store.Record) []apitypes.Record {
+	if rs == nil {
+		return nil
+	}
+	out := make([]apitypes.Record, len(rs))
+	for i, r := range rs {
+		out[i] = record(r)
+	}
+	return out
+}
+
+// record is r as the API shows it.
+func record(r store.Record) apitypes.Record {
+	out := apitypes.Record{
+		Type: r.Type, ChannelKey: r.ChannelKey, MsgID: r.MsgID, UserID: r.UserID, SenderID: r.SenderID,
+		Sender: r.Sender, SentTime: r.SentTime, Params: r.Params,
+	}
+	if r.Error != nil {
+		e := apitypes.RecordError(*r.Error)
+		out.Error = &e
+	}
+	return out
 }

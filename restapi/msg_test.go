@@ -75,72 +75,84 @@ func TestSendMessage(t *testing.T) {
 			t.Fatalf("msgid %d after %d", id2, id)
 		}
 	})
-	t.Run("limits", func(t *testing.T) {
-		ok := []struct{ name, body string }{
-			{"2048 bytes", `{"seq_no":10,"device_name":"dev-0001","msg_body":"` + strings.Repeat("b", 2048) + `"}`},
-			{"2048 bytes of 2-byte runes", `{"seq_no":11,"device_name":"dev-0001","msg_body":"` + strings.Repeat("é", 1024) + `"}`},
-			{"ttl 0", `{"seq_no":12,"device_name":"dev-0001","msg_body":"x","ttl":0}`},
-			{"ttl max", `{"seq_no":13,"device_name":"dev-0001","msg_body":"x","ttl":604800}`},
-			{"ttl null means default", `{"seq_no":14,"device_name":"dev-0001","msg_body":"x","ttl":null}`},
-			{"params of exactly 1 KiB", `{"seq_no":16,"device_name":"dev-0001","msg_body":"x","callback":{"params":{"k":"` + strings.Repeat("p", 1016) + `"}}}`},
-		}
-		for _, tc := range ok {
-			t.Run(tc.name, func(t *testing.T) { e.send(tc.body) })
-		}
-		id := e.send(`{"seq_no":15,"device_name":"dev-0001","msg_body":"x","ttl":0}`)
-		m := e.message(id)
-		if m.TTL != 0 || m.State != "failed" || len(m.Records) != 3 || m.Records[2].Type != 5 || m.Records[2].Error == nil || m.Records[2].Error.Code != 3006 {
-			t.Errorf("ttl 0 to an offline device: %+v", m)
-		}
-		bad := []struct {
-			name, body string
-			code       int
-			fragment   string
-		}{
-			{"2049 bytes", `{"seq_no":20,"device_name":"dev-0001","msg_body":"` + strings.Repeat("b", 2049) + `"}`, 1003, "msg_body"},
-			{"2050 bytes of runes", `{"seq_no":20,"device_name":"dev-0001","msg_body":"` + strings.Repeat("é", 1025) + `"}`, 1003, "msg_body"},
-			{"empty body", `{"seq_no":20,"device_name":"dev-0001","msg_body":""}`, 1003, "msg_body"},
-			{"missing msg_body", `{"seq_no":20,"device_name":"dev-0001"}`, 1002, "msg_body"},
-			{"msg_body not a string", `{"seq_no":20,"device_name":"dev-0001","msg_body":5}`, 1003, "msg_body"},
-			{"ttl over max", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","ttl":604801}`, 1003, "ttl"},
-			{"ttl negative", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","ttl":-1}`, 1003, "ttl"},
-			{"ttl string", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","ttl":"60"}`, 1003, "ttl"},
-			{"missing seq_no", `{"device_name":"dev-0001","msg_body":"x"}`, 1002, "seq_no"},
-			{"missing device_name", `{"seq_no":20,"msg_body":"x"}`, 1002, "device_name"},
-			{"unknown device", `{"seq_no":20,"device_name":"ghost","msg_body":"x"}`, 1003, "not found"},
-			{"callback not an object", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":"http://x"}`, 1003, "callback"},
-			{"callback url not http", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"url":"ftp://x"}}`, 1003, "callback.url"},
-			{"callback params not an object", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"params":[1]}}`, 1003, "callback.params"},
-			{"callback params over 1 KiB", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"params":{"k":"` + strings.Repeat("p", 1017) + `"}}}`, 1003, "callback.params"},
-		}
-		for _, tc := range bad {
-			t.Run(tc.name, func(t *testing.T) {
-				e.call("POST", "/msg/v1/msg", tc.body).wantError(t, 400, tc.code, tc.fragment)
-			})
-		}
-	})
-	t.Run("callback params are copied into records", func(t *testing.T) {
-		id := e.send(`{"seq_no":30,"device_name":"dev-0001","msg_body":"x","callback":{"url":"https://example.com/cb","params":{"order":"A-17","n":3}}}`)
-		for _, r := range e.message(id).Records {
-			if r.Params["order"] != "A-17" || r.Params["n"] != float64(3) {
-				t.Errorf("record params %v", r.Params)
-			}
-		}
-	})
-	t.Run("disabled device", func(t *testing.T) {
-		adm := adminCreds()
-		e.do("PATCH", "/admin/v1/apps/"+e.app.Key+"/devices/dev-0002", `{"flag":1}`, &adm).wantOK(t)
-		id := e.send(`{"seq_no":40,"device_name":"dev-0002","msg_body":"x"}`)
-		m := e.message(id)
-		if m.State != "failed" || len(m.Records) != 1 || m.Records[0].Type != 1 || m.Records[0].Error == nil || m.Records[0].Error.Code != 3003 {
-			t.Fatalf("message to a disabled device: %+v", m)
-		}
-	})
+	t.Run("limits", func(t *testing.T) { testSendLimits(t, e) })
+	t.Run("callback params are copied into records", func(t *testing.T) { testSendCallbackParams(t, e) })
+	t.Run("disabled device", func(t *testing.T) { testSendToDisabled(t, e) })
 	t.Run("get message errors", func(t *testing.T) {
 		e.call("GET", "/msg/v1/msg", nil).wantError(t, 400, 1002, "msgid")
 		e.call("GET", "/msg/v1/msg?msgid=abc", nil).wantError(t, 400, 1003, "msgid")
 		e.call("GET", "/msg/v1/msg?msgid=12345", nil).wantError(t, 400, 1003, "not found")
 	})
+}
+
+// testSendLimits is TestSendMessage's subtest of the size and ttl
+// limits.
+func testSendLimits(t *testing.T, e *env) {
+	ok := []struct{ name, body string }{
+		{"2048 bytes", `{"seq_no":10,"device_name":"dev-0001","msg_body":"` + strings.Repeat("b", 2048) + `"}`},
+		{"2048 bytes of 2-byte runes", `{"seq_no":11,"device_name":"dev-0001","msg_body":"` + strings.Repeat("é", 1024) + `"}`},
+		{"ttl 0", `{"seq_no":12,"device_name":"dev-0001","msg_body":"x","ttl":0}`},
+		{"ttl max", `{"seq_no":13,"device_name":"dev-0001","msg_body":"x","ttl":604800}`},
+		{"ttl null means default", `{"seq_no":14,"device_name":"dev-0001","msg_body":"x","ttl":null}`},
+		{"params of exactly 1 KiB", `{"seq_no":16,"device_name":"dev-0001","msg_body":"x","callback":{"params":{"k":"` + strings.Repeat("p", 1016) + `"}}}`},
+	}
+	for _, tc := range ok {
+		t.Run(tc.name, func(t *testing.T) { e.send(tc.body) })
+	}
+	id := e.send(`{"seq_no":15,"device_name":"dev-0001","msg_body":"x","ttl":0}`)
+	m := e.message(id)
+	if m.TTL != 0 || m.State != "failed" || len(m.Records) != 3 || m.Records[2].Type != 5 || m.Records[2].Error == nil || m.Records[2].Error.Code != 3006 {
+		t.Errorf("ttl 0 to an offline device: %+v", m)
+	}
+	bad := []struct {
+		name, body string
+		code       int
+		fragment   string
+	}{
+		{"2049 bytes", `{"seq_no":20,"device_name":"dev-0001","msg_body":"` + strings.Repeat("b", 2049) + `"}`, 1003, "msg_body"},
+		{"2050 bytes of runes", `{"seq_no":20,"device_name":"dev-0001","msg_body":"` + strings.Repeat("é", 1025) + `"}`, 1003, "msg_body"},
+		{"empty body", `{"seq_no":20,"device_name":"dev-0001","msg_body":""}`, 1003, "msg_body"},
+		{"missing msg_body", `{"seq_no":20,"device_name":"dev-0001"}`, 1002, "msg_body"},
+		{"msg_body not a string", `{"seq_no":20,"device_name":"dev-0001","msg_body":5}`, 1003, "msg_body"},
+		{"ttl over max", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","ttl":604801}`, 1003, "ttl"},
+		{"ttl negative", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","ttl":-1}`, 1003, "ttl"},
+		{"ttl string", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","ttl":"60"}`, 1003, "ttl"},
+		{"missing seq_no", `{"device_name":"dev-0001","msg_body":"x"}`, 1002, "seq_no"},
+		{"missing device_name", `{"seq_no":20,"msg_body":"x"}`, 1002, "device_name"},
+		{"unknown device", `{"seq_no":20,"device_name":"ghost","msg_body":"x"}`, 1003, "not found"},
+		{"callback not an object", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":"http://x"}`, 1003, "callback"},
+		{"callback url not http", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"url":"ftp://x"}}`, 1003, "callback.url"},
+		{"callback params not an object", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"params":[1]}}`, 1003, "callback.params"},
+		{"callback params over 1 KiB", `{"seq_no":20,"device_name":"dev-0001","msg_body":"x","callback":{"params":{"k":"` + strings.Repeat("p", 1017) + `"}}}`, 1003, "callback.params"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			e.call("POST", "/msg/v1/msg", tc.body).wantError(t, 400, tc.code, tc.fragment)
+		})
+	}
+}
+
+// testSendCallbackParams is TestSendMessage's subtest of a send's
+// callback params.
+func testSendCallbackParams(t *testing.T, e *env) {
+	id := e.send(`{"seq_no":30,"device_name":"dev-0001","msg_body":"x","callback":{"url":"https://example.com/cb","params":{"order":"A-17","n":3}}}`)
+	for _, r := range e.message(id).Records {
+		if r.Params["order"] != "A-17" || r.Params["n"] != float64(3) {
+			t.Errorf("record params %v", r.Params)
+		}
+	}
+}
+
+// testSendToDisabled is TestSendMessage's subtest of a send to a
+// disabled device.
+func testSendToDisabled(t *testing.T, e *env) {
+	adm := adminCreds()
+	e.do("PATCH", "/admin/v1/apps/"+e.app.Key+"/devices/dev-0002", `{"flag":1}`, &adm).wantOK(t)
+	id := e.send(`{"seq_no":40,"device_name":"dev-0002","msg_body":"x"}`)
+	m := e.message(id)
+	if m.State != "failed" || len(m.Records) != 1 || m.Records[0].Type != 1 || m.Records[0].Error == nil || m.Records[0].Error.Code != 3003 {
+		t.Fatalf("message to a disabled device: %+v", m)
+	}
 }
 
 func TestSendQueueLimit(t *testing.T) {
