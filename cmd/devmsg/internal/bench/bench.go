@@ -18,9 +18,9 @@ import (
 // follows the closed loop whose throughput sets its default rate.
 var Workloads = []string{"send", "property", "send-latency", "property-latency"}
 
-// MaxPendingPerDevice is the server's per-device queue bound (DESIGN
-// section 4): sends past it still answer 200 but are stored as failed,
-// a different code path from a real enqueue.
+// MaxPendingPerDevice is the server's per-device queue bound (docs/api.md,
+// "Errors": 3004, device queue full): sends past it still answer 200 but
+// are stored as failed, a different code path from a real enqueue.
 const MaxPendingPerDevice = 1000
 
 // Options configures a run. Zero values are not defaults: the command
