@@ -30,27 +30,33 @@ lint:
 bench:
 	go run ./cmd/devmsg bench
 
-# Issue 16's churn: 200,000 connect/subscribe/disconnect cycles from 4 client
+# Connection churn: 200,000 connect/subscribe/disconnect cycles from 4 client
 # processes on 127.0.0.2-5; the server's RSS, goroutines and heap after a
-# forced GC, before and after (broker's TestChurnLeavesNothingBehind is the
-# CI-sized version).
+# forced GC, before and after, which must show that a disconnected device
+# leaves nothing behind (docs/operations.md, "Sizing a node for many
+# connected devices"; broker's TestChurnLeavesNothingBehind is the CI-sized
+# version).
 churn:
 	go run ./cmd/devmsg bench --workloads churn --churn-cycles $${DEVMSG_CHURN_CYCLES:-200000}
 
-# The long crash loop of issue 12 (CI runs 20 cycles): kill -9 at random
-# points under load, counting lost, phantom and duplicated messages.
+# The long crash loop (CI runs 20 cycles): kill -9 at random points under
+# load, counting lost, phantom and duplicated messages; there must be none
+# (docs/operations.md: nothing acknowledged is lost, no device holds a
+# message devmsg no longer knows, a retried seq_no never makes a copy).
 crash-loop:
 	DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-200} go test -count=1 -timeout 60m -run TestCrashLoop -v ./cmd/devmsg
 
-# The long kill -9 runs of issue 14 (CI runs 4 cycles of each): devices
+# The long kill -9 runs of device events (CI runs 4 cycles of each): devices
 # publishing QoS 1 telemetry, every acknowledged event found in the log
-# and at the webhook; on one node (Pebble) and on two nodes sharing Redis.
+# and at the webhook (docs/events.md, "Ordering and delivery"); on one node
+# (Pebble) and on two nodes sharing Redis.
 crash-loop-events:
 	DEVMSG_EVENTS_CRASH_CYCLES=$${DEVMSG_EVENTS_CRASH_CYCLES:-100} go test -count=1 -timeout 60m -run 'TestCrashLoopTelemetry|TestCrashTelemetryTwoNodes' -v ./cmd/devmsg
 
-# Issue 15's kill -9 during a fan-out (CI runs 5,000 and 3,000 devices): a
+# kill -9 during a broadcast's fan-out (CI runs 5,000 and 3,000 devices): a
 # broadcast to 50,000 registered devices, the fanning server killed midway;
 # on one node restarted on its data dir, and on two nodes sharing Redis the
-# other one taking over. Every device must end with exactly one message.
+# other one taking over. Every device must end with exactly one message
+# (docs/api.md, "Broadcast").
 crash-fanout:
 	DEVMSG_FANOUT_DEVICES=$${DEVMSG_FANOUT_DEVICES:-50000} go test -count=1 -timeout 30m -run 'TestKill9DuringFanout$$|TestClusterFanoutNodeKilled$$' -v ./cmd/devmsg

@@ -7,7 +7,7 @@ import (
 
 // TestPublishAllocatesNothing: a delivery to a device (Session.Publish)
 // allocates nothing once its pools are warm: not its packet id's slice,
-// nor mochi's encoding (patch 8 in PATCHES.md). Fan-out publishes one
+// nor mochi's encoding (patch 8 in third_party/mochi-mqtt/PATCHES.md). Fan-out publishes one
 // message per write half the time.
 func TestPublishAllocatesNothing(t *testing.T) {
 	if raceEnabled {

@@ -205,7 +205,7 @@ const ConnectTimeout = 10 * time.Second
 // connectDeadline gives every accepted connection ConnectTimeout to
 // connect; mochi replaces the read deadline with the keepalive's after
 // CONNECT, and sets the write deadline ahead of each write
-// (Config.WriteTimeout, patch 7 in PATCHES.md).
+// (Config.WriteTimeout, patch 7 in third_party/mochi-mqtt/PATCHES.md).
 type connectDeadline struct{ net.Listener }
 
 func (l connectDeadline) Accept() (net.Conn, error) {
@@ -341,8 +341,9 @@ func (b *Broker) Start() (map[string]string, error) {
 // their Disconnected calls.
 func (b *Broker) Close() error {
 	// mochi's Close can deadlock while clients are disconnecting
-	// (mochi-mqtt/server#488: Clients.GetByListener read-locks twice, and
-	// a disconnecting client's write lock slips between). So stop new
+	// (Clients.GetByListener read-locks twice, and a disconnecting
+	// client's write lock slips between: upstream bug report
+	// https://github.com/mochi-mqtt/server/issues/488). So stop new
 	// connections, end every client and wait for them first: then Close
 	// finds no clients left.
 	for _, ln := range b.listeners {

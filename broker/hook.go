@@ -37,7 +37,8 @@ func (h *hook) Provides(b byte) bool {
 
 // OnConnect authenticates. Refusals are answered here rather than in
 // OnConnectAuthenticate, whose CONNACK says "bad username or password":
-// DESIGN.md section 3 asks for "not authorized" (3.1.1: 5, v5: 0x87).
+// a refused device gets "not authorized" (3.1.1: 5, v5: 0x87), as
+// docs/device-protocol.md ("Connecting") promises.
 // A login over a failure budget (throttle.go) is refused the same way,
 // unchecked.
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {

@@ -13,7 +13,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
-// WebSocketPath is where MQTT over WebSocket is served (DESIGN.md section 3).
+// WebSocketPath is where MQTT over WebSocket is served; other paths answer
+// 404 (docs/device-protocol.md, "Connecting").
 const WebSocketPath = "/mqtt"
 
 // wsListener serves MQTT over WebSocket on /mqtt only. mochi's own

@@ -13,7 +13,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Limits of spec section 8 and DESIGN.md section 2.
+// Limits of a device's name, mark and secret (docs/api.md, "Conventions"
+// and "Create devices in batch").
 const (
 	MinNameLen   = 4
 	MaxNameLen   = 24
@@ -21,8 +22,8 @@ const (
 	SecretLen    = 32
 )
 
-// ValidateName applies spec 2.1: 4 to 24 characters of digits, letters
-// and - _ @ . only.
+// ValidateName applies the rule of device names: 4 to 24 characters of
+// digits, letters and - _ @ . only.
 func ValidateName(name string) error {
 	if len(name) < MinNameLen || len(name) > MaxNameLen {
 		return fmt.Errorf("device name %q must be %d to %d characters", name, MinNameLen, MaxNameLen)
@@ -196,10 +197,10 @@ func (s *Service) Update(ctx context.Context, appKey, name string, ch Change) (s
 	return d, nil
 }
 
-// Delete removes the device (DESIGN.md section 5). The steps are ordered
-// so that no message is left pending for a device that is gone: the
-// device is disabled first, so from then on it cannot connect and sends
-// to it fail with record 1; then Events disconnects it and fails its
+// Delete removes the device (docs/api.md, "Delete a device"). The steps
+// are ordered so that no message is left pending for a device that is
+// gone: the device is disabled first, so from then on it cannot connect
+// and sends to it fail with record 1; then Events disconnects it and fails its
 // pending messages with record 5 (3007); only then is it removed. Its
 // messages stay readable by msgid. The removal writes the device.deleted
 // event; the disabling on the way is part of the deletion and has no

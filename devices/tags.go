@@ -9,7 +9,7 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Limits of tags (DESIGN.md section 8).
+// Limits of tags (docs/api.md, "Tags").
 const (
 	MaxTags      = 20
 	MaxTagLength = 64

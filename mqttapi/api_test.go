@@ -145,9 +145,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestDeleted runs the MQTT API's part of a device deletion (DESIGN.md
-// section 5) on a connected device with a message in flight: disabled
-// first, then Deleted, then the store's delete.
+// TestDeleted runs the MQTT API's part of a device deletion (docs/api.md,
+// "Delete a device") on a connected device with a message in flight:
+// disabled first, then Deleted, then the store's delete.
 func TestDeleted(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()

@@ -56,8 +56,9 @@ func publish(t *testing.T, c paho.Client, topic string, qos byte, payload any) {
 
 // TestDevicePublishesEvents: telemetry and event reports a device
 // publishes are in the app's log once their PUBACK has arrived, with the
-// data DESIGN.md section 7 gives; what breaks the rules of its topic is
-// not stored (QoS 0 here: a refused 3.1.1 QoS 1 publish never completes).
+// data docs/events.md ("Event types") gives; what breaks the rules of its
+// topic is not stored (QoS 0 here: a refused 3.1.1 QoS 1 publish never
+// completes).
 func TestDevicePublishesEvents(t *testing.T) {
 	w := newWorld(t)
 	w.createDevice("sensor")

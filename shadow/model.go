@@ -12,7 +12,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Operation codes of a property set or report (DESIGN.md section 2).
+// Operation codes of a property set or report (docs/api.md, "Errors";
+// docs/device-protocol.md, "Reporting properties").
 const (
 	CodeOK               = 0
 	CodeVersionInvalid   = 6003
@@ -186,9 +187,10 @@ func invalid(field, format string, args ...any) error {
 // MaxNameLen bounds a property name, in bytes.
 const MaxNameLen = 128
 
-// ValidateName checks a property name. DESIGN.md accepts any name when an
-// app has no model, so the only rules are the ones storage and display
-// need: 1 to 128 bytes of UTF-8 without control characters.
+// ValidateName checks a property name. An app without a property model
+// accepts any name, so the only rules are the ones storage and display
+// need: 1 to 128 bytes of UTF-8 without control characters
+// (docs/api.md, "Set desired properties").
 func ValidateName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("length must be 1 to %d bytes", MaxNameLen)

@@ -52,7 +52,8 @@ type silent struct{}
 
 func (silent) DesiredChanged(context.Context, string, string, store.Shadow) {}
 
-// SetRequest is a parsed property set (spec 4.1).
+// SetRequest is a parsed property set (docs/api.md, "Set desired
+// properties").
 type SetRequest struct {
 	Device string
 	// Version must equal the shadow's LastDesiredVersion.
@@ -63,7 +64,8 @@ type SetRequest struct {
 	Values map[string]json.RawMessage
 }
 
-// SetResult is the answer to a property set (spec 4.1).
+// SetResult is the answer to a property set (docs/api.md, "Set desired
+// properties").
 type SetResult struct {
 	DeviceName string `json:"device_name"`
 	OpCode     int    `json:"op_code"`
@@ -132,7 +134,8 @@ type PropertyInfo struct {
 	ReportedSTime int64           `json:"reported_stime,omitempty"`
 }
 
-// Summary is a device's property summary (spec 2.4). Its fields are in
+// Summary is a device's property summary (docs/api.md, "Query device
+// properties"). Its fields are in
 // key order, as the API has always written them.
 type Summary struct {
 	AppVer              string         `json:"app_ver"`

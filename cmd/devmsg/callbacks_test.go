@@ -42,16 +42,7 @@ func TestCallbacksEveryType(t *testing.T) {
 	offline := f.send("every-1", "now or never", 0) // 0, 5 (3006)
 	retracted := f.send("every-1", "withdrawn", 60) // 0, 2, 7
 	f.restOK("DELETE", fmt.Sprintf("/msg/v1/msg?msgid=%d", retracted), "", nil)
-	var full int64 // 3: the 1001st pending message
-	for i := 0; i <= 1000; i++ {
-		st, b := f.rest("POST", "/msg/v1/msg", fmt.Sprintf(`{"seq_no":%d,"device_name":"every-full","msg_body":"m","ttl":600}`, f.seq.Add(1)))
-		if st != 200 {
-			t.Fatalf("send %d: %d %s", i, st, b)
-		}
-		if i == 1000 {
-			fmt.Sscanf(strings.TrimPrefix(string(b), `{"msgid":`), "%d", &full)
-		}
-	}
+	full := overfillQueue(t, f, "every-full") // 3: the 1001st pending message
 
 	want := map[int64][]int{
 		delivered: {0, 2, 4, 6, 8},
@@ -60,7 +51,36 @@ func TestCallbacksEveryType(t *testing.T) {
 		retracted: {0, 2, 7},
 		full:      {0, 3},
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	waitRecordTypes(t, f, rcv, want, 15*time.Second)
+
+	wantErr := map[string]int{fmt.Sprint(invalid): 3003, fmt.Sprint(offline): 3006, fmt.Sprint(full): 3004, fmt.Sprint(delivered): 3008}
+	checkRecordFields(t, rcv, wantErr, fmt.Sprint(delivered), `{"order":"A-1"}`)
+	checkCallbackHeaders(t, f, rcv)
+}
+
+// overfillQueue sends device 1001 messages, one past its queue's 1000,
+// and returns the msgid of the last, refused one.
+func overfillQueue(t *testing.T, f *fleet, device string) int64 {
+	t.Helper()
+	var full int64
+	for i := 0; i <= 1000; i++ {
+		st, b := f.rest("POST", "/msg/v1/msg", fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"msg_body":"m","ttl":600}`, f.seq.Add(1), device))
+		if st != 200 {
+			t.Fatalf("send %d: %d %s", i, st, b)
+		}
+		if i == 1000 {
+			fmt.Sscanf(strings.TrimPrefix(string(b), `{"msgid":`), "%d", &full)
+		}
+	}
+	return full
+}
+
+// waitRecordTypes waits until the receiver has each message's record
+// types of want, in order, and fails t if they have not all come within
+// timeout.
+func waitRecordTypes(t *testing.T, f *fleet, rcv *receiver, want map[int64][]int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for id, types := range want {
 		for !slices.Equal(rcv.ofMessage(id), types) {
 			if time.Now().After(deadline) {
@@ -69,8 +89,14 @@ func TestCallbacksEveryType(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
 
-	wantErr := map[string]int{fmt.Sprint(invalid): 3003, fmt.Sprint(offline): 3006, fmt.Sprint(full): 3004, fmt.Sprint(delivered): 3008}
+// checkRecordFields checks every record the receiver got once: the app
+// key, sender and time, the id, an error object exactly on types 1, 3, 5
+// and 8 with the code wantErr gives for its message, the params of
+// message withParams, and the device in userid and sender_id.
+func checkRecordFields(t *testing.T, rcv *receiver, wantErr map[string]int, withParams, params string) {
+	t.Helper()
 	seen := map[string]bool{}
 	for _, rec := range rcv.records() {
 		if seen[rec.ID] {
@@ -90,14 +116,20 @@ func TestCallbacksEveryType(t *testing.T) {
 		if hasErr && (rec.Error.Code != wantErr[rec.MsgID] || rec.Error.Message == "") {
 			t.Errorf("record %+v: error %+v, want code %d", rec, rec.Error, wantErr[rec.MsgID])
 		}
-		if rec.MsgID == fmt.Sprint(delivered) && string(rec.Params) != `{"order":"A-1"}` {
+		if rec.MsgID == withParams && string(rec.Params) != params {
 			t.Errorf("record %+v: params %s, want the send's", rec, rec.Params)
 		}
 		if rec.UserID == "" || rec.UserID != rec.SenderID {
 			t.Errorf("record %+v: userid and sender_id must name the device", rec)
 		}
 	}
+}
 
+// checkCallbackHeaders checks every POST the receiver got: the app's
+// Basic credentials, the JSON content type and a signature that verifies
+// with the app's signing secret.
+func checkCallbackHeaders(t *testing.T, f *fleet, rcv *receiver) {
+	t.Helper()
 	sig := f.signingSecret()
 	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte(demoKey+":"+demoSecret))
 	for _, b := range rcv.got() {

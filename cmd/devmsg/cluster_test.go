@@ -46,83 +46,29 @@ func TestClusterThreeNodes(t *testing.T) {
 	c.ok(1, "POST", "/admin/v1/apps/"+c.key+"/callback/urls", fmt.Sprintf(`{"url":%q}`, recv.url("/cb")))
 	c.ok(2, "PUT", "/admin/v1/apps/"+c.key+"/callback", `{"enabled":true,"types":[4]}`)
 
-	// Devices spread over the nodes; each message goes through another.
 	const n = 12
-	var names []string
-	for i := range n {
-		names = append(names, fmt.Sprintf("cdev-%02d", i))
-	}
-	secrets := c.createDevices(1, names)
-	devs := make([]*clusterDevice, n)
-	for i, name := range names {
-		devs[i] = &clusterDevice{name: name, secret: secrets[i], got: map[string]int{}}
-		c.connect(devs[i], i%3)
-	}
-	for i, d := range devs {
-		c.send((i+1)%3, d.name)
-	}
-	c.waitDelivered(devs)
-	for i, d := range devs {
-		if st := c.status((i+2)%3, d.name); st != 1 {
-			t.Fatalf("%s connected to node %d: status %d through node %d", d.name, i%3+1, st, (i+2)%3+1)
-		}
-	}
+	devs := c.spreadDevices(n)
 
 	// A desired property set through one node reaches a device on another.
 	c.ok(2, "POST", "/device/v1/property", `{"seq_no":999999,"device_name":"cdev-00","version":1,"properties":[{"name":"led","value":"on"}]}`)
 	waitFor(t, 10*time.Second, "desired push to cdev-00 on node 1", func() bool { return strings.Contains(devs[0].lastDesired(), `"led"`) })
 
-	// Takeover on another node: the old connection is closed there, the
-	// device stays online and messages follow the new connection.
-	old := devs[3].client
-	oldLost := devs[3].lost
-	c.connect(devs[3], 2)
-	select {
-	case <-oldLost:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the connection taken over on another node was not closed")
-	}
-	old.Disconnect(0)
-	c.send(0, devs[3].name)
-	c.waitDelivered(devs)
-	if st := c.status(1, devs[3].name); st != 1 {
-		t.Fatalf("after a takeover on another node: status %d", st)
-	}
+	// Takeover on another node.
+	c.takeOverOnNode(devs[3], 2, devs)
+
+	// Disabling a device through one node disconnects it on another.
+	disabled := devs[n-1]
+	c.disableThrough(0, disabled)
 
 	// Kill node 1 (holding the callback lease) under load sent through
 	// nodes 2 and 3. The devices it held reconnect to the others, except
 	// an orphan, which the others must mark offline on their own.
-	// Disabling a device through one node disconnects it on another.
-	disabled := devs[n-1]
-	c.ok(0, "PATCH", "/admin/v1/apps/"+c.key+"/devices/"+disabled.name, `{"flag":1}`)
-	select {
-	case <-disabled.lost:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s, disabled through node 1, still connected to node %d", disabled.name, disabled.node+1)
-	}
-
 	if w := c.callbackWorkers(); w != "1" {
 		t.Fatalf("callback worker on node(s) %q, want 1, the first started", w)
 	}
 	orphan := devs[0]
 	targets := devs[1 : n-1]
-	stopLoad := c.load(targets, []int{1, 2})
-	time.Sleep(time.Second)
-	if err := c.nodes[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	for i, d := range targets {
-		if d.node == 0 {
-			waitLost(t, d)
-			c.connect(d, 1+i%2)
-		}
-	}
-	time.Sleep(time.Second)
-	stopLoad()
-	waitFor(t, 30*time.Second, "the killed node's orphan device marked offline", func() bool { return c.status(1, orphan.name) == 0 })
-	t.Logf("a device of the killed node was offline %.1fs after the kill", time.Since(killed).Seconds())
-	c.waitDelivered(targets)
+	c.killFirstNodeUnderLoad(targets, orphan)
 	c.checkStates(2)
 	c.waitCallbacks(recv)
 	if w := c.callbackWorkers(); w != "2" && w != "3" {
@@ -143,7 +89,7 @@ func TestClusterThreeNodes(t *testing.T) {
 
 	// Redis crashes and restarts under load: what it acknowledged is in
 	// its append-only file, and the nodes carry on.
-	stopLoad = c.load(targets, []int{1, 2})
+	stopLoad := c.load(targets, []int{1, 2})
 	time.Sleep(500 * time.Millisecond)
 	if err := rdb.Restart(); err != nil {
 		t.Fatal(err)
@@ -157,16 +103,112 @@ func TestClusterThreeNodes(t *testing.T) {
 	t.Logf("%d messages acknowledged in all, every one delivered to its device", len(c.acked))
 	c.mu.Unlock()
 
-	// Presence events pair up across the nodes: the takeover on another
-	// node, the kill (node_lost for the orphan, a takeover of the dead
-	// node's connection for those that moved first), the disable.
-	st, err := redis.Open(context.Background(), redis.Options{Addrs: []string{rdb.Addr}})
+	// Presence events pair up across the nodes.
+	checkClusterPresence(t, rdb.Addr, c.key, devs, orphan, disabled, devs[3])
+}
+
+// spreadDevices creates n devices, connects them round-robin to the
+// nodes and sends each a message through another node; each must get it
+// and show online through a third.
+func (c *testCluster) spreadDevices(n int) []*clusterDevice {
+	t := c.t
+	t.Helper()
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("cdev-%02d", i))
+	}
+	secrets := c.createDevices(1, names)
+	devs := make([]*clusterDevice, n)
+	for i, name := range names {
+		devs[i] = &clusterDevice{name: name, secret: secrets[i], got: map[string]int{}}
+		c.connect(devs[i], i%3)
+	}
+	for i, d := range devs {
+		c.send((i+1)%3, d.name)
+	}
+	c.waitDelivered(devs)
+	for i, d := range devs {
+		if st := c.status((i+2)%3, d.name); st != 1 {
+			t.Fatalf("%s connected to node %d: status %d through node %d", d.name, i%3+1, st, (i+2)%3+1)
+		}
+	}
+	return devs
+}
+
+// takeOverOnNode connects d again on node: the old connection is closed
+// there, the device stays online and messages follow the new connection.
+// devs are the devices whose deliveries are awaited.
+func (c *testCluster) takeOverOnNode(d *clusterDevice, node int, devs []*clusterDevice) {
+	t := c.t
+	t.Helper()
+	old := d.client
+	oldLost := d.lost
+	c.connect(d, node)
+	select {
+	case <-oldLost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection taken over on another node was not closed")
+	}
+	old.Disconnect(0)
+	c.send(0, d.name)
+	c.waitDelivered(devs)
+	if st := c.status(1, d.name); st != 1 {
+		t.Fatalf("after a takeover on another node: status %d", st)
+	}
+}
+
+// disableThrough disables d through node, which must disconnect it on
+// the node it is connected to.
+func (c *testCluster) disableThrough(node int, d *clusterDevice) {
+	t := c.t
+	t.Helper()
+	c.ok(node, "PATCH", "/admin/v1/apps/"+c.key+"/devices/"+d.name, `{"flag":1}`)
+	select {
+	case <-d.lost:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s, disabled through node %d, still connected to node %d", d.name, node+1, d.node+1)
+	}
+}
+
+// killFirstNodeUnderLoad kills node 1 with SIGKILL while messages to
+// targets go through nodes 2 and 3. The targets it held reconnect to the
+// others; orphan, which does not, must be marked offline by them; every
+// message acknowledged must reach its device.
+func (c *testCluster) killFirstNodeUnderLoad(targets []*clusterDevice, orphan *clusterDevice) {
+	t := c.t
+	t.Helper()
+	stopLoad := c.load(targets, []int{1, 2})
+	time.Sleep(time.Second)
+	if err := c.nodes[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for i, d := range targets {
+		if d.node == 0 {
+			waitLost(t, d)
+			c.connect(d, 1+i%2)
+		}
+	}
+	time.Sleep(time.Second)
+	stopLoad()
+	waitFor(t, 30*time.Second, "the killed node's orphan device marked offline", func() bool { return c.status(1, orphan.name) == 0 })
+	t.Logf("a device of the killed node was offline %.1fs after the kill", time.Since(killed).Seconds())
+	c.waitDelivered(targets)
+}
+
+// checkClusterPresence checks that presence events pair up across the
+// nodes: the takeover of takenOver on another node, the kill (node_lost
+// for the orphan, a takeover of the dead node's connection for those that
+// moved first), the disable; every other device is still online.
+func checkClusterPresence(t *testing.T, redisAddr, appKey string, devs []*clusterDevice, orphan, disabled, takenOver *clusterDevice) {
+	t.Helper()
+	st, err := redis.Open(context.Background(), redis.Options{Addrs: []string{redisAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	for _, d := range devs {
-		got := presenceLog(t, st, c.key, d.name)
+		got := presenceLog(t, st, appKey, d.name)
 		last := got[len(got)-1]
 		var want string
 		switch d {
@@ -177,7 +219,7 @@ func TestClusterThreeNodes(t *testing.T) {
 		default:
 			want = "online" // still connected
 		}
-		if last != want || d == devs[3] && !slices.Contains(got, "offline takeover") {
+		if last != want || d == takenOver && !slices.Contains(got, "offline takeover") {
 			t.Errorf("%s: presence events %q", d.name, got)
 		}
 	}

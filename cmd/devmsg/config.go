@@ -20,7 +20,8 @@ import (
 	"github.com/devmsg/devmsg/internal/netguard"
 )
 
-// Config is the service configuration of DESIGN.md section 5.
+// Config is the service configuration; docs/configuration.md lists its
+// keys, their defaults and their environment variables.
 type Config struct {
 	DataDir   string          `yaml:"data_dir"`
 	Log       LogConfig       `yaml:"log"`
@@ -100,7 +101,8 @@ type RateLimitConfig struct {
 	Default int `yaml:"default"`
 }
 
-// BroadcastConfig paces the fan-out of broadcasts (DESIGN.md section 8).
+// BroadcastConfig paces the fan-out of broadcasts (docs/api.md,
+// "Broadcast").
 type BroadcastConfig struct {
 	// Rate is the most broadcast messages made per second; 0 takes
 	// message.DefaultFanoutRate (250,000).
@@ -113,8 +115,8 @@ type BroadcastConfig struct {
 	Chunk int `yaml:"chunk"`
 }
 
-// CallbackConfig tunes message-status callback delivery (DESIGN.md
-// section 4).
+// CallbackConfig tunes message-status callback delivery
+// (docs/callbacks.md).
 type CallbackConfig struct {
 	BatchSize        int      `yaml:"batch_size"`
 	FlushInterval    Duration `yaml:"flush_interval"`
@@ -128,7 +130,7 @@ type CallbackConfig struct {
 }
 
 // EventsConfig bounds the event log of every app and shapes the batches of
-// its webhooks (DESIGN.md section 7).
+// its webhooks (docs/events.md, "Retention and sizing" and "Webhooks").
 type EventsConfig struct {
 	// Retention is how long an event is kept.
 	Retention Duration `yaml:"retention"`

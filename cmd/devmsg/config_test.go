@@ -52,8 +52,9 @@ func TestBadConfigs(t *testing.T) {
 }
 
 // TestEveryKeyHasEnvAndFlag pins the keys derived from the yaml tags to
-// DESIGN.md section 5 (plus rate_limit), so renaming a tag cannot silently
-// change the run contract.
+// the table of docs/configuration.md, so renaming a tag cannot silently
+// change names that deployments depend on (the stable contract stated
+// there).
 func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 	want := []string{
 		"data_dir", "log.level", "log.format",
@@ -101,7 +102,7 @@ func TestDefaultsValidate(t *testing.T) {
 	if cfg.RateLimit.Default != 1000 || !cfg.HTTP.TLS.Enabled || cfg.Store.Type != "embedded" || cfg.DataDir != "./data" {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	// DESIGN.md section 7.
+	// docs/configuration.md, events.*.
 	if want := (EventsConfig{Duration(24 * time.Hour), 1_000_000, 100, Duration(200 * time.Millisecond)}); cfg.Events != want {
 		t.Errorf("events defaults %+v, want %+v", cfg.Events, want)
 	}

@@ -31,32 +31,74 @@ func TestConsoleBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	// Sign in as the admin.
+	consoleSignInAdmin(t, b)
+	key, secret := consoleCreateApp(t, b)
+	app := "/console/apps/" + key
+	consoleDefineProperty(t, b, app)
+	lampSecret := consoleCreateDevices(t, b, app)
+
+	// A simulated device connects; it reports each desired value back.
+	d := connectEchoingDevice(ctx, t, f, key, "lamp-0001", lampSecret)
+	defer d.Close()
+	device := app + "/devices/lamp-0001"
+	b.waitText(device, "online", 10*time.Second)
+	if st := b.text("#device-status"); st != "online" {
+		t.Fatalf("device status %q", st)
+	}
+
+	consoleSetDesired(t, b, device)
+	consoleTraceMessage(t, b, app)
+	rcv := newReceiver(t)
+	callbacks := app + "/callbacks"
+	consoleCallbackURLs(t, b, callbacks, rcv)
+	consoleDeliveriesAndDeadLetters(t, b, f, callbacks, rcv, key, secret)
+
+	b.open("/console/")
+	b.docShot("overview")
+
+	consoleAppOwner(t, b, key, secret, device)
+}
+
+// consoleSignInAdmin signs in as the admin.
+func consoleSignInAdmin(t *testing.T, b *browser) {
+	t.Helper()
 	b.open("/console/login")
 	b.docShot("login")
 	b.fill(map[string]string{"#login-admin-username": "admin", "#login-admin-password": "pw"}, "#login-admin-submit")
 	if who := b.text("#whoami"); !strings.Contains(who, "admin") {
 		t.Fatalf("signed in as %q, want admin", who)
 	}
+}
 
-	// Create an app; its key and master secret are shown once.
+// consoleCreateApp creates an app and returns its key and master secret,
+// which are shown once.
+func consoleCreateApp(t *testing.T, b *browser) (key, secret string) {
+	t.Helper()
 	b.open("/console/apps")
 	b.fill(map[string]string{"#app-create-name": "console-app"}, "#app-create-submit")
-	key, secret := b.text("#app-created-key"), b.text("#app-created-secret")
+	key, secret = b.text("#app-created-key"), b.text("#app-created-secret")
 	if key == "" || len(secret) != 32 {
 		t.Fatalf("created app key %q secret %q", key, secret)
 	}
-	app := "/console/apps/" + key
+	return key, secret
+}
 
-	// Define a property in the app's model.
+// consoleDefineProperty defines the string property led in the app's
+// model.
+func consoleDefineProperty(t *testing.T, b *browser, app string) {
+	t.Helper()
 	b.open(app)
 	b.fill(map[string]string{"#property-add-name": "led", "#property-add-type": "string", "#property-add-max-length": "8"}, "#property-add-submit")
 	if !strings.Contains(b.text(`#properties-table tr[data-property="led"]`), "string") {
 		t.Fatalf("property model after adding led:\n%s", b.body())
 	}
 	b.docShot("app")
+}
 
-	// Batch-create devices from a pasted list.
+// consoleCreateDevices batch-creates devices from a pasted list, one name
+// of it invalid, and returns lamp-0001's secret.
+func consoleCreateDevices(t *testing.T, b *browser, app string) string {
+	t.Helper()
 	b.open(app + "/devices")
 	b.fill(map[string]string{"#devices-create-list": "lamp-0001\nlamp-0002,hall\nx"}, "#devices-create-submit")
 	lampSecret := b.text(`#devices-create-results tr[data-device="lamp-0001"] .result-secret`)
@@ -71,11 +113,16 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("device list:\n%s", body)
 	}
 	b.docShot("devices")
+	return lampSecret
+}
 
-	// A simulated device connects; it reports each desired value back.
+// connectEchoingDevice connects a device through the SDK that reports
+// every desired led value back.
+func connectEchoingDevice(ctx context.Context, t *testing.T, f *fleet, key, name, secret string) *sdk.Device {
+	t.Helper()
 	var d *sdk.Device
 	d, err := sdk.Connect(ctx, sdk.Config{
-		Broker: "tcp://" + f.s.mqtt["tcp"], AppKey: key, DeviceName: "lamp-0001", DeviceSecret: lampSecret,
+		Broker: "tcp://" + f.s.mqtt["tcp"], AppKey: key, DeviceName: name, DeviceSecret: secret,
 		SDKVersion: "sdk-console", AppVersion: "3",
 		OnDesired: func(doc sdk.Desired) {
 			if v, ok := doc.Properties["led"]; ok {
@@ -88,14 +135,13 @@ func TestConsoleBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	device := app + "/devices/lamp-0001"
-	b.waitText(device, "online", 10*time.Second)
-	if st := b.text("#device-status"); st != "online" {
-		t.Fatalf("device status %q", st)
-	}
+	return d
+}
 
-	// Set a desired property and see the reported value come back.
+// consoleSetDesired sets a desired property and sees the reported value
+// come back.
+func consoleSetDesired(t *testing.T, b *browser, device string) {
+	t.Helper()
 	b.fill(map[string]string{"#device-property-name": "led", "#device-property-value": "on"}, "#device-property-submit")
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(b.text(`#device-properties tr[data-property="led"] .prop-reported`), "on") {
@@ -106,8 +152,12 @@ func TestConsoleBrowser(t *testing.T) {
 		b.open(device)
 	}
 	b.docShot("device")
+}
 
-	// Send a message and trace it to "delivered".
+// consoleTraceMessage sends a message from the device page and traces it
+// to "delivered".
+func consoleTraceMessage(t *testing.T, b *browser, app string) {
+	t.Helper()
 	b.fill(map[string]string{"#device-message-body": "hello from the console", "#device-message-ttl": "600"}, "#device-message-submit")
 	msgid := b.text("#device-message-msgid")
 	if _, err := strconv.ParseInt(msgid, 10, 64); err != nil {
@@ -119,12 +169,14 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("trace state %q", st)
 	}
 	b.docShot("trace")
+}
 
-	// Callback URLs: one passes verification, one answers the wrong body.
-	rcv := newReceiver(t)
+// consoleCallbackURLs adds two callback URLs: rcv's passes verification,
+// one that answers the wrong body is refused.
+func consoleCallbackURLs(t *testing.T, b *browser, callbacks string, rcv *receiver) {
+	t.Helper()
 	wrong := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "not the echostr") }))
 	defer wrong.Close()
-	callbacks := app + "/callbacks"
 	b.open(callbacks)
 	b.fill(map[string]string{"#callback-url-add-url": rcv.url("/console")}, "#callback-url-add-submit")
 	if !strings.Contains(b.body(), rcv.url("/console")) {
@@ -137,8 +189,14 @@ func TestConsoleBrowser(t *testing.T) {
 	if strings.Contains(b.body(), wrong.URL+"/cb\n") {
 		t.Fatal("the failing URL was added")
 	}
+}
 
-	// Switch callbacks on; a message's records arrive and show as a delivery.
+// consoleDeliveriesAndDeadLetters switches callbacks on and sees a
+// message's records shown as a delivery; then the receiver fails, the
+// batch becomes a dead letter after its retries, and the console
+// redelivers it once the receiver works again.
+func consoleDeliveriesAndDeadLetters(t *testing.T, b *browser, f *fleet, callbacks string, rcv *receiver, key, secret string) {
+	t.Helper()
 	b.click("#callback-switch-submit")
 	if st := b.text("#callback-state"); st != "on" {
 		t.Fatalf("callback switch %q after toggling", st)
@@ -150,11 +208,9 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("no delivery shown:\n%s", b.body())
 	}
 
-	// The receiver fails: after the retries the batch is a dead letter,
-	// which the console redelivers once the receiver works again.
 	rcv.status.Store(500)
 	failed := f.sendAs(key, secret, "lamp-0002", "to an offline device")
-	deadline = time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		b.open(callbacks)
 		var n int
@@ -172,12 +228,12 @@ func TestConsoleBrowser(t *testing.T) {
 	before := len(rcv.ofMessage(failed))
 	b.click("#callback-deadletters .deadletter-redeliver")
 	waitFor(t, 10*time.Second, "redelivered records", func() bool { return len(rcv.ofMessage(failed)) > before })
+}
 
-	b.open("/console/")
-	b.docShot("overview")
-
-	// Sign out, then sign in as the app's owner: its own pages work,
-	// another app's are not found.
+// consoleAppOwner signs out, then signs in as the app's owner: its own
+// pages work, another app's are not found.
+func consoleAppOwner(t *testing.T, b *browser, key, secret, device string) {
+	t.Helper()
 	b.click("#logout-submit")
 	b.open("/console/login")
 	b.fill(map[string]string{"#login-app-key": key, "#login-app-secret": secret}, "#login-app-submit")

@@ -56,6 +56,11 @@ type crashLedger struct {
 	answered map[string]map[int64]bool // body → msgids the REST API gave it
 }
 
+func newCrashLedger() *crashLedger {
+	return &crashLedger{reqs: map[string]*crashReq{}, received: map[int64]map[string]bool{},
+		devOf: map[int64]string{}, answered: map[string]map[int64]bool{}}
+}
+
 func (l *crashLedger) receive(device string, m paho.Message) {
 	var p struct {
 		MsgID string `json:"msgid"`
@@ -75,6 +80,187 @@ func (l *crashLedger) receive(device string, m paho.Message) {
 	}
 	l.received[id][p.Body] = true
 	l.devOf[id] = device
+}
+
+// answer records that the REST API answered r with msgid; a second,
+// different msgid for the same request is an error.
+func (l *crashLedger) answer(t *testing.T, r *crashReq, msgid int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.msgid != 0 && r.msgid != msgid {
+		t.Errorf("send %s answered %d, then %d", r.body, r.msgid, msgid)
+	}
+	r.msgid = msgid
+	if l.answered[r.body] == nil {
+		l.answered[r.body] = map[int64]bool{}
+	}
+	l.answered[r.body][msgid] = true
+}
+
+// undelivered lists the msgids answered 200 that no device has received.
+func (l *crashLedger) undelivered() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []int64
+	for _, r := range l.reqs {
+		if r.msgid != 0 && l.received[r.msgid] == nil {
+			ids = append(ids, r.msgid)
+		}
+	}
+	return ids
+}
+
+// waitDelivered waits up to timeout for every answered send to reach its
+// device, and returns those that did not.
+func (l *crashLedger) waitDelivered(timeout time.Duration) []int64 {
+	deadline := time.Now().Add(timeout)
+	for {
+		undelivered := l.undelivered()
+		if len(undelivered) == 0 || time.Now().After(deadline) {
+			return undelivered
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lost lists the 200s whose msgid the server does not know, and the
+// answered sends never delivered. l.mu is held.
+func (l *crashLedger) lost(exists func(int64) bool, undelivered []int64) []string {
+	var lost []string
+	for body, ids := range l.answered {
+		for id := range ids {
+			if !exists(id) {
+				lost = append(lost, fmt.Sprintf("%s: msgid %d answered 200, not found", body, id))
+			}
+		}
+	}
+	for _, id := range undelivered {
+		lost = append(lost, fmt.Sprintf("msgid %d answered 200, never delivered", id))
+	}
+	return lost
+}
+
+// phantoms lists the msgids a device received that the server does not
+// know, or that carried two bodies. l.mu is held.
+func (l *crashLedger) phantoms(exists func(int64) bool) []string {
+	var phantom []string
+	for id, bodies := range l.received {
+		switch {
+		case len(bodies) > 1:
+			phantom = append(phantom, fmt.Sprintf("msgid %d delivered with %d bodies", id, len(bodies)))
+		case !exists(id):
+			phantom = append(phantom, fmt.Sprintf("msgid %d delivered to %s, not found", id, l.devOf[id]))
+		}
+	}
+	return phantom
+}
+
+// duplicated lists the requests known under more than one msgid, from
+// their 200s and their deliveries together. l.mu is held.
+func (l *crashLedger) duplicated() []string {
+	under := map[string]map[int64]bool{}
+	add := func(body string, id int64) {
+		if under[body] == nil {
+			under[body] = map[int64]bool{}
+		}
+		under[body][id] = true
+	}
+	for body, ids := range l.answered {
+		under[body] = map[int64]bool{}
+		for id := range ids {
+			add(body, id)
+		}
+	}
+	for id, bodies := range l.received {
+		for body := range bodies {
+			add(body, id)
+		}
+	}
+	var duplicated []string
+	for body, ids := range under {
+		if len(ids) > 1 {
+			duplicated = append(duplicated, fmt.Sprintf("%s under %d msgids", body, len(ids)))
+		}
+	}
+	return duplicated
+}
+
+// createDevices creates n devices named prefix0, prefix1, ... in app
+// and returns their names and secrets.
+func createDevices(t *testing.T, p *proc, app testApp, prefix string, n int) (names, secrets []string) {
+	t.Helper()
+	names = make([]string, n)
+	devReq := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprint(prefix, i)
+		devReq[i] = fmt.Sprintf(`{"name":%q}`, names[i])
+	}
+	st, body := p.call(t, app.Key, app.MasterSecret, "POST", "/device/v1/devices", `{"device":[`+strings.Join(devReq, ",")+`]}`)
+	var cr struct {
+		Resp []struct {
+			DeviceSecret string `json:"device_secret"`
+		}
+	}
+	if st != 200 || json.Unmarshal(body, &cr) != nil || len(cr.Resp) != n {
+		t.Fatalf("create devices: %d %s", st, body)
+	}
+	secrets = make([]string, n)
+	for i, r := range cr.Resp {
+		secrets[i] = r.DeviceSecret
+	}
+	return names, secrets
+}
+
+// msgExists returns a function that asks p, once per msgid, whether
+// GET /msg/v1/msg knows the message.
+func msgExists(t *testing.T, p *proc, app testApp) func(id int64) bool {
+	known := map[int64]bool{}
+	return func(id int64) bool {
+		if v, ok := known[id]; ok {
+			return v
+		}
+		st, b := p.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/msg/v1/msg?msgid=%d", id), "")
+		var m struct {
+			DeviceName string `json:"device_name"`
+		}
+		ok := st == 200 && json.Unmarshal(b, &m) == nil
+		if !ok && st != 400 {
+			t.Fatalf("GET message %d: %d %s", id, st, b)
+		}
+		known[id] = ok
+		return ok
+	}
+}
+
+// retryPending sends every request left unanswered in pending once more,
+// on a server that stays up, and returns how many it sent.
+func retryPending[R any](t *testing.T, p *proc, pending [][]R, send func(*proc, R) bool, name func(R) string) int {
+	t.Helper()
+	retries := 0
+	for c := range pending {
+		for _, r := range pending[c] {
+			if !send(p, r) {
+				t.Fatalf("retry %s after the last restart failed", name(r))
+			}
+			retries++
+		}
+	}
+	return retries
+}
+
+// reportProblems fails t with each problem of every list, at most ten
+// of a list.
+func reportProblems(t *testing.T, lists ...[]string) {
+	t.Helper()
+	for _, s := range lists {
+		for i, e := range s {
+			if i == 10 {
+				t.Errorf("... and %d more", len(s)-10)
+				break
+			}
+			t.Error(e)
+		}
+	}
 }
 
 // TestCrashLoop sends messages from several REST clients (each with
@@ -102,28 +288,9 @@ func TestCrashLoop(t *testing.T) {
 	args := []string{"--mqtt.tcp_addr", "127.0.0.1:0"}
 	p := startProc(t, dir, args...)
 	app := p.createApp(t, "crash")
-	names := make([]string, devices)
-	devReq := make([]string, devices)
-	for i := range names {
-		names[i] = fmt.Sprint("crash-", i)
-		devReq[i] = fmt.Sprintf(`{"name":%q}`, names[i])
-	}
-	st, body := p.call(t, app.Key, app.MasterSecret, "POST", "/device/v1/devices", `{"device":[`+strings.Join(devReq, ",")+`]}`)
-	var cr struct {
-		Resp []struct {
-			DeviceSecret string `json:"device_secret"`
-		}
-	}
-	if st != 200 || json.Unmarshal(body, &cr) != nil || len(cr.Resp) != devices {
-		t.Fatalf("create devices: %d %s", st, body)
-	}
-	secrets := make([]string, devices)
-	for i, r := range cr.Resp {
-		secrets[i] = r.DeviceSecret
-	}
+	names, secrets := createDevices(t, p, app, "crash-", devices)
 
-	l := &crashLedger{reqs: map[string]*crashReq{}, received: map[int64]map[string]bool{},
-		devOf: map[int64]string{}, answered: map[string]map[int64]bool{}}
+	l := newCrashLedger()
 	// send makes one attempt at r; it reports false when the server is gone.
 	send := func(p *proc, r *crashReq) bool {
 		st, b, err := p.tryCall(app.Key, app.MasterSecret, "POST", "/msg/v1/msg",
@@ -136,16 +303,7 @@ func TestCrashLoop(t *testing.T) {
 			t.Errorf("send %s: %d %s", r.body, st, b)
 			return false
 		}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if r.msgid != 0 && r.msgid != resp.Msgid {
-			t.Errorf("send %s answered %d, then %d", r.body, r.msgid, resp.Msgid)
-		}
-		r.msgid = resp.Msgid
-		if l.answered[r.body] == nil {
-			l.answered[r.body] = map[int64]bool{}
-		}
-		l.answered[r.body][resp.Msgid] = true
+		l.answer(t, r, resp.Msgid)
 		return true
 	}
 	connect := func(p *proc) []paho.Client {
@@ -193,101 +351,17 @@ func TestCrashLoop(t *testing.T) {
 	p = startProc(t, dir, args...)
 	devs := connect(p)
 	defer disconnect(devs)
-	for c := range pending {
-		for _, r := range pending[c] {
-			if !send(p, r) {
-				t.Fatalf("retry %s after the last restart failed", r.body)
-			}
-			retries++
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	var undelivered []int64
-	for {
-		undelivered = undelivered[:0]
-		l.mu.Lock()
-		for _, r := range l.reqs {
-			if r.msgid != 0 && l.received[r.msgid] == nil {
-				undelivered = append(undelivered, r.msgid)
-			}
-		}
-		l.mu.Unlock()
-		if len(undelivered) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	retries += retryPending(t, p, pending, send, func(r *crashReq) string { return r.body })
+	undelivered := l.waitDelivered(30 * time.Second)
 
-	// The checker. exists asks the restarted server about each msgid once.
-	known := map[int64]bool{}
-	exists := func(id int64) bool {
-		if v, ok := known[id]; ok {
-			return v
-		}
-		st, b := p.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/msg/v1/msg?msgid=%d", id), "")
-		var m struct {
-			DeviceName string `json:"device_name"`
-		}
-		ok := st == 200 && json.Unmarshal(b, &m) == nil
-		if !ok && st != 400 {
-			t.Fatalf("GET message %d: %d %s", id, st, b)
-		}
-		known[id] = ok
-		return ok
-	}
+	// The checker asks the restarted server about each msgid once.
+	exists := msgExists(t, p, app)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var lost, phantom, duplicated []string
-	for body, ids := range l.answered {
-		for id := range ids {
-			if !exists(id) {
-				lost = append(lost, fmt.Sprintf("%s: msgid %d answered 200, not found", body, id))
-			}
-		}
-	}
-	for _, id := range undelivered {
-		lost = append(lost, fmt.Sprintf("msgid %d answered 200, never delivered", id))
-	}
-	for id, bodies := range l.received {
-		switch {
-		case len(bodies) > 1:
-			phantom = append(phantom, fmt.Sprintf("msgid %d delivered with %d bodies", id, len(bodies)))
-		case !exists(id):
-			phantom = append(phantom, fmt.Sprintf("msgid %d delivered to %s, not found", id, l.devOf[id]))
-		}
-	}
-	// Every msgid a request is known under: its 200s and its deliveries.
-	under := map[string]map[int64]bool{}
-	for body, ids := range l.answered {
-		under[body] = map[int64]bool{}
-		for id := range ids {
-			under[body][id] = true
-		}
-	}
-	for id, bodies := range l.received {
-		for body := range bodies {
-			if under[body] == nil {
-				under[body] = map[int64]bool{}
-			}
-			under[body][id] = true
-		}
-	}
-	for body, ids := range under {
-		if len(ids) > 1 {
-			duplicated = append(duplicated, fmt.Sprintf("%s under %d msgids", body, len(ids)))
-		}
-	}
+	lost, phantom, duplicated := l.lost(exists, undelivered), l.phantoms(exists), l.duplicated()
 	t.Logf("%d cycles, %d clients, %d devices: %d sends, %d retries, %d msgids delivered; lost %d, phantom %d, duplicated under two ids %d",
 		cycles, clients, devices, totalSends, retries, len(l.received), len(lost), len(phantom), len(duplicated))
-	for _, s := range [][]string{lost, phantom, duplicated} {
-		for i, e := range s {
-			if i == 10 {
-				t.Errorf("... and %d more", len(s)-10)
-				break
-			}
-			t.Error(e)
-		}
-	}
+	reportProblems(t, lost, phantom, duplicated)
 }
 
 // crashClients runs a kill -9 cycle's clients against p: each client c

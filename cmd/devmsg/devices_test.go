@@ -80,7 +80,8 @@ func TestDeviceTopicACL(t *testing.T) {
 	}
 	// A device's own publishes reach no subscriber either, not even itself
 	// (QoS 0: a publish to msg, a topic the service takes nothing on, is
-	// refused without a PUBACK since issue 14).
+	// refused without a PUBACK; docs/device-protocol.md, "Refused
+	// publishes").
 	if tok := b.c.Publish(b.prefix+"msg", 0, false, `{"msgid":"2","msg_body":"loop"}`); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish msg: %v", tok.Error())
 	}

@@ -7,7 +7,7 @@
 // services and hands them to the REST API, the console and the broker,
 // then stops them in the reverse order. It is over 1,500 lines with its
 // tests' helpers counted out because the config (config.go, every key of
-// DESIGN.md section 5 with its validation), the simulator (sim.go) and
+// docs/configuration.md with its validation), the simulator (sim.go) and
 // that wiring are all command-line concerns that no other package should
 // hold.
 package main

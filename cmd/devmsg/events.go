@@ -273,7 +273,7 @@ func printEvent(w io.Writer, raw json.RawMessage, asJSON bool) {
 }
 
 // forwarder POSTs pages of events to a local URL as an event webhook
-// would (DESIGN.md section 7): a JSON array, the app's Basic credentials,
+// would (docs/events.md, "What is sent"): a JSON array, the app's Basic credentials,
 // webhook-id the first event's id, and the Standard Webhooks signature
 // with the app's signing key.
 type forwarder struct {

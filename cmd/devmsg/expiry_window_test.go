@@ -1,6 +1,7 @@
 package main
 
-// Helpers of the outside tester's end-to-end delivery tests (issue 16).
+// End-to-end delivery tests against the real binary, as a device and an
+// app would see it, and their helpers.
 
 import (
 	"encoding/json"
@@ -15,25 +16,27 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
-type a16 struct {
+// deliveryApp is one app on a devmsg process started for the test, with
+// the calls the delivery tests make as that app.
+type deliveryApp struct {
 	t   *testing.T
 	p   *proc
 	app testApp
 }
 
-func newA16(t *testing.T, dir string) *a16 {
+func newDeliveryApp(t *testing.T, dir string) *deliveryApp {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
 	p := startProc(t, dir, "--mqtt.tcp_addr", "127.0.0.1:0")
-	return &a16{t: t, p: p, app: p.createApp(t, "attack16")}
+	return &deliveryApp{t: t, p: p, app: p.createApp(t, "delivery")}
 }
 
-func (a *a16) call(method, path, body string) (int, []byte) {
+func (a *deliveryApp) call(method, path, body string) (int, []byte) {
 	return a.p.call(a.t, a.app.Key, a.app.MasterSecret, method, path, body)
 }
 
-func (a *a16) device(name string) string {
+func (a *deliveryApp) device(name string) string {
 	a.t.Helper()
 	st, body := a.call("POST", "/device/v1/devices", fmt.Sprintf(`{"device":[{"name":%q}]}`, name))
 	var cr struct {
@@ -48,10 +51,10 @@ func (a *a16) device(name string) string {
 	return cr.Resp[0].DeviceSecret
 }
 
-var a16seq atomic.Int64
+var deliverySeq atomic.Int64
 
-func (a *a16) trySend(dev string, ttl int) (int64, int, []byte, error) {
-	seq := a16seq.Add(1)
+func (a *deliveryApp) trySend(dev string, ttl int) (int64, int, []byte, error) {
+	seq := deliverySeq.Add(1)
 	st, b, err := a.p.tryCall(a.app.Key, a.app.MasterSecret, "POST", "/msg/v1/msg",
 		fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"msg_body":"m%d","ttl":%d}`, seq, dev, seq, ttl))
 	if err != nil || st != 200 {
@@ -64,7 +67,7 @@ func (a *a16) trySend(dev string, ttl int) (int64, int, []byte, error) {
 	return r.Msgid, st, b, nil
 }
 
-func (a *a16) send(dev string, ttl int) int64 {
+func (a *deliveryApp) send(dev string, ttl int) int64 {
 	a.t.Helper()
 	id, st, b, err := a.trySend(dev, ttl)
 	if err != nil || st != 200 {
@@ -73,7 +76,7 @@ func (a *a16) send(dev string, ttl int) int64 {
 	return id
 }
 
-type a16msg struct {
+type deliveryMsg struct {
 	State   string
 	Records []struct {
 		Type  int
@@ -81,16 +84,16 @@ type a16msg struct {
 	}
 }
 
-func (a *a16) msg(id int64) (int, a16msg) {
+func (a *deliveryApp) msg(id int64) (int, deliveryMsg) {
 	st, b, err := a.p.tryCall(a.app.Key, a.app.MasterSecret, "GET", fmt.Sprintf("/msg/v1/msg?msgid=%d", id), "")
-	var m a16msg
+	var m deliveryMsg
 	if err == nil {
 		_ = json.Unmarshal(b, &m)
 	}
 	return st, m
 }
 
-func (m a16msg) types() []int {
+func (m deliveryMsg) types() []int {
 	var ts []int
 	for _, r := range m.Records {
 		ts = append(ts, r.Type)
@@ -107,16 +110,13 @@ func payloadID(m paho.Message) int64 {
 	return id
 }
 
-// A device deleted with messages pending, then created again under the
-// same name, must not receive the old device's messages (docs/api.md:
-// "a new device ... and an empty queue").
-
-// TestExpiryFreesTheWindow (found by the issue 16 outside tester): a
-// device that never acknowledges holds 64 messages in flight; when they
-// expire, the messages queued behind them follow on the same connection
-// without waiting for some other wake-up.
+// TestExpiryFreesTheWindow: a device that never acknowledges holds 64
+// messages in flight; when they expire, they give up their places at once
+// and the messages queued behind them follow on the same connection
+// without waiting for some other wake-up (docs/device-protocol.md,
+// "Messages").
 func TestExpiryFreesTheWindow(t *testing.T) {
-	a := newA16(t, t.TempDir())
+	a := newDeliveryApp(t, t.TempDir())
 	secret := a.device("win-00001")
 	var mu sync.Mutex
 	var got []paho.Message
@@ -168,6 +168,3 @@ func TestExpiryFreesTheWindow(t *testing.T) {
 		}
 	}
 }
-
-// A device that never acknowledges: exactly 64 in flight; acknowledging
-// one lets exactly one more through, in send order.

@@ -177,7 +177,7 @@ func messagesPerDevice(t *testing.T, p *proc, appKey string) map[string]int {
 
 // fanoutDevices is how many devices the kill -9 fan-out tests register:
 // DEVMSG_FANOUT_DEVICES (a multiple of 1,000; `make crash-fanout` runs
-// issue 15's 50,000), else def.
+// 50,000), else def.
 func fanoutDevices(t *testing.T, def int) int {
 	v := os.Getenv("DEVMSG_FANOUT_DEVICES")
 	if v == "" {

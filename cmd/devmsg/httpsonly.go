@@ -25,9 +25,9 @@ const plainHTTPTimeout = 10 * time.Second
 // httpsOnlyListener is the HTTPS listener of the API. A connection that
 // starts a TLS handshake is handed to the server as a *tls.Conn, as
 // tls.NewListener would; one that starts with anything else (plain HTTP
-// sent to the HTTPS port) is answered, in plain HTTP, with the spec's
-// error body, 400/1003, and closed, instead of Go's text "Client sent an
-// HTTP request to an HTTPS server". Each connection's first byte is
+// sent to the HTTPS port) is answered, in plain HTTP, with the API's
+// error body, 400/1003, and closed (docs/api.md, "Conventions"), instead
+// of Go's text "Client sent an HTTP request to an HTTPS server". Each connection's first byte is
 // awaited on a goroutine of its own, so a silent client holds up no other.
 type httpsOnlyListener struct {
 	net.Listener

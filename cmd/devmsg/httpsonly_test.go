@@ -10,7 +10,7 @@ import (
 )
 
 // TestPlainHTTPToHTTPSPort: plain HTTP sent to the HTTPS port gets the
-// spec's JSON error (400/1003, saying to use https), not Go's text answer,
+// API's JSON error (400/1003, saying to use https), not Go's text answer,
 // and HTTPS on the same port is unaffected.
 func TestPlainHTTPToHTTPSPort(t *testing.T) {
 	s := startServer(t, "--data_dir", t.TempDir())

@@ -20,7 +20,8 @@ var version = "dev"
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"serve": runServe,
 	"sim":   runSim,
-	// events tails an app's event log (issue 14).
+	// events tails an app's event log (docs/operations.md, "Watching an
+	// app's events from a terminal").
 	"events": runEvents,
 	"bench":  runBench,
 	// bench-client is internal: the client processes of devmsg bench.

@@ -1,6 +1,6 @@
 // Package idgen generates unique, time-ordered ids (msgid, op_id) that
 // every JSON client can hold exactly: positive integers of at most 53 bits
-// (≤ 2^53 − 1, DESIGN.md section 6). The layout, high bits first:
+// (≤ 2^53 − 1; docs/api.md, "Ids"). The layout, high bits first:
 //
 //	41 bits  milliseconds since 2025-01-01 UTC (good until 2094)
 //	 7 bits  node id, 0..127 (node_id in cluster mode)

@@ -5,6 +5,7 @@
 // addresses, and IPv4 addresses written in IPv6 forms (mapped, NAT64,
 // 6to4). The check runs when a connection is made, on the address actually
 // dialled after DNS, so a hostname, a DNS change or a redirect cannot get
-// around it (DESIGN.md section 4, "Address guard"). The operator exempts
-// networks with callback.allowed_networks.
+// around it; an address it refuses is answered 400/1003 "URL not allowed"
+// (docs/callbacks.md, "Configure", the address guard). The operator
+// exempts networks with callback.allowed_networks.
 package netguard

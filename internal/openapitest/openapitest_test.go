@@ -136,7 +136,7 @@ func TestCheck(t *testing.T) {
 		respBody                    string
 		wantErr                     string // "" when the exchange is valid
 	}{
-		// GET /device/v1/status, the brief's example.
+		// GET /device/v1/status, the example of docs/api.md.
 		{"status ok", "GET", "/device/v1/status?device_name=dev-0001", "", 200, json, validStatus, ""},
 		{"status online", "GET", "/device/v1/status?device_name=dev-0001", "", 200, json,
 			`{"status":1,"client_ip":"203.0.113.7","last_login_time":"1767225600","last_logout_time":""}`, ""},

@@ -11,9 +11,10 @@
 //
 // The other way, a device tells the backend what it measures with
 // PublishUp (telemetry on its "up" topics) and what happens to it with
-// ReportEvent (name, content and level, as the source API's device SDKs
-// report events). Both reach the app's event log, which the backend
-// pulls or receives by webhook (docs/events.md). At QoS 1 they return
+// ReportEvent (name, content and level, as the device SDKs of the source
+// API that devmsg is modelled on report events; see docs/api.md). Both
+// reach the app's event log, which the backend pulls or receives by
+// webhook (docs/events.md). At QoS 1 they return
 // once the service has stored the event durably; an event sent again
 // after a lost PUBACK may reach the backend twice (at least once).
 package device

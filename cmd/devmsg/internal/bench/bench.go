@@ -18,9 +18,9 @@ import (
 // follows the closed loop whose throughput sets its default rate.
 var Workloads = []string{"send", "property", "send-latency", "property-latency"}
 
-// MaxPendingPerDevice is the server's per-device queue bound (DESIGN
-// section 4): sends past it still answer 200 but are stored as failed,
-// a different code path from a real enqueue.
+// MaxPendingPerDevice is the server's per-device queue bound (docs/api.md,
+// "Errors": 3004, device queue full): sends past it still answer 200 but
+// are stored as failed, a different code path from a real enqueue.
 const MaxPendingPerDevice = 1000
 
 // Options configures a run. Zero values are not defaults: the command
@@ -157,15 +157,35 @@ func (o Options) validateLoad() []error {
 // validateWorkloads checks the workload names and what each named
 // workload needs of the other options.
 func (o Options) validateWorkloads() []error {
+	return slices.Concat(o.validateWorkloadNames(), o.validateDevices(), o.validateOwnServer(), o.validateServerAccess())
+}
+
+// allWorkloads lists every workload name the bench knows.
+func allWorkloads() []string {
+	return slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads, DiskWorkloads)
+}
+
+// validateWorkloadNames checks that at least one workload is named and
+// that the bench knows every name.
+func (o Options) validateWorkloadNames() []error {
 	var errs []error
 	if len(o.Workloads) == 0 {
 		errs = append(errs, errors.New("no workloads"))
 	}
+	known := allWorkloads()
 	for _, w := range o.Workloads {
-		if !slices.Contains(Workloads, w) && !slices.Contains(DeviceWorkloads, w) && !slices.Contains(CallbackWorkloads, w) && !slices.Contains(EventWorkloads, w) && !slices.Contains(FleetWorkloads, w) && !slices.Contains(DiskWorkloads, w) {
-			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads, DiskWorkloads), ", ")))
+		if !slices.Contains(known, w) {
+			errs = append(errs, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(known, ", ")))
 		}
 	}
+	return errs
+}
+
+// validateDevices checks the connected devices of the workloads that
+// drive devices: enough of them, and for telemetry few enough
+// publishes per device.
+func (o Options) validateDevices() []error {
+	var errs []error
 	if o.hasDeviceWorkloads() && (o.Subscribers < 1 || o.Subscribers > o.Devices) {
 		errs = append(errs, fmt.Errorf("subscribers %d: need 1 to --devices (%d)", o.Subscribers, o.Devices))
 	}
@@ -179,6 +199,13 @@ func (o Options) validateWorkloads() []error {
 				rate, o.Subscribers, perDevice, telemetryDeviceRate))
 		}
 	}
+	return errs
+}
+
+// validateOwnServer checks the workloads that read the server process's
+// memory, so need a server the bench starts itself.
+func (o Options) validateOwnServer() []error {
+	var errs []error
 	if slices.Contains(o.Workloads, "idle-memory") && o.Target != "" {
 		errs = append(errs, errors.New("idle-memory reads the server's RSS, so it needs a server the bench starts (no --target)"))
 	}
@@ -188,6 +215,14 @@ func (o Options) validateWorkloads() []error {
 	if slices.Contains(o.Workloads, "churn") && o.ChurnCycles < 1 {
 		errs = append(errs, fmt.Errorf("churn cycles %d: need at least 1", o.ChurnCycles))
 	}
+	return errs
+}
+
+// validateServerAccess checks the options that reach into the server:
+// its trace needs its pprof directory, and a server the bench did not
+// start needs its admin password.
+func (o Options) validateServerAccess() []error {
+	var errs []error
 	if o.ServerTrace && o.ServerPprof == "" {
 		errs = append(errs, errors.New("--server-trace needs --server-pprof, the directory it writes to"))
 	}

@@ -84,8 +84,8 @@ func buildDevmsg(t *testing.T) string {
 		t.Skip("builds and runs the devmsg binary")
 	}
 	bin := filepath.Join(t.TempDir(), "devmsg")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/devmsg").CombinedOutput(); err != nil {
-		t.Fatalf("build ./cmd/devmsg: %v\n%s", err, out)
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/devmsg/devmsg/cmd/devmsg").CombinedOutput(); err != nil {
+		t.Fatalf("build cmd/devmsg: %v\n%s", err, out)
 	}
 	return bin
 }

@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// CallbackWorkloads measure status-record delivery (issue 4's budgets).
-// They run only when named:
+// CallbackWorkloads measure status-record delivery: how soon a record
+// reaches the app's receiver, and how fast a backlog drains. They run only
+// when named:
 //
 //   - callback-lag: Subscribers devices connected and acknowledging; REST
 //     sends at Rate (default 2000/s); for each delivery-success record, the

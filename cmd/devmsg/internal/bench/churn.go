@@ -17,7 +17,9 @@ import (
 )
 
 // DefaultChurnCycles is how many connect/subscribe/disconnect cycles the
-// churn workload runs (issue 16).
+// churn workload runs, enough to show that devices coming and going leave
+// nothing behind (docs/operations.md, "Sizing a node for many connected
+// devices").
 const DefaultChurnCycles = 200_000
 
 // churnProcesses and churnWorkers spread the churn over client processes,

@@ -19,8 +19,8 @@ import (
 	"time"
 )
 
-// DeviceWorkloads measure devices over MQTT (issue 3's budgets). They run
-// only when named in Options.Workloads:
+// DeviceWorkloads measure devices over MQTT: deliveries to them and what
+// they cost the server. They run only when named in Options.Workloads:
 //
 //   - deliver-latency: Subscribers devices connected; REST sends at Rate
 //     (default 2000/s) round-robin; latency from each send's scheduled
@@ -102,8 +102,8 @@ func closeAll(cs []*mqttConn) {
 // "msg_body":" is the key (a quote inside a JSON string is escaped). A
 // decode per message cost the load generator about 3 µs, a tenth of its
 // CPU in fanout, on the cores the server shares, where Mosquitto's
-// subscribers parse bare digits (measured in the git history of
-// BENCHMARKS.md). Any other shape is decoded.
+// subscribers parse bare digits: decoding would load devmsg's side of the
+// comparison only. Any other shape is decoded.
 func devmsgWhen(payload []byte) (time.Time, bool) {
 	const field = `"msg_body":"`
 	if i := bytes.Index(payload, []byte(field)); i >= 0 {

@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// FleetWorkloads measure fleet messaging (issue 15's budgets). They run
-// only when named in Options.Workloads:
+// FleetWorkloads measure fleet messaging: batch sends and broadcasts to
+// many devices. They run only when named in Options.Workloads:
 //
 //   - fanout: Subscribers devices connected over MQTT; FanoutWorkers REST
 //     workers send POST /msg/v1/msgs of up to 1000 of them back to back

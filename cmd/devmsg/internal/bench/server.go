@@ -29,8 +29,8 @@ func newClient() *http.Client {
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
 			// The bench talks to the server it started, or to one the user
-			// named; a self-signed certificate is expected (spec section 5.4
-			// calls it the same way).
+			// named; a self-signed certificate is expected, as the curl -k of
+			// docs/api.md ("Authentication") expects it.
 			TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see above
 			ForceAttemptHTTP2:   false,
 			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},

@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// EventWorkloads measure device events (issue 14's budgets). They run
-// only when named:
+// EventWorkloads measure device events: telemetry from devices to the
+// app's event webhook. They run only when named:
 //
 //   - telemetry: Subscribers devices publish QoS 1 telemetry to
 //     up/telemetry for Duration, each as fast as it may: up to
