@@ -6,7 +6,7 @@ type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
 }
 
-// ErrorDetail is the error object of an ErrorBody: the spec's code and a
+// ErrorDetail is the error object of an ErrorBody: the code of docs/api.md's error table and a
 // message for people.
 type ErrorDetail struct {
 	Code    int    `json:"code"`

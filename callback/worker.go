@@ -733,7 +733,7 @@ func outcome(err error) string {
 	return "failed"
 }
 
-// Record is a status record as it is delivered: the spec's fields and
+// Record is a status record as it is delivered: the source API's fields (docs/callbacks.md) and
 // the entry's stable id, so receivers can drop duplicates.
 type Record struct {
 	ID string `json:"id"`

@@ -91,7 +91,7 @@ type CallbackEvents interface {
 	Recent(appKey string) []callback.Delivery
 }
 
-// API serves the spec's REST API, the admin API, /healthz, /readyz and
+// API serves the REST API of docs/api.md, the admin API, /healthz, /readyz and
 // /metrics.
 type API struct {
 	cfg         Config

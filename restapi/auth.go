@@ -18,7 +18,7 @@ const (
 	ctxAdmin = "devmsg.admin" // true when the admin account authenticated
 )
 
-// authApp authenticates the spec's Basic key:master_secret (section 5).
+// authApp authenticates the app's Basic key:master_secret (docs/api.md, Authentication).
 func (a *API) authApp(c *gin.Context) { a.authenticate(c, false) }
 
 // authAdmin accepts the admin account, or an app's own credentials; the

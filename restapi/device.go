@@ -146,7 +146,7 @@ func (a *API) status(c *gin.Context) error {
 	})
 }
 
-// unixString renders a Unix time as the spec's string, "" for never.
+// unixString renders a Unix time as the API's string (docs/api.md, Conventions), "" for never.
 func unixString(t int64) string {
 	if t == 0 {
 		return ""

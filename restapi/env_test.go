@@ -236,7 +236,7 @@ func (r response) decode(t *testing.T, v any) {
 	}
 }
 
-// wantError asserts the spec's error body with the status and code, and
+// wantError asserts the API's error body with the status and code, and
 // that the message contains each of the fragments.
 func (r response) wantError(t *testing.T, status, code int, fragments ...string) {
 	t.Helper()

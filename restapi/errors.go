@@ -21,7 +21,7 @@ const (
 	CodeRateLimited  = 2002
 )
 
-// apiError is an error with its place in the spec's error table.
+// apiError is an error with its place in the error table of docs/api.md.
 type apiError struct {
 	status     int
 	code       int
@@ -73,7 +73,7 @@ func (a *API) writeError(c *gin.Context, err error) {
 	c.Abort()
 }
 
-// apiErrorOf returns err's place in the spec's error table, nil for an
+// apiErrorOf returns err's place in the error table of docs/api.md, nil for an
 // internal error.
 func apiErrorOf(err error) *apiError {
 	var e *apiError
@@ -96,7 +96,7 @@ func apiErrorOf(err error) *apiError {
 	return nil
 }
 
-// ErrorBody returns the spec's error body, {"error":{"code","message"}},
+// ErrorBody returns the API's error body, {"error":{"code","message"}},
 // for the rare answer written outside the API's handlers (plain HTTP sent
 // to the HTTPS port).
 func ErrorBody(code int, message string) []byte {
