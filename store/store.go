@@ -294,6 +294,33 @@ func ApplyUpdate(m *Message, id int64, appKey string, fn func(*Message) error) (
 	return n, before == StatePending && m.State != StatePending, nil
 }
 
+// ApplyReport applies report r to sh, the device's stored shadow, as
+// ReportProperties does: r.Version must exceed sh.LastReportedVersion (0
+// takes LastReportedVersion+1), each reported property takes its value
+// and r.Time, LastReportedVersion and LastReportedSTime advance, and
+// SDKVer and AppVer are replaced when r's are not empty. It returns the
+// version the report was given, or ErrVersionConflict with sh unchanged.
+func ApplyReport(sh *Shadow, r Report) (version int64, err error) {
+	if r.Version == 0 {
+		r.Version = sh.LastReportedVersion + 1
+	} else if r.Version <= sh.LastReportedVersion {
+		return 0, ErrVersionConflict
+	}
+	for name, v := range r.Properties {
+		p := sh.Properties[name]
+		p.ReportedValue, p.ReportedSTime = v, r.Time
+		sh.Properties[name] = p
+	}
+	sh.LastReportedVersion, sh.LastReportedSTime = r.Version, r.Time
+	if r.SDKVer != "" {
+		sh.SDKVer = r.SDKVer
+	}
+	if r.AppVer != "" {
+		sh.AppVer = r.AppVer
+	}
+	return r.Version, nil
+}
+
 // MessageUpdate is one update of Store.UpdateMessages: Fn is applied to
 // the app's message ID as UpdateMessage applies its fn.
 type MessageUpdate struct {

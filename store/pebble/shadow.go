@@ -155,22 +155,8 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 	if err != nil {
 		return store.Shadow{}, err
 	}
-	if r.Version == 0 {
-		r.Version = sh.LastReportedVersion + 1
-	} else if r.Version <= sh.LastReportedVersion {
-		return store.Shadow{}, store.ErrVersionConflict
-	}
-	for name, v := range r.Properties {
-		p := sh.Properties[name]
-		p.ReportedValue, p.ReportedSTime = v, r.Time
-		sh.Properties[name] = p
-	}
-	sh.LastReportedVersion, sh.LastReportedSTime = r.Version, r.Time
-	if r.SDKVer != "" {
-		sh.SDKVer = r.SDKVer
-	}
-	if r.AppVer != "" {
-		sh.AppVer = r.AppVer
+	if _, err := store.ApplyReport(&sh, r); err != nil {
+		return store.Shadow{}, err
 	}
 	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		if err := setJSON(b, key(pShadow, r.AppKey, r.DeviceName), sh); err != nil {

@@ -178,22 +178,8 @@ func (s *Store) reportEmitting(ctx context.Context, r store.Report) (store.Shado
 			return err
 		}
 		rr := r
-		if rr.Version == 0 {
-			rr.Version = sh.LastReportedVersion + 1
-		} else if rr.Version <= sh.LastReportedVersion {
-			return store.ErrVersionConflict
-		}
-		for name, v := range rr.Properties {
-			p := sh.Properties[name]
-			p.ReportedValue, p.ReportedSTime = v, rr.Time
-			sh.Properties[name] = p
-		}
-		sh.LastReportedVersion, sh.LastReportedSTime = rr.Version, rr.Time
-		if rr.SDKVer != "" {
-			sh.SDKVer = rr.SDKVer
-		}
-		if rr.AppVer != "" {
-			sh.AppVer = rr.AppVer
+		if rr.Version, err = store.ApplyReport(&sh, r); err != nil {
+			return err
 		}
 		evs := store.Stamp(r.Emit(sh), r.AppKey, r.DeviceName)
 		// The fence was checked under WATCH: the script is told none.
