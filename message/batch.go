@@ -60,10 +60,25 @@ type BatchPlan struct {
 	flags flagMark
 }
 
-// flagEpoch is a store that tells when no device's flag changed
-// (store.Fleet.FlagEpoch).
-type flagEpoch interface {
+// flagEpocher is a store that tells when no device's flag changed: an
+// optional method outside the store.Store contract (Pebble and memory
+// have it; see store.BroadcastStep's Epoch). FlagEpoch returns a number
+// that changes whenever any device's flag changes or any device is
+// deleted, the change visible before a write that would see the new flag
+// or the deletion can run, and ok false where the store cannot tell. A
+// store without it is read as one that cannot tell (Redis, whose devices
+// other nodes change): its devices are read again.
+type flagEpocher interface {
 	FlagEpoch() (epoch uint64, ok bool)
+}
+
+// flagEpochOf returns st's FlagEpoch, or ok false when st is no
+// flagEpocher.
+func flagEpochOf(st any) (epoch uint64, ok bool) {
+	if fe, ok := st.(flagEpocher); ok {
+		return fe.FlagEpoch()
+	}
+	return 0, false
 }
 
 // flagMark is a store's FlagEpoch taken before devices were read (ok
@@ -75,9 +90,9 @@ type flagMark struct {
 
 // heldBy reports whether st's FlagEpoch is still m: no device's flag
 // changed and none was deleted since m was taken, so devices read after
-// it still hold. A store that is no flagEpoch never holds.
+// it still hold. A store that is no flagEpocher never holds.
 func (m flagMark) heldBy(st any) bool {
-	fe, ok := st.(flagEpoch)
+	fe, ok := st.(flagEpocher)
 	if !ok || !m.ok {
 		return false
 	}
@@ -107,7 +122,7 @@ func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*Batc
 		index:   make([]int, 0, n),
 		devs:    make([]store.Device, 0, n),
 	}
-	if fe, ok := s.store.(flagEpoch); ok {
+	if fe, ok := s.store.(flagEpocher); ok {
 		p.flags.epoch, p.flags.ok = fe.FlagEpoch()
 	}
 	seen := make(map[string]bool, len(req.Devices))
