@@ -401,6 +401,21 @@ type DevicePage struct {
 // that writes returns only after the write is durable (synced to disk or
 // acknowledged by the replicated store). Every device and message lookup
 // is scoped to an app key.
+//
+// What is durable. A write's method returns once the write is durable,
+// but a backend may show the write to other readers earlier (Pebble
+// publishes a batch before its WAL fsync completes), so a read may see
+// state that a crash would take back. Nothing read may leave the process
+// (to a device, a callback receiver, a webhook, a replayed response)
+// until it is durable, and a caller cannot be trusted to remember that,
+// so the reads whose results are handed out as they are return durable
+// state only: GetSeq (a replayed response), ReadCallbacks (callback
+// deliveries) and ReadEvents (event webhooks) wait, before they return,
+// until what they return is durable. Their callers need nothing more.
+// The other reads are hot paths that also serve writes, and return what
+// is visible; a caller that builds what it hands out from them (the REST
+// API's answers from reads, the dispatcher's deliveries of what it read
+// from a queue) calls Barrier, once, between its reads and the hand-off.
 type Store interface {
 	// CreateApp stores a new app; ErrAlreadyExists if the key is taken.
 	CreateApp(ctx context.Context, app App) error
@@ -454,7 +469,10 @@ type Store interface {
 	// returned.
 	SetDesired(ctx context.Context, u DesiredUpdate, seqNo int64, seq *SeqEntry) (Shadow, error)
 
-	// GetSeq returns the unexpired entry for the app's seq_no, or ErrNotFound.
+	// GetSeq returns the unexpired entry for the app's seq_no, or
+	// ErrNotFound. It is a durable read: an entry it returns is durable
+	// (it waits for the write that stored it), so its response may be
+	// replayed at once.
 	GetSeq(ctx context.Context, appKey string, seqNo int64) (SeqEntry, error)
 	// PutSeq records an entry for the app's seq_no if none is unexpired;
 	// ErrSeqUsed otherwise.
@@ -529,7 +547,9 @@ type Store interface {
 	CallbackQueues(ctx context.Context) ([]CallbackQueue, error)
 	// ReadCallbacks returns up to limit of the oldest entries of a
 	// delivery queue with Seq above after, in Seq order. A redelivered
-	// dead letter may become visible behind a reader's after.
+	// dead letter may become visible behind a reader's after. It is a
+	// durable read: every entry it returns is durable (it waits for the
+	// writes that stored and routed them), so it may be delivered at once.
 	ReadCallbacks(ctx context.Context, q CallbackQueue, after int64, limit int) ([]OutboxEntry, error)
 	// DeleteCallbacks removes delivered entries from a delivery queue;
 	// absent ones are ignored.
@@ -585,12 +605,12 @@ type Store interface {
 	CreateMeta(ctx context.Context, key string, value []byte) error
 
 	// Barrier returns once every write that a read made before the call
-	// could see is durable. A write's method returns only after the write
-	// is durable, but a backend may show it to other readers earlier
-	// (Pebble publishes a batch before its WAL fsync completes), so a
-	// caller that hands what it read to someone outside the process (a
-	// device, a callback receiver, a replayed response) calls Barrier in
-	// between: otherwise a crash could take back what was already told.
+	// could see is durable (see "What is durable" above). A caller that
+	// hands to someone outside the process what it built from reads other
+	// than the durable ones (GetSeq, ReadCallbacks, ReadEvents) calls it
+	// once in between: otherwise a crash could take back what was
+	// already told. A broadcast step's CreateMessages may return before
+	// its write is durable (see Fleet), and Barrier covers it too.
 	// Concurrent calls share one sync, and a call with no write in flight
 	// returns at once. Deletions of entries that already count as absent
 	// (expired seq_nos) are exempt; no read can tell them apart.

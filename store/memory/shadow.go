@@ -93,7 +93,8 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 // seq_no entries.
 
 // GetSeq returns the unexpired entry for the app's seq_no, or
-// store.ErrNotFound.
+// store.ErrNotFound. It is a durable read as store.Store asks: a write is
+// visible here only once applied.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
 	if err := s.lock(ctx); err != nil {
 		return store.SeqEntry{}, err

@@ -410,6 +410,12 @@ func (s *Store) Barrier(ctx context.Context) error {
 		return err
 	}
 	defer s.exit()
+	return s.barrier()
+}
+
+// barrier is Barrier for a caller inside enter: the durable reads
+// (GetSeq, ReadCallbacks) call it after their read, holding no lock.
+func (s *Store) barrier() error {
 	// Unsynced writes (writeLazy) count too: loaded first, so every one
 	// counted was published before the record below.
 	lazy := s.lazyWrites.Load()

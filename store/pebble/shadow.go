@@ -74,7 +74,9 @@ func (s *Store) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int
 // GetSeq returns the unexpired entry for the app's seq_no, or
 // store.ErrNotFound. It takes the seq_no's stripe, so it never returns an
 // entry whose write is still waiting for its fsync: a retry must not
-// replay a response that a crash could still undo.
+// replay a response that a crash could still undo. It is a durable read
+// (store.Store): after the read it also waits for every write the read
+// could see to be durable, as its callers once did with Barrier.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.SeqEntry{}, err
@@ -82,8 +84,17 @@ func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.S
 	defer s.exit()
 	i := seqStripe(appKey, seqNo)
 	s.locks[i].Lock()
-	defer s.locks[i].Unlock()
-	return s.getSeq(appKey, seqNo)
+	e, err := s.getSeq(appKey, seqNo)
+	s.locks[i].Unlock()
+	if err != nil {
+		return store.SeqEntry{}, err
+	}
+	// A durable read: the entry's write may be visible before it is
+	// durable.
+	if err := s.barrier(); err != nil {
+		return store.SeqEntry{}, fmt.Errorf("get seq_no %d of %s: %w", seqNo, appKey, err)
+	}
+	return e, nil
 }
 
 func (s *Store) getSeq(appKey string, seqNo int64) (store.SeqEntry, error) {

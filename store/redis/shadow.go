@@ -205,7 +205,9 @@ func (s *Store) reportEmitting(ctx context.Context, r store.Report) (store.Shado
 
 // GetSeq returns the unexpired entry for the app's seq_no, or
 // store.ErrNotFound. Redis drops an entry at its ExpiresAt (PXAT), and
-// never returns one past it.
+// never returns one past it. It is a durable read as store.Store asks:
+// Redis shows a write once it is acknowledged, and an acknowledged write
+// is durable.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
 	// An entry written by createMessagesScript holds its body as text
 	// (body_text), as the script cannot encode it in base64.
