@@ -108,51 +108,23 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// queue-full form (a device holding MaxPending messages) is encoded
 	// under them. A broadcast step's were encoded by PrepareStep.
 	pre := preparedFor(step, msgs)
-	var enc encodedBatch
-	if pre != nil {
-		enc.msgs, enc.now = pre.encoded, pre.now
-	} else {
-		var err error
-		if enc, err = s.encodeBatch(appKey, msgs); err != nil {
-			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
-		}
+	enc, err := s.batchEncoding(appKey, msgs, pre)
+	if err != nil {
+		return nil, err
 	}
 	encoded, now := enc.msgs, enc.now
-	idx := make([]int, 0, len(msgs)+1)
-	for _, bm := range msgs {
-		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
-	}
-	if seq != nil {
-		idx = append(idx, seqStripe(appKey, seq.SeqNo))
-	}
-	unlock := s.lockStripes(idx)
+	unlock := s.lockStripes(batchStripes(appKey, msgs, seq))
 	locked := true
 	defer func() {
 		if locked {
 			unlock()
 		}
 	}()
-	if seq != nil {
-		if err := s.checkSeqFree(appKey, seq.SeqNo, &seq.Entry); err != nil {
-			return nil, err
-		}
+	b, err := s.checkBatch(appKey, seq, step)
+	if err != nil {
+		return nil, err
 	}
-	var b store.Broadcast
-	if step != nil {
-		var err error
-		if b, err = s.stepped.get(s, appKey, step.ID); err != nil {
-			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
-		}
-		if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
-			return nil, store.ErrVersionConflict
-		}
-	}
-	// Every device of the batch was found when the step's (or the
-	// batch send's) epoch was taken or after; with the epoch the same
-	// now, under their stripes, none was deleted since (see FlagEpoch).
-	found := step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch ||
-		step == nil && seq != nil && seq.EpochOK && s.flagEpoch.Load() == seq.Epoch
-	outcomes, devs, err := s.batchOutcomes(appKey, msgs, found, pre)
+	outcomes, devs, err := s.batchOutcomes(appKey, msgs, s.batchFound(seq, step), pre)
 	if err != nil {
 		return nil, err
 	}
@@ -163,17 +135,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// (unless a step: see store.Fleet); a write that read it under a
 	// stripe is after it in the WAL, so no crash keeps that write
 	// without this one.
-	// A step whose every message is stored as it was prepared writes the
-	// batch PrepareStep filled with them; only the step is added here.
-	batch := pre.takeBatch()
-	if batch != nil && slices.ContainsFunc(outcomes, func(o int) bool { return o != store.BatchStored }) {
-		batch.Close()
-		batch = nil
-	}
-	prebuilt := batch != nil
-	if !prebuilt {
-		batch = s.db.NewBatch()
-	}
+	batch, prebuilt := s.createBatch(pre, outcomes)
 	// When every message is stored as encoded, its entries are enc.all
 	// already.
 	all := enc.all
@@ -182,68 +144,186 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		all = make([]kv, 0, len(msgs)*4)
 	}
 	err = s.writeLazyOn(batch, func(batch *pebble.Batch) error {
-		for i, bm := range msgs {
-			m := bm.Message
-			if outcomes[i] == store.BatchGone {
-				continue
-			}
-			kvs := encoded[i].stored
-			if outcomes[i] == store.BatchFull {
-				var err error
-				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil, nil); err != nil {
-					return err
-				}
-			}
-			if gather {
-				all = append(all, kvs...)
-			}
-			if step != nil {
-				b.Queued++
-				if b.FirstID == 0 || m.ID < b.FirstID {
-					b.FirstID = m.ID
-				}
-				b.LastID = max(b.LastID, m.ID)
-			}
+		var err error
+		if all, err = addCreated(appKey, msgs, outcomes, encoded, now, all, gather, step, &b); err != nil {
+			return err
 		}
 		// Prebuilt, all is empty: the batch holds the messages.
 		if err := eachInKeyOrder(all, func(e kv) error { return set(batch, e.k, e.v) }); err != nil {
 			return err
 		}
-		if seq != nil {
-			e := seq.Entry
-			e.Body = seq.Body(msgs, outcomes)
-			if err := putSeq(batch, appKey, seq.SeqNo, &e); err != nil {
-				return err
-			}
-		}
-		if step == nil {
-			return nil
-		}
-		if err := batch.Delete(targetsKey(appKey, step.ID, step.Chunk), nil); err != nil {
-			return err
-		}
-		b.Chunk = step.Chunk + 1
-		if step.Done {
-			b.State = store.BroadcastDone
-		}
-		return s.putBroadcast(batch, b)
+		return s.putSeqAndStep(batch, appKey, msgs, outcomes, seq, step, b)
 	})
 	if err != nil {
-		for _, d := range devs.queued() {
-			s.pending.drop(appKey, d.name) // the batch may or may not have landed
-		}
-		if step != nil {
-			s.stepped.forget() // under bcMu, as a step holds it
-		}
+		s.createFailed(appKey, devs, step)
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
 	if step != nil {
-		s.stepped.set(appKey, b)
+		s.stepped.set(appKey, stepped(b, step))
 	}
-	// The counts of a broadcast's offline devices are dropped, not
-	// cached: nothing reads them soon (the next step of a broadcast reads
-	// its counts in PrepareStep), and a broadcast to 100,000 offline
-	// devices filled the cache with them.
+	s.cacheBatch(appKey, msgs, outcomes, encoded, pre, devs)
+	locked = false
+	unlock()
+	if step == nil || seq != nil {
+		if err := s.syncLazy(); err != nil {
+			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+		}
+	}
+	return outcomes, nil
+}
+
+// batchEncoding returns msgs encoded for CreateMessages: as pre, a
+// broadcast step's PrepareStep, encoded them, or encoded now.
+func (s *Store) batchEncoding(appKey string, msgs []store.BatchMessage, pre *preparedStep) (encodedBatch, error) {
+	if pre != nil {
+		return encodedBatch{msgs: pre.encoded, now: pre.now}, nil
+	}
+	enc, err := s.encodeBatch(appKey, msgs)
+	if err != nil {
+		return enc, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	return enc, nil
+}
+
+// batchStripes returns the stripes CreateMessages holds: those of every
+// device of msgs and of seq's seq_no.
+func batchStripes(appKey string, msgs []store.BatchMessage, seq *store.BatchSeq) []int {
+	idx := make([]int, 0, len(msgs)+1)
+	for _, bm := range msgs {
+		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
+	}
+	if seq != nil {
+		idx = append(idx, seqStripe(appKey, seq.SeqNo))
+	}
+	return idx
+}
+
+// checkBatch makes CreateMessages' checks under its stripes: seq's seq_no
+// is free (store.ErrSeqUsed), and step's broadcast is fanning out at the
+// step's chunk (store.ErrVersionConflict). It returns the broadcast, as
+// the step finds it (none without a step).
+func (s *Store) checkBatch(appKey string, seq *store.BatchSeq, step *store.BroadcastStep) (store.Broadcast, error) {
+	if seq != nil {
+		if err := s.checkSeqFree(appKey, seq.SeqNo, &seq.Entry); err != nil {
+			return store.Broadcast{}, err
+		}
+	}
+	if step == nil {
+		return store.Broadcast{}, nil
+	}
+	b, err := s.stepped.get(s, appKey, step.ID)
+	if err != nil {
+		return store.Broadcast{}, fmt.Errorf("broadcast %d: %w", step.ID, err)
+	}
+	if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
+		return store.Broadcast{}, store.ErrVersionConflict
+	}
+	return b, nil
+}
+
+// batchFound reports whether every device of the batch may be taken to
+// exist. Every device of the batch was found when the step's (or the
+// batch send's) epoch was taken or after; with the epoch the same now,
+// under their stripes, none was deleted since (see FlagEpoch).
+func (s *Store) batchFound(seq *store.BatchSeq, step *store.BroadcastStep) bool {
+	return step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch ||
+		step == nil && seq != nil && seq.EpochOK && s.flagEpoch.Load() == seq.Epoch
+}
+
+// createBatch returns the batch CreateMessages writes and whether it is
+// prebuilt. A step whose every message is stored as it was prepared
+// writes the batch PrepareStep filled with them; only the step is added
+// here. Any other write starts an empty batch.
+func (s *Store) createBatch(pre *preparedStep, outcomes []int) (batch *pebble.Batch, prebuilt bool) {
+	batch = pre.takeBatch()
+	if batch != nil && slices.ContainsFunc(outcomes, func(o int) bool { return o != store.BatchStored }) {
+		batch.Close()
+		batch = nil
+	}
+	if batch != nil {
+		return batch, true
+	}
+	return s.db.NewBatch(), false
+}
+
+// addCreated goes through the messages CreateMessages stores: with
+// gather, it appends to all the entries of each (its queue-full form,
+// encoded here, for one whose device's queue is full), and with a step
+// it takes each into b's Queued, FirstID and LastID. It returns all.
+func addCreated(appKey string, msgs []store.BatchMessage, outcomes []int, encoded []encodedMsg, now int64, all []kv, gather bool, step *store.BroadcastStep, b *store.Broadcast) ([]kv, error) {
+	for i, bm := range msgs {
+		m := bm.Message
+		if outcomes[i] == store.BatchGone {
+			continue
+		}
+		kvs := encoded[i].stored
+		if outcomes[i] == store.BatchFull {
+			var err error
+			if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil, nil); err != nil {
+				return all, err
+			}
+		}
+		if gather {
+			all = append(all, kvs...)
+		}
+		if step != nil {
+			b.Queued++
+			if b.FirstID == 0 || m.ID < b.FirstID {
+				b.FirstID = m.ID
+			}
+			b.LastID = max(b.LastID, m.ID)
+		}
+	}
+	return all, nil
+}
+
+// putSeqAndStep adds to batch CreateMessages' seq_no entry, with the body
+// for the outcomes, and its step: the chunk's targets deleted and b, the
+// broadcast with the messages taken in, moved past the chunk.
+func (s *Store) putSeqAndStep(batch *pebble.Batch, appKey string, msgs []store.BatchMessage, outcomes []int, seq *store.BatchSeq, step *store.BroadcastStep, b store.Broadcast) error {
+	if seq != nil {
+		e := seq.Entry
+		e.Body = seq.Body(msgs, outcomes)
+		if err := putSeq(batch, appKey, seq.SeqNo, &e); err != nil {
+			return err
+		}
+	}
+	if step == nil {
+		return nil
+	}
+	if err := batch.Delete(targetsKey(appKey, step.ID, step.Chunk), nil); err != nil {
+		return err
+	}
+	return s.putBroadcast(batch, stepped(b, step))
+}
+
+// stepped returns b, the broadcast with a step's messages taken in, moved
+// past the step's chunk, and done when the step ends the fan-out.
+func stepped(b store.Broadcast, step *store.BroadcastStep) store.Broadcast {
+	b.Chunk = step.Chunk + 1
+	if step.Done {
+		b.State = store.BroadcastDone
+	}
+	return b
+}
+
+// createFailed forgets, after a CreateMessages write failed, what the
+// caches may hold wrong: the batch may or may not have landed.
+func (s *Store) createFailed(appKey string, devs *batchDevices, step *store.BroadcastStep) {
+	for _, d := range devs.queued() {
+		s.pending.drop(appKey, d.name) // the batch may or may not have landed
+	}
+	if step != nil {
+		s.stepped.forget() // under bcMu, as a step holds it
+	}
+}
+
+// cacheBatch brings the caches up to a CreateMessages write that landed:
+// the devices' pending counts and the messages. The counts of a
+// broadcast's offline devices are dropped, not cached: nothing reads them
+// soon (the next step of a broadcast reads its counts in PrepareStep),
+// and a broadcast to 100,000 offline devices filled the cache with them.
+func (s *Store) cacheBatch(appKey string, msgs []store.BatchMessage, outcomes []int, encoded []encodedMsg, pre *preparedStep, devs *batchDevices) {
 	if pre != nil {
 		var offline []string
 		for i := range msgs {
@@ -263,14 +343,6 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	}
 	s.pending.putAll(puts)
 	s.cacheCreated(appKey, msgs, outcomes, encoded, pre)
-	locked = false
-	unlock()
-	if step == nil || seq != nil {
-		if err := s.syncLazy(); err != nil {
-			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
-		}
-	}
-	return outcomes, nil
 }
 
 // eachInKeyOrder calls fn with a batch's entries ordered by their key's
