@@ -16,7 +16,8 @@
 // apps.go (apps, meta), devices.go (devices, presence), keys.go (the key
 // layout), shadow.go (shadows
 // and seq_no entries), events.go (the event log), messages.go
-// (messages, queues, the outbox),
+// (messages, queues, the outbox), fleetmsgs.go (CreateMessages),
+// broadcasts.go (broadcasts and their targets),
 // callbacks.go (delivery queues, dead letters), devicecache.go (the
 // device and pending-count caches) and sweep.go (the seq_no sweeper,
 // which Redis does not need).
