@@ -12,12 +12,13 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// MaxBatch is the most devices one batch send names (DESIGN.md section 8).
+// MaxBatch is the most devices one batch send names (docs/api.md, "Send
+// to many devices").
 const MaxBatch = 1000
 
 // Result codes of a batch send's elements besides 0 and the record error
 // codes ErrCodeDeviceDisabled and ErrCodeQueueFull: those a single send
-// answers for the same name (DESIGN.md section 2), an empty device_name
+// answers for the same name (docs/api.md, "Errors"), an empty device_name
 // being missing and an unknown one invalid.
 const (
 	CodeMissingDevice = 1002
@@ -105,7 +106,7 @@ func (m flagMark) heldBy(st any) bool {
 func (p *BatchPlan) Messages() int { return len(p.msgs) }
 
 // Plan reads the named devices and builds one ordinary message for each
-// known name, in request order (DESIGN.md section 8): 1002 for an empty
+// known name, in request order (docs/api.md, "Send to many devices"): 1002 for an empty
 // name (each of them: a single send answers "" with 1002, device_name
 // missing), 1003 for an unknown name or one repeated (every repeat after
 // the first), failed with record

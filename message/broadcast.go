@@ -47,8 +47,8 @@ type FanoutConfig struct {
 	// Rate is the most broadcast messages made per second, over all
 	// broadcasts of this node, while no single send is made; 0 takes
 	// DefaultFanoutRate, which is above what the fan-out reaches on two
-	// cores (about 100,000/s; it was 100,000, which the issue 15 budget
-	// asks the fan-out to pass): a cap for larger machines, not a pace.
+	// cores (about 100,000/s; it was 100,000, a rate the fan-out is
+	// meant to pass): a cap for larger machines, not a pace.
 	Rate int
 	// YieldRate is the most made per second while single sends are
 	// being made on this node (one began in the last second), so that a
@@ -73,7 +73,7 @@ const (
 )
 
 // Broadcaster accepts broadcasts, fans them out in the background and
-// reports and cancels them (DESIGN.md section 8). One runs the fan-out per
+// reports and cancels them (docs/api.md, "Broadcast"). One runs the fan-out per
 // service: in cluster mode the node holding the broadcast lease.
 type Broadcaster struct {
 	svc   *Service

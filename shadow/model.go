@@ -12,7 +12,8 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Operation codes of a property set or report (DESIGN.md section 2).
+// Operation codes of a property set or report (docs/api.md, "Set desired
+// properties"; docs/device-protocol.md, "Reporting properties").
 const (
 	CodeOK               = 0
 	CodeVersionInvalid   = 6003
@@ -186,8 +187,8 @@ func invalid(field, format string, args ...any) error {
 // MaxNameLen bounds a property name, in bytes.
 const MaxNameLen = 128
 
-// ValidateName checks a property name. DESIGN.md accepts any name when an
-// app has no model, so the only rules are the ones storage and display
+// ValidateName checks a property name. Any name is accepted when an app
+// has no property model, so the only rules are the ones storage and display
 // need: 1 to 128 bytes of UTF-8 without control characters.
 func ValidateName(name string) error {
 	if name == "" || len(name) > MaxNameLen {

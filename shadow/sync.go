@@ -14,7 +14,7 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// Topics under a device's prefix (DESIGN.md section 3).
+// Topics under a device's prefix (docs/device-protocol.md, "Topics").
 const (
 	TopicDesired     = "property/desired"
 	TopicGet         = "property/get"

@@ -6,7 +6,8 @@ import (
 )
 
 // Fleet is the part of the Store contract that addresses many devices at
-// once (DESIGN.md section 8): the tag index, batch sends and broadcasts.
+// once (docs/api.md, "Tags", "Send to many devices" and "Broadcast"): the
+// tag index, batch sends and broadcasts.
 type Fleet interface {
 	// ListTagged returns up to limit of the app's devices that carry tag,
 	// in name order, starting after the name cursor ("" for the start).
@@ -177,7 +178,8 @@ func (q *BatchSeq) Body(msgs []BatchMessage, outcomes []int) []byte {
 	return append(b, q.Suffix...)
 }
 
-// Broadcast states (DESIGN.md section 8).
+// Broadcast states: fanning out until every target has its message
+// (done) or it is cancelled (docs/api.md, "Broadcast").
 const (
 	BroadcastFanningOut = "fanning_out"
 	BroadcastDone       = "done"

@@ -36,13 +36,15 @@ const AllNodes = -1
 // MaxPending is the most undelivered messages one device may hold.
 const MaxPending = 1000
 
-// Device flag values (DESIGN.md section 2).
+// Device flag values: a disabled device cannot connect, and messages sent
+// to it fail (docs/api.md, "Change a device").
 const (
 	FlagEnabled  = 0
 	FlagDisabled = 1
 )
 
-// Rate-limit categories (DESIGN.md section 2).
+// Rate-limit categories, each limited per app on its own (docs/api.md,
+// "Rate limits").
 const (
 	CategoryCreate   = "create"
 	CategoryProperty = "property"
@@ -73,7 +75,7 @@ type App struct {
 // MaxCallbackURLs is the most callback URLs an app may hold.
 const MaxCallbackURLs = 5
 
-// CallbackSettings are an app's callback settings (DESIGN.md section 4).
+// CallbackSettings are an app's callback settings (docs/callbacks.md).
 type CallbackSettings struct {
 	// Enabled is the switch; records made while it is off are dropped.
 	Enabled bool `json:"enabled"`
@@ -92,8 +94,8 @@ type CallbackURL struct {
 }
 
 // Sends reports whether records of type typ are selected: all types when
-// none are chosen (DESIGN.md section 4). The callback router and the embedded store's outbox
-// filter both decide by it.
+// none are chosen (docs/callbacks.md, "Configure"). The callback router
+// and the embedded store's outbox filter both decide by it.
 func (c CallbackSettings) Sends(typ int) bool {
 	return c.Types == nil || slices.Contains(c.Types, typ)
 }
@@ -144,7 +146,7 @@ type Device struct {
 	// connection's logout from overwriting a newer login.
 	Node int    `json:"node,omitempty"`
 	Conn string `json:"conn,omitempty"`
-	// Tags are the device's tags (DESIGN.md section 8), sorted and
+	// Tags are the device's tags (docs/api.md, "Tags"), sorted and
 	// without repeats; every backend keeps a per-app index of them
 	// written with the device (see ListTagged).
 	Tags []string `json:"tags,omitempty"`
@@ -190,7 +192,8 @@ type DesiredUpdate struct {
 	Time       int64 // Unix ms
 }
 
-// Report is one property report from a device (DESIGN.md section 3).
+// Report is one property report from a device (docs/device-protocol.md,
+// "Reporting properties").
 type Report struct {
 	AppKey     string
 	DeviceName string
@@ -211,7 +214,9 @@ type Report struct {
 	Emit func(Shadow) []Event
 }
 
-// Message states (DESIGN.md section 2).
+// Message states: a message is pending until it is delivered, expires,
+// is retracted or fails, and never pending again (docs/api.md, "Message
+// states and status records").
 const (
 	StatePending   = "pending"
 	StateDelivered = "delivered"
@@ -252,7 +257,7 @@ const (
 )
 
 // Record is one message-status record, in the callback format of
-// DESIGN.md section 4. Stored records may leave out the fields that the
+// docs/callbacks.md ("Record fields"). Stored records may leave out the fields that the
 // message already holds (channelkey, msgid, userid, sender_id, params);
 // message.Records fills them in before a record leaves the service.
 type Record struct {
@@ -619,7 +624,7 @@ type Store interface {
 	// EventLog keeps every app's event log.
 	EventLog
 
-	// Fleet holds tags, batch sends and broadcasts (DESIGN.md section 8).
+	// Fleet holds tags, batch sends and broadcasts.
 	Fleet
 
 	// Ping reports whether the store can serve requests.

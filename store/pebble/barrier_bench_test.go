@@ -13,7 +13,7 @@ import (
 
 // BenchmarkBarrierUnderLoad times Barrier on a real disk while 16 writers
 // commit back to back, as the dispatcher calls it between REST sends
-// (issue 16 measured an alternative Barrier with it; BENCHMARKS.md).
+// (an alternative Barrier was measured with it; BENCHMARKS.md).
 func BenchmarkBarrierUnderLoad(b *testing.B) {
 	s, err := Open(b.TempDir(), WithSweepInterval(0))
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // fleetTests are the cases of RunTests for tags, batch sends and
-// broadcasts (DESIGN.md section 8).
+// broadcasts (store.Fleet).
 var fleetTests = []struct {
 	name string
 	fn   func(t *testing.T, s store.Store)
