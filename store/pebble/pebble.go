@@ -22,6 +22,13 @@ import (
 
 var _ store.Store = (*Store)(nil)
 
+// FlagEpoch and PrepareStep are optional methods outside the contract,
+// which the fan-out and batch sends look for (see store.BroadcastStep).
+var _ interface {
+	FlagEpoch() (epoch uint64, ok bool)
+	PrepareStep(ctx context.Context, appKey string, msgs []store.BatchMessage, connected []bool) (any, error)
+} = (*Store)(nil)
+
 // ErrClosed is returned by every method called after Close. (Pebble
 // itself panics on a closed database.)
 var ErrClosed = errors.New("pebble store closed")
