@@ -257,9 +257,10 @@ const (
 )
 
 // Record is one message-status record, in the callback format of
-// docs/callbacks.md ("Record fields"). Stored records may leave out the fields that the
-// message already holds (channelkey, msgid, userid, sender_id, params);
-// message.Records fills them in before a record leaves the service.
+// docs/callbacks.md ("Record fields"). Stored records may leave out the
+// fields that the message already holds (channelkey, msgid, userid,
+// sender_id, params); message.Records fills them in before a record
+// leaves the service.
 type Record struct {
 	Type       int             `json:"type"`
 	ChannelKey string          `json:"channelkey,omitempty"`
@@ -414,13 +415,15 @@ type DevicePage struct {
 // (to a device, a callback receiver, a webhook, a replayed response)
 // until it is durable, and a caller cannot be trusted to remember that,
 // so the reads whose results are handed out as they are return durable
-// state only: GetSeq (a replayed response), ReadCallbacks (callback
-// deliveries) and ReadEvents (event webhooks) wait, before they return,
-// until what they return is durable. Their callers need nothing more.
-// The other reads are hot paths that also serve writes, and return what
-// is visible; a caller that builds what it hands out from them (the REST
-// API's answers from reads, the dispatcher's deliveries of what it read
-// from a queue) calls Barrier, once, between its reads and the hand-off.
+// state only: GetSeq (a replayed response) and ReadCallbacks (callback
+// deliveries) wait, before they return, until what they return is
+// durable, and ReadEvents (event webhooks) shows no event before it is.
+// Their callers need nothing more. The other reads are hot paths that
+// also serve writes, and return what is visible; a caller that builds
+// what it hands out from them (the REST API's answers from reads, the
+// dispatcher's deliveries of what it read from a queue, the desired
+// document sent to a device) calls Barrier, once, between its reads and
+// the hand-off.
 type Store interface {
 	// CreateApp stores a new app; ErrAlreadyExists if the key is taken.
 	CreateApp(ctx context.Context, app App) error
