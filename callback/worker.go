@@ -472,19 +472,8 @@ func (s *sender) run() {
 				batches = batches[:len(batches)-1] // the full ones go now
 			}
 		}
-		// The read may have seen records whose write (the message's, or
-		// the routing's) is not durable yet: a receiver must never hear
-		// of a message that a crash could take back.
-		if err := w.st.Barrier(w.ctx); err != nil {
-			if w.ctx.Err() != nil {
-				return
-			}
-			w.log.Error("callback: wait for records to be durable", "app", s.q.AppKey, "url", s.q.URL, "err", err)
-			if !s.sleep(time.Second) {
-				return
-			}
-			continue
-		}
+		// ReadCallbacks is a durable read (store.Store): a receiver
+		// never hears of a message that a crash could take back.
 		if !s.deliverAll(batches) {
 			return
 		}

@@ -68,7 +68,6 @@ type WebhookStore interface {
 	WaitEvents(ctx context.Context, appKey string, after int64) error
 	GetMeta(ctx context.Context, key string) ([]byte, error)
 	PutMeta(ctx context.Context, key string, value []byte) error
-	Barrier(ctx context.Context) error
 }
 
 // Apps reads and changes apps; *appcache.Cache is one, shared with the

@@ -12,12 +12,13 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// MaxBatch is the most devices one batch send names (DESIGN.md section 8).
+// MaxBatch is the most devices one batch send names (docs/api.md, "Send
+// to many devices").
 const MaxBatch = 1000
 
 // Result codes of a batch send's elements besides 0 and the record error
 // codes ErrCodeDeviceDisabled and ErrCodeQueueFull: those a single send
-// answers for the same name (DESIGN.md section 2), an empty device_name
+// answers for the same name (docs/api.md, "Errors"), an empty device_name
 // being missing and an unknown one invalid.
 const (
 	CodeMissingDevice = 1002
@@ -60,10 +61,25 @@ type BatchPlan struct {
 	flags flagMark
 }
 
-// flagEpoch is a store that tells when no device's flag changed
-// (store.Fleet.FlagEpoch).
-type flagEpoch interface {
+// flagEpocher is a store that tells when no device's flag changed: an
+// optional method outside the store.Store contract (Pebble and memory
+// have it; see store.BroadcastStep's Epoch). FlagEpoch returns a number
+// that changes whenever any device's flag changes or any device is
+// deleted, the change visible before a write that would see the new flag
+// or the deletion can run, and ok false where the store cannot tell. A
+// store without it is read as one that cannot tell (Redis, whose devices
+// other nodes change): its devices are read again.
+type flagEpocher interface {
 	FlagEpoch() (epoch uint64, ok bool)
+}
+
+// flagEpochOf returns st's FlagEpoch, or ok false when st is no
+// flagEpocher.
+func flagEpochOf(st any) (epoch uint64, ok bool) {
+	if fe, ok := st.(flagEpocher); ok {
+		return fe.FlagEpoch()
+	}
+	return 0, false
 }
 
 // flagMark is a store's FlagEpoch taken before devices were read (ok
@@ -75,9 +91,9 @@ type flagMark struct {
 
 // heldBy reports whether st's FlagEpoch is still m: no device's flag
 // changed and none was deleted since m was taken, so devices read after
-// it still hold. A store that is no flagEpoch never holds.
+// it still hold. A store that is no flagEpocher never holds.
 func (m flagMark) heldBy(st any) bool {
-	fe, ok := st.(flagEpoch)
+	fe, ok := st.(flagEpocher)
 	if !ok || !m.ok {
 		return false
 	}
@@ -90,7 +106,7 @@ func (m flagMark) heldBy(st any) bool {
 func (p *BatchPlan) Messages() int { return len(p.msgs) }
 
 // Plan reads the named devices and builds one ordinary message for each
-// known name, in request order (DESIGN.md section 8): 1002 for an empty
+// known name, in request order (docs/api.md, "Send to many devices"): 1002 for an empty
 // name (each of them: a single send answers "" with 1002, device_name
 // missing), 1003 for an unknown name or one repeated (every repeat after
 // the first), failed with record
@@ -107,7 +123,7 @@ func (s *Service) Plan(ctx context.Context, app store.App, req BatchSend) (*Batc
 		index:   make([]int, 0, n),
 		devs:    make([]store.Device, 0, n),
 	}
-	if fe, ok := s.store.(flagEpoch); ok {
+	if fe, ok := s.store.(flagEpocher); ok {
 		p.flags.epoch, p.flags.ok = fe.FlagEpoch()
 	}
 	seen := make(map[string]bool, len(req.Devices))

@@ -1,8 +1,8 @@
 package message
 
-// Tests from an outside tester's black-box report. Each failed on the code
-// it was written against and shows a broadcast contract violation of
-// docs/api.md ("Broadcast"), or a poll load it allowed.
+// Tests from an outside tester. Each failed on the code it was written
+// against and shows a violation of the broadcast contract of docs/api.md
+// ("Broadcast"), or a poll load it allowed.
 
 import (
 	"context"
@@ -90,8 +90,8 @@ func (s *countingStore) CountBroadcast(ctx context.Context, appKey string, id, f
 	return s.BroadcastStore.CountBroadcast(ctx, appKey, id, first, last)
 }
 
-// TestBroadcastConcurrentPollsShareACount (found by the outside
-// tester): docs/api.md says a large
+// TestBroadcastConcurrentPollsShareACount (found by an outside tester):
+// docs/api.md says a large
 // broadcast's count "is reused for a few seconds", so that polls cost
 // little. Concurrent polls that arrive while no count is cached each
 // count every message themselves: 10 polls read the messages 10 times.
@@ -181,8 +181,8 @@ func (s *disablingStore) disable(ctx context.Context, appKey string) error {
 	return s.f.d.FailPending(ctx, appKey, "dev-1", ErrCodeDeviceDisabled, "device disabled")
 }
 
-// TestBroadcastDisabledMidChunkNotLeftPending (found by the
-// outside tester): a target disabled while
+// TestBroadcastDisabledMidChunkNotLeftPending (found by an outside
+// tester): a target disabled while
 // the fan-out makes its chunk ends disabled with its broadcast message
 // pending, when docs/api.md says a target disabled before the fan-out
 // reaches it gets its message failed (3003), and a disabled device holds
@@ -235,8 +235,8 @@ func (s *recreatingStore) CreateMessage(ctx context.Context, m store.Message, se
 	return s.Store.CreateMessage(ctx, m, seqNo, seq)
 }
 
-// TestSendToRecreatedDeviceFails (suspected by a later outside
-// tester): a send that read a device which was then deleted and created
+// TestSendToRecreatedDeviceFails (suspected by an outside tester): a
+// send that read a device which was then deleted and created
 // again under its name must not leave its message pending for the new
 // device, whose queue starts empty (docs/api.md); it fails with 3007, as
 // the delete's sweep would have failed it.

@@ -45,6 +45,16 @@ type Peers interface {
 	Send(ctx context.Context, node int, ev cluster.Event) error
 }
 
+// Store is what the MQTT API needs of the store: devices' credentials and
+// presence, and their apps.
+type Store interface {
+	GetApp(ctx context.Context, key string) (store.App, error)
+	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
+	UpdateDevice(ctx context.Context, appKey, name string, fn func(*store.Device) error) (store.Device, error)
+}
+
+var _ Store = store.Store(nil)
+
 // API connects devices to the service: it implements broker.Handler
 // for the devices connected here, message.Router and the API's device
 // events for every device, and cluster.Handler for what other nodes ask.
@@ -52,7 +62,7 @@ type Peers interface {
 // node and connection hold it; work for a device held elsewhere goes
 // there as a cluster event.
 type API struct {
-	store    store.Store
+	store    Store
 	dispatch *delivery.Dispatcher
 	sync     *shadow.Sync
 	events   *events.Service
@@ -106,7 +116,7 @@ var (
 // New returns an API; SetBroker must be called before devices connect,
 // and SetPeers too in cluster mode. ev stores what devices publish as
 // events.
-func New(st store.Store, d *delivery.Dispatcher, sy *shadow.Sync, ev *events.Service, log *slog.Logger) *API {
+func New(st Store, d *delivery.Dispatcher, sy *shadow.Sync, ev *events.Service, log *slog.Logger) *API {
 	return &API{store: st, dispatch: d, sync: sy, events: ev, log: log, now: time.Now, token: secret.Alnum(16)}
 }
 

@@ -38,16 +38,25 @@ type Publisher interface {
 	Subscribed(topic string) bool
 }
 
+// SyncStore is what Sync needs of the store.
+type SyncStore interface {
+	GetShadow(ctx context.Context, appKey, name string) (store.Shadow, error)
+	ReportProperties(ctx context.Context, r store.Report) (store.Shadow, error)
+	Barrier(ctx context.Context) error
+}
+
+var _ SyncStore = store.Store(nil)
+
 // Sync keeps connected devices and their shadows in step: it sends the
 // desired document and applies reports.
 type Sync struct {
-	store store.Store
+	store SyncStore
 	log   *slog.Logger
 	now   func() time.Time
 }
 
 // NewSync returns a Sync on st.
-func NewSync(st store.Store, log *slog.Logger) *Sync {
+func NewSync(st SyncStore, log *slog.Logger) *Sync {
 	return &Sync{store: st, log: log, now: time.Now}
 }
 

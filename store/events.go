@@ -13,7 +13,7 @@ import (
 // between are gone (retention or max_per_app).
 var ErrEventsTrimmed = errors.New("events trimmed")
 
-// Event is one entry of an app's event log (DESIGN.md section 7).
+// Event is one entry of an app's event log (docs/events.md).
 type Event struct {
 	// ID is assigned by the store when the event is appended: it
 	// increases per app, and events become visible to readers in ID
@@ -26,7 +26,8 @@ type Event struct {
 	AppKey     string `json:"app_key"`
 	DeviceName string `json:"device_name"`
 	Time       int64  `json:"time"` // Unix ms
-	// Data is the type's data object (DESIGN.md section 7), stored as is.
+	// Data is the type's data object (docs/events.md, "Event types"),
+	// stored as is.
 	Data json.RawMessage `json:"data"`
 }
 

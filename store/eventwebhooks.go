@@ -1,7 +1,7 @@
 package store
 
-// MaxEventWebhooks is the most event webhooks an app may hold (DESIGN.md
-// section 7).
+// MaxEventWebhooks is the most event webhooks an app may hold (see
+// docs/events.md, "Webhooks").
 const MaxEventWebhooks = 5
 
 // EventWebhook is one of an app's event webhooks: a verified URL that

@@ -6,7 +6,8 @@ import (
 )
 
 // Fleet is the part of the Store contract that addresses many devices at
-// once (DESIGN.md section 8): the tag index, batch sends and broadcasts.
+// once (docs/api.md, "Tags", "Send to many devices" and "Broadcast"): the
+// tag index, batch sends and broadcasts.
 type Fleet interface {
 	// ListTagged returns up to limit of the app's devices that carry tag,
 	// in name order, starting after the name cursor ("" for the start).
@@ -25,17 +26,6 @@ type Fleet interface {
 	// chunk's devices).
 	GetDevices(ctx context.Context, appKey string, names []string) ([]Device, error)
 
-	// FlagEpoch returns a number that changes whenever any device's flag
-	// changes or any device is deleted, and ok; a change is visible here
-	// before a write that would see the new flag or the deletion (such as
-	// CreateMessages' check that a device exists) can run. If it is the
-	// same after a write as before a read of devices, no flag those
-	// devices had at the read changed and none was deleted meanwhile, so
-	// the fan-out need not read them again after its write. ok is false
-	// where the store cannot tell (Redis, whose devices other nodes
-	// change): read again.
-	FlagEpoch() (epoch uint64, ok bool)
-
 	// CreateMessages stores messages of one app in one atomic, durable
 	// write (all or none on a storage failure), recording seq (when not
 	// nil) and applying step (when not nil) in the same write. Each
@@ -52,15 +42,6 @@ type Fleet interface {
 	// step's broadcast is not fanning out at step.Chunk (nothing
 	// written either way).
 	CreateMessages(ctx context.Context, appKey string, msgs []BatchMessage, seq *BatchSeq, step *BroadcastStep) ([]int, error)
-
-	// PrepareStep does ahead, for a broadcast step's msgs, whatever of
-	// its CreateMessages needs no lock, and returns it for
-	// BroadcastStep.Prepared (nil where a store does nothing ahead). It
-	// locks and writes nothing: what it read that may have changed before
-	// the step's write is read again there, so a step written with it
-	// stores what one written without it would. connected[i] says
-	// msgs[i]'s device was connected (nil: all were).
-	PrepareStep(ctx context.Context, appKey string, msgs []BatchMessage, connected []bool) (any, error)
 
 	// CreateBroadcast stores a new broadcast with its targets, the names
 	// of the devices it reaches as taken when it is accepted, in chunks
@@ -172,9 +153,9 @@ type BatchSeq struct {
 	Entry  SeqEntry // its Body is ignored
 	Prefix []byte
 	Suffix []byte
-	// Epoch is the store's FlagEpoch taken before the messages' devices
+	// Epoch is the store's flag epoch taken before the messages' devices
 	// were read and found (EpochOK false when it could not tell), as
-	// BroadcastStep's: a store whose FlagEpoch is still Epoch while it
+	// BroadcastStep's: a store whose flag epoch is still Epoch while it
 	// holds the devices' locks may take each device to exist without
 	// reading it again.
 	Epoch   uint64
@@ -197,7 +178,8 @@ func (q *BatchSeq) Body(msgs []BatchMessage, outcomes []int) []byte {
 	return append(b, q.Suffix...)
 }
 
-// Broadcast states (DESIGN.md section 8).
+// Broadcast states: fanning out until every target has its message
+// (done) or it is cancelled (docs/api.md, "Broadcast").
 const (
 	BroadcastFanningOut = "fanning_out"
 	BroadcastDone       = "done"
@@ -254,15 +236,29 @@ type BroadcastStep struct {
 	ID     int64
 	Chunk  int
 	Done   bool
-	// Epoch is the store's FlagEpoch taken before the chunk's devices
+	// Epoch is the store's flag epoch taken before the chunk's devices
 	// were read and found (EpochOK false when it could not tell). A store
-	// whose FlagEpoch is still Epoch while it holds the devices' locks
+	// whose flag epoch is still Epoch while it holds the devices' locks
 	// knows none of them was deleted since, and may take each message's
 	// device to exist without reading it again.
+	//
+	// A flag epoch is no part of the contract: a backend whose devices
+	// only its own process changes (Pebble, memory) may offer one as a
+	// method FlagEpoch() (epoch uint64, ok bool), a number that changes
+	// whenever any device's flag changes or any device is deleted, the
+	// change visible there before a write that would see the new flag or
+	// the deletion can run. Callers look for it with a type assertion;
+	// without it (Redis, whose devices other nodes change) EpochOK is
+	// false and devices are read again.
 	Epoch   uint64
 	EpochOK bool
-	// Prepared is what the store's PrepareStep (a store that has one)
-	// returned for the same messages, ahead of the write, or nil. A store
-	// ignores one it did not make for these messages.
+	// Prepared is what the store's optional PrepareStep method returned
+	// for the same messages, ahead of the write, or nil. PrepareStep(ctx,
+	// appKey, msgs, connected) (any, error) is no part of the contract: a
+	// backend (Pebble) may offer it to do ahead whatever of a step's
+	// CreateMessages needs no lock, locking and writing nothing, so that
+	// a step written with it stores what one written without it would
+	// (connected[i] says msgs[i]'s device was connected; nil: all were).
+	// A store ignores a Prepared it did not make for these messages.
 	Prepared any
 }

@@ -36,13 +36,15 @@ const AllNodes = -1
 // MaxPending is the most undelivered messages one device may hold.
 const MaxPending = 1000
 
-// Device flag values (DESIGN.md section 2).
+// Device flag values: a disabled device cannot connect, and messages sent
+// to it fail (docs/api.md, "Change a device").
 const (
 	FlagEnabled  = 0
 	FlagDisabled = 1
 )
 
-// Rate-limit categories (DESIGN.md section 2).
+// Rate-limit categories, each limited per app on its own (docs/api.md,
+// "Rate limits").
 const (
 	CategoryCreate   = "create"
 	CategoryProperty = "property"
@@ -73,7 +75,7 @@ type App struct {
 // MaxCallbackURLs is the most callback URLs an app may hold.
 const MaxCallbackURLs = 5
 
-// CallbackSettings are an app's callback settings (DESIGN.md section 4).
+// CallbackSettings are an app's callback settings (docs/callbacks.md).
 type CallbackSettings struct {
 	// Enabled is the switch; records made while it is off are dropped.
 	Enabled bool `json:"enabled"`
@@ -92,8 +94,8 @@ type CallbackURL struct {
 }
 
 // Sends reports whether records of type typ are selected: all types when
-// none are chosen (DESIGN.md section 4). The callback router and the embedded store's outbox
-// filter both decide by it.
+// none are chosen (docs/callbacks.md, "Configure"). The callback router
+// and the embedded store's outbox filter both decide by it.
 func (c CallbackSettings) Sends(typ int) bool {
 	return c.Types == nil || slices.Contains(c.Types, typ)
 }
@@ -144,7 +146,7 @@ type Device struct {
 	// connection's logout from overwriting a newer login.
 	Node int    `json:"node,omitempty"`
 	Conn string `json:"conn,omitempty"`
-	// Tags are the device's tags (DESIGN.md section 8), sorted and
+	// Tags are the device's tags (docs/api.md, "Tags"), sorted and
 	// without repeats; every backend keeps a per-app index of them
 	// written with the device (see ListTagged).
 	Tags []string `json:"tags,omitempty"`
@@ -190,7 +192,8 @@ type DesiredUpdate struct {
 	Time       int64 // Unix ms
 }
 
-// Report is one property report from a device (DESIGN.md section 3).
+// Report is one property report from a device (docs/device-protocol.md,
+// "Reporting properties").
 type Report struct {
 	AppKey     string
 	DeviceName string
@@ -211,7 +214,9 @@ type Report struct {
 	Emit func(Shadow) []Event
 }
 
-// Message states (DESIGN.md section 2).
+// Message states: a message is pending until it is delivered, expires,
+// is retracted or fails, and never pending again (docs/api.md, "Message
+// states and status records").
 const (
 	StatePending   = "pending"
 	StateDelivered = "delivered"
@@ -252,9 +257,10 @@ const (
 )
 
 // Record is one message-status record, in the callback format of
-// DESIGN.md section 4. Stored records may leave out the fields that the
-// message already holds (channelkey, msgid, userid, sender_id, params);
-// message.Records fills them in before a record leaves the service.
+// docs/callbacks.md ("Record fields"). Stored records may leave out the
+// fields that the message already holds (channelkey, msgid, userid,
+// sender_id, params); message.Records fills them in before a record
+// leaves the service.
 type Record struct {
 	Type       int             `json:"type"`
 	ChannelKey string          `json:"channelkey,omitempty"`
@@ -292,6 +298,33 @@ func ApplyUpdate(m *Message, id int64, appKey string, fn func(*Message) error) (
 		return n, false, fmt.Errorf("update message %d: a %s message cannot become pending again", id, before)
 	}
 	return n, before == StatePending && m.State != StatePending, nil
+}
+
+// ApplyReport applies report r to sh, the device's stored shadow, as
+// ReportProperties does: r.Version must exceed sh.LastReportedVersion (0
+// takes LastReportedVersion+1), each reported property takes its value
+// and r.Time, LastReportedVersion and LastReportedSTime advance, and
+// SDKVer and AppVer are replaced when r's are not empty. It returns the
+// version the report was given, or ErrVersionConflict with sh unchanged.
+func ApplyReport(sh *Shadow, r Report) (version int64, err error) {
+	if r.Version == 0 {
+		r.Version = sh.LastReportedVersion + 1
+	} else if r.Version <= sh.LastReportedVersion {
+		return 0, ErrVersionConflict
+	}
+	for name, v := range r.Properties {
+		p := sh.Properties[name]
+		p.ReportedValue, p.ReportedSTime = v, r.Time
+		sh.Properties[name] = p
+	}
+	sh.LastReportedVersion, sh.LastReportedSTime = r.Version, r.Time
+	if r.SDKVer != "" {
+		sh.SDKVer = r.SDKVer
+	}
+	if r.AppVer != "" {
+		sh.AppVer = r.AppVer
+	}
+	return r.Version, nil
 }
 
 // MessageUpdate is one update of Store.UpdateMessages: Fn is applied to
@@ -374,6 +407,23 @@ type DevicePage struct {
 // that writes returns only after the write is durable (synced to disk or
 // acknowledged by the replicated store). Every device and message lookup
 // is scoped to an app key.
+//
+// What is durable. A write's method returns once the write is durable,
+// but a backend may show the write to other readers earlier (Pebble
+// publishes a batch before its WAL fsync completes), so a read may see
+// state that a crash would take back. Nothing read may leave the process
+// (to a device, a callback receiver, a webhook, a replayed response)
+// until it is durable, and a caller cannot be trusted to remember that,
+// so the reads whose results are handed out as they are return durable
+// state only: GetSeq (a replayed response) and ReadCallbacks (callback
+// deliveries) wait, before they return, until what they return is
+// durable, and ReadEvents (event webhooks) shows no event before it is.
+// Their callers need nothing more. The other reads are hot paths that
+// also serve writes, and return what is visible; a caller that builds
+// what it hands out from them (the REST API's answers from reads, the
+// dispatcher's deliveries of what it read from a queue, the desired
+// document sent to a device) calls Barrier, once, between its reads and
+// the hand-off.
 type Store interface {
 	// CreateApp stores a new app; ErrAlreadyExists if the key is taken.
 	CreateApp(ctx context.Context, app App) error
@@ -427,7 +477,10 @@ type Store interface {
 	// returned.
 	SetDesired(ctx context.Context, u DesiredUpdate, seqNo int64, seq *SeqEntry) (Shadow, error)
 
-	// GetSeq returns the unexpired entry for the app's seq_no, or ErrNotFound.
+	// GetSeq returns the unexpired entry for the app's seq_no, or
+	// ErrNotFound. It is a durable read: an entry it returns is durable
+	// (it waits for the write that stored it), so its response may be
+	// replayed at once.
 	GetSeq(ctx context.Context, appKey string, seqNo int64) (SeqEntry, error)
 	// PutSeq records an entry for the app's seq_no if none is unexpired;
 	// ErrSeqUsed otherwise.
@@ -502,7 +555,9 @@ type Store interface {
 	CallbackQueues(ctx context.Context) ([]CallbackQueue, error)
 	// ReadCallbacks returns up to limit of the oldest entries of a
 	// delivery queue with Seq above after, in Seq order. A redelivered
-	// dead letter may become visible behind a reader's after.
+	// dead letter may become visible behind a reader's after. It is a
+	// durable read: every entry it returns is durable (it waits for the
+	// writes that stored and routed them), so it may be delivered at once.
 	ReadCallbacks(ctx context.Context, q CallbackQueue, after int64, limit int) ([]OutboxEntry, error)
 	// DeleteCallbacks removes delivered entries from a delivery queue;
 	// absent ones are ignored.
@@ -558,12 +613,12 @@ type Store interface {
 	CreateMeta(ctx context.Context, key string, value []byte) error
 
 	// Barrier returns once every write that a read made before the call
-	// could see is durable. A write's method returns only after the write
-	// is durable, but a backend may show it to other readers earlier
-	// (Pebble publishes a batch before its WAL fsync completes), so a
-	// caller that hands what it read to someone outside the process (a
-	// device, a callback receiver, a replayed response) calls Barrier in
-	// between: otherwise a crash could take back what was already told.
+	// could see is durable (see "What is durable" above). A caller that
+	// hands to someone outside the process what it built from reads other
+	// than the durable ones (GetSeq, ReadCallbacks, ReadEvents) calls it
+	// once in between: otherwise a crash could take back what was
+	// already told. A broadcast step's CreateMessages may return before
+	// its write is durable (see Fleet), and Barrier covers it too.
 	// Concurrent calls share one sync, and a call with no write in flight
 	// returns at once. Deletions of entries that already count as absent
 	// (expired seq_nos) are exempt; no read can tell them apart.
@@ -572,7 +627,7 @@ type Store interface {
 	// EventLog keeps every app's event log.
 	EventLog
 
-	// Fleet holds tags, batch sends and broadcasts (DESIGN.md section 8).
+	// Fleet holds tags, batch sends and broadcasts.
 	Fleet
 
 	// Ping reports whether the store can serve requests.

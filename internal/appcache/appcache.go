@@ -13,10 +13,18 @@ import (
 // property model) can go unseen by a node that did not make the change.
 const TTL = time.Second
 
+// Store is what the cache needs of the store.
+type Store interface {
+	GetApp(ctx context.Context, key string) (store.App, error)
+	UpdateApp(ctx context.Context, key string, fn func(*store.App) error) (store.App, error)
+}
+
+var _ Store = store.Store(nil)
+
 // Cache keeps recently used apps so authenticating a request or routing
 // a callback does not read and decode the app from the store every time.
 type Cache struct {
-	store store.Store
+	store Store
 	now   func() time.Time
 	mu    sync.RWMutex
 	apps  map[string]cachedApp
@@ -33,7 +41,7 @@ type cachedApp struct {
 }
 
 // New returns an empty cache over st; now is the clock (time.Now).
-func New(st store.Store, now func() time.Time) *Cache {
+func New(st Store, now func() time.Time) *Cache {
 	return &Cache{store: st, now: now, apps: map[string]cachedApp{}}
 }
 

@@ -65,7 +65,8 @@ func (s *Store) CallbackQueues(ctx context.Context) ([]store.CallbackQueue, erro
 }
 
 // ReadCallbacks returns the oldest entries of a delivery queue with Seq
-// above after.
+// above after. It is a durable read as store.Store asks: a write is
+// visible here only once applied.
 func (s *Store) ReadCallbacks(ctx context.Context, q store.CallbackQueue, after int64, limit int) ([]store.OutboxEntry, error) {
 	if limit < 1 {
 		return nil, nil

@@ -75,14 +75,11 @@ func (s *Store) EnabledNames(ctx context.Context, appKey, tag string) ([]string,
 	return out, nil
 }
 
-// FlagEpoch is store.Fleet's: UpdateDevice and DeleteDevice bump it
-// under the store's lock.
+// FlagEpoch returns the store's flag epoch (see store.BroadcastStep's
+// Epoch), an optional method outside the store.Store contract that the
+// fan-out and batch sends look for: UpdateDevice and DeleteDevice bump
+// it under the store's lock. ok is always true.
 func (s *Store) FlagEpoch() (uint64, bool) { return s.flagEpoch.Load(), true }
-
-// PrepareStep is store.Fleet's: nothing is worth doing ahead in memory.
-func (s *Store) PrepareStep(context.Context, string, []store.BatchMessage, []bool) (any, error) {
-	return nil, nil
-}
 
 // GetDevices returns the app's devices of names that exist, in order.
 func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {

@@ -17,6 +17,12 @@ import (
 
 var _ store.Store = (*Store)(nil)
 
+// FlagEpoch is an optional method outside the contract, which the fan-out
+// and batch sends look for (see store.BroadcastStep).
+var _ interface {
+	FlagEpoch() (epoch uint64, ok bool)
+} = (*Store)(nil)
+
 // ErrClosed is returned by every method called after Close.
 var ErrClosed = errors.New("memory store closed")
 

@@ -69,26 +69,12 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 	if !ok {
 		return store.Shadow{}, store.ErrNotFound
 	}
-	if r.Version == 0 {
-		r.Version = cur.LastReportedVersion + 1
-	} else if r.Version <= cur.LastReportedVersion {
-		return store.Shadow{}, store.ErrVersionConflict
-	}
 	sh, err := clone(cur)
 	if err != nil {
 		return store.Shadow{}, err
 	}
-	for name, v := range r.Properties {
-		p := sh.Properties[name]
-		p.ReportedValue, p.ReportedSTime = v, r.Time
-		sh.Properties[name] = p
-	}
-	sh.LastReportedVersion, sh.LastReportedSTime = r.Version, r.Time
-	if r.SDKVer != "" {
-		sh.SDKVer = r.SDKVer
-	}
-	if r.AppVer != "" {
-		sh.AppVer = r.AppVer
+	if _, err := store.ApplyReport(&sh, r); err != nil {
+		return store.Shadow{}, err
 	}
 	if sh, err = clone(sh); err != nil {
 		return store.Shadow{}, fmt.Errorf("report %s/%s: %w", r.AppKey, r.DeviceName, err)
@@ -107,7 +93,8 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 // seq_no entries.
 
 // GetSeq returns the unexpired entry for the app's seq_no, or
-// store.ErrNotFound.
+// store.ErrNotFound. It is a durable read as store.Store asks: a write is
+// visible here only once applied.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
 	if err := s.lock(ctx); err != nil {
 		return store.SeqEntry{}, err

@@ -53,7 +53,9 @@ type preparedCount struct {
 }
 
 // PrepareStep encodes msgs, as a broadcast step will write them, and
-// reads their devices' pending counts, for store.BroadcastStep.Prepared;
+// reads their devices' pending counts, for store.BroadcastStep.Prepared
+// (an optional method outside the store.Store contract, which the
+// fan-out looks for);
 // connected[i] says msgs[i]'s device was connected when it was made (nil:
 // all were). Nothing is locked or written: CreateMessages checks under
 // the stripes that each count still holds (countGen) and reads again

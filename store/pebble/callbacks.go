@@ -218,7 +218,9 @@ func (s *Store) callbackQueues() ([]store.CallbackQueue, error) {
 	return out, nil
 }
 
-// ReadCallbacks returns the oldest entries of a delivery queue.
+// ReadCallbacks returns the oldest entries of a delivery queue: a durable
+// read (store.Store), so when it returns any it waits for every write the
+// read could see to be durable (the worker called Barrier for it before).
 func (s *Store) ReadCallbacks(ctx context.Context, q store.CallbackQueue, after int64, limit int) ([]store.OutboxEntry, error) {
 	if limit < 1 {
 		return nil, nil
@@ -230,6 +232,13 @@ func (s *Store) ReadCallbacks(ctx context.Context, q store.CallbackQueue, after 
 	out, err := s.readEntries(queuePrefix(q), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read callback queue: %w", err)
+	}
+	// A durable read: the entries' writes may be visible before they are
+	// durable.
+	if len(out) > 0 {
+		if err := s.barrier(); err != nil {
+			return nil, fmt.Errorf("read callback queue: %w", err)
+		}
 	}
 	return out, nil
 }

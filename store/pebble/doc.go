@@ -12,10 +12,12 @@
 // contract on one key-value engine, with its own key layout, locking and
 // durability; splitting it into packages would only export those
 // internals. Its files split it by concern, with the names store/redis
-// uses: pebble.go (open, close, locks, reads and writes, Barrier, apps,
-// devices, presence, meta), keys.go (the key layout), shadow.go (shadows
+// uses: pebble.go (open, close, locks, reads and writes, Barrier),
+// apps.go (apps, meta), devices.go (devices, presence), keys.go (the key
+// layout), shadow.go (shadows
 // and seq_no entries), events.go (the event log), messages.go
-// (messages, queues, the outbox),
+// (messages, queues, the outbox), fleetmsgs.go (CreateMessages),
+// broadcasts.go (broadcasts and their targets),
 // callbacks.go (delivery queues, dead letters), devicecache.go (the
 // device and pending-count caches) and sweep.go (the seq_no sweeper,
 // which Redis does not need).

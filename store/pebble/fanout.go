@@ -103,9 +103,11 @@ func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) (
 	return out, nil
 }
 
-// FlagEpoch is store.Fleet's: UpdateDevice and DeleteDevice bump it under
-// the device's stripe, which CreateMessages takes to check the device,
-// before their write and again after it. The first bump alone let a
+// FlagEpoch returns the store's flag epoch (see store.BroadcastStep's
+// Epoch), an optional method outside the store.Store contract that the
+// fan-out and batch sends look for; ok is always true. UpdateDevice and
+// DeleteDevice bump it under the device's stripe, which CreateMessages
+// takes to check the device, before their write and again after it. The first bump alone let a
 // reader take the epoch after it and read the device before the write
 // was visible (or from the cache, updated after the write): the old flag
 // under an epoch that then did not change again.

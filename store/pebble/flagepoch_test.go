@@ -8,7 +8,7 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// TestFlagEpochCoversAReadBeforeTheFlagWrite: store.Fleet's FlagEpoch
+// TestFlagEpochCoversAReadBeforeTheFlagWrite: the store's FlagEpoch
 // promises that when the epoch after a write equals the epoch before a
 // read of devices, no flag those devices had at the read has changed.
 // A flag change bumps the epoch before its write becomes visible: a

@@ -1,44 +1,14 @@
 package pebble
 
 import (
-	"cmp"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/devmsg/devmsg/store"
 )
-
-// Broadcast keys.
-const (
-	// g/<app>\0<id> → Broadcast.
-	pBroadcast = "g/"
-	// h/<id><app> → empty: the active broadcasts, oldest first, so a
-	// restart finds them without reading every app.
-	pActiveBroadcast = "h/"
-	// i/<app>\0<id><chunk> → the names of one chunk of a broadcast's
-	// targets joined by \0 (names hold none); chunk is 4 bytes.
-	pTargets = "i/"
-)
-
-func targetsKey(app string, id int64, n int) []byte {
-	return binary.BigEndian.AppendUint32(broadcastKeyIn(pTargets, app, id), uint32(n))
-}
-
-func broadcastKeyIn(prefix, app string, id int64) []byte {
-	return binary.BigEndian.AppendUint64(key(prefix, app, ""), uint64(id))
-}
-
-func broadcastKey(app string, id int64) []byte { return broadcastKeyIn(pBroadcast, app, id) }
-
-func activeBroadcastKey(app string, id int64) []byte {
-	return append(binary.BigEndian.AppendUint64([]byte(pActiveBroadcast), uint64(id)), app...)
-}
 
 // lockStripes locks the given stripes, each once, in ascending order, and
 // returns the function that unlocks them.
@@ -108,51 +78,23 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// queue-full form (a device holding MaxPending messages) is encoded
 	// under them. A broadcast step's were encoded by PrepareStep.
 	pre := preparedFor(step, msgs)
-	var enc encodedBatch
-	if pre != nil {
-		enc.msgs, enc.now = pre.encoded, pre.now
-	} else {
-		var err error
-		if enc, err = s.encodeBatch(appKey, msgs); err != nil {
-			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
-		}
+	enc, err := s.batchEncoding(appKey, msgs, pre)
+	if err != nil {
+		return nil, err
 	}
 	encoded, now := enc.msgs, enc.now
-	idx := make([]int, 0, len(msgs)+1)
-	for _, bm := range msgs {
-		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
-	}
-	if seq != nil {
-		idx = append(idx, seqStripe(appKey, seq.SeqNo))
-	}
-	unlock := s.lockStripes(idx)
+	unlock := s.lockStripes(batchStripes(appKey, msgs, seq))
 	locked := true
 	defer func() {
 		if locked {
 			unlock()
 		}
 	}()
-	if seq != nil {
-		if err := s.checkSeqFree(appKey, seq.SeqNo, &seq.Entry); err != nil {
-			return nil, err
-		}
+	b, err := s.checkBatch(appKey, seq, step)
+	if err != nil {
+		return nil, err
 	}
-	var b store.Broadcast
-	if step != nil {
-		var err error
-		if b, err = s.stepped.get(s, appKey, step.ID); err != nil {
-			return nil, fmt.Errorf("broadcast %d: %w", step.ID, err)
-		}
-		if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
-			return nil, store.ErrVersionConflict
-		}
-	}
-	// Every device of the batch was found when the step's (or the
-	// batch send's) epoch was taken or after; with the epoch the same
-	// now, under their stripes, none was deleted since (see FlagEpoch).
-	found := step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch ||
-		step == nil && seq != nil && seq.EpochOK && s.flagEpoch.Load() == seq.Epoch
-	outcomes, devs, err := s.batchOutcomes(appKey, msgs, found, pre)
+	outcomes, devs, err := s.batchOutcomes(appKey, msgs, s.batchFound(seq, step), pre)
 	if err != nil {
 		return nil, err
 	}
@@ -163,17 +105,7 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	// (unless a step: see store.Fleet); a write that read it under a
 	// stripe is after it in the WAL, so no crash keeps that write
 	// without this one.
-	// A step whose every message is stored as it was prepared writes the
-	// batch PrepareStep filled with them; only the step is added here.
-	batch := pre.takeBatch()
-	if batch != nil && slices.ContainsFunc(outcomes, func(o int) bool { return o != store.BatchStored }) {
-		batch.Close()
-		batch = nil
-	}
-	prebuilt := batch != nil
-	if !prebuilt {
-		batch = s.db.NewBatch()
-	}
+	batch, prebuilt := s.createBatch(pre, outcomes)
 	// When every message is stored as encoded, its entries are enc.all
 	// already.
 	all := enc.all
@@ -182,68 +114,186 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 		all = make([]kv, 0, len(msgs)*4)
 	}
 	err = s.writeLazyOn(batch, func(batch *pebble.Batch) error {
-		for i, bm := range msgs {
-			m := bm.Message
-			if outcomes[i] == store.BatchGone {
-				continue
-			}
-			kvs := encoded[i].stored
-			if outcomes[i] == store.BatchFull {
-				var err error
-				if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil, nil); err != nil {
-					return err
-				}
-			}
-			if gather {
-				all = append(all, kvs...)
-			}
-			if step != nil {
-				b.Queued++
-				if b.FirstID == 0 || m.ID < b.FirstID {
-					b.FirstID = m.ID
-				}
-				b.LastID = max(b.LastID, m.ID)
-			}
+		var err error
+		if all, err = addCreated(appKey, msgs, outcomes, encoded, now, all, gather, step, &b); err != nil {
+			return err
 		}
 		// Prebuilt, all is empty: the batch holds the messages.
 		if err := eachInKeyOrder(all, func(e kv) error { return set(batch, e.k, e.v) }); err != nil {
 			return err
 		}
-		if seq != nil {
-			e := seq.Entry
-			e.Body = seq.Body(msgs, outcomes)
-			if err := putSeq(batch, appKey, seq.SeqNo, &e); err != nil {
-				return err
-			}
-		}
-		if step == nil {
-			return nil
-		}
-		if err := batch.Delete(targetsKey(appKey, step.ID, step.Chunk), nil); err != nil {
-			return err
-		}
-		b.Chunk = step.Chunk + 1
-		if step.Done {
-			b.State = store.BroadcastDone
-		}
-		return s.putBroadcast(batch, b)
+		return s.putSeqAndStep(batch, appKey, msgs, outcomes, seq, step, b)
 	})
 	if err != nil {
-		for _, d := range devs.queued() {
-			s.pending.drop(appKey, d.name) // the batch may or may not have landed
-		}
-		if step != nil {
-			s.stepped.forget() // under bcMu, as a step holds it
-		}
+		s.createFailed(appKey, devs, step)
 		return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
 	}
 	if step != nil {
-		s.stepped.set(appKey, b)
+		s.stepped.set(appKey, stepped(b, step))
 	}
-	// The counts of a broadcast's offline devices are dropped, not
-	// cached: nothing reads them soon (the next step of a broadcast reads
-	// its counts in PrepareStep), and a broadcast to 100,000 offline
-	// devices filled the cache with them.
+	s.cacheBatch(appKey, msgs, outcomes, encoded, pre, devs)
+	locked = false
+	unlock()
+	if step == nil || seq != nil {
+		if err := s.syncLazy(); err != nil {
+			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+		}
+	}
+	return outcomes, nil
+}
+
+// batchEncoding returns msgs encoded for CreateMessages: as pre, a
+// broadcast step's PrepareStep, encoded them, or encoded now.
+func (s *Store) batchEncoding(appKey string, msgs []store.BatchMessage, pre *preparedStep) (encodedBatch, error) {
+	if pre != nil {
+		return encodedBatch{msgs: pre.encoded, now: pre.now}, nil
+	}
+	enc, err := s.encodeBatch(appKey, msgs)
+	if err != nil {
+		return enc, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
+	}
+	return enc, nil
+}
+
+// batchStripes returns the stripes CreateMessages holds: those of every
+// device of msgs and of seq's seq_no.
+func batchStripes(appKey string, msgs []store.BatchMessage, seq *store.BatchSeq) []int {
+	idx := make([]int, 0, len(msgs)+1)
+	for _, bm := range msgs {
+		idx = append(idx, deviceStripe(appKey, bm.Message.DeviceName))
+	}
+	if seq != nil {
+		idx = append(idx, seqStripe(appKey, seq.SeqNo))
+	}
+	return idx
+}
+
+// checkBatch makes CreateMessages' checks under its stripes: seq's seq_no
+// is free (store.ErrSeqUsed), and step's broadcast is fanning out at the
+// step's chunk (store.ErrVersionConflict). It returns the broadcast, as
+// the step finds it (none without a step).
+func (s *Store) checkBatch(appKey string, seq *store.BatchSeq, step *store.BroadcastStep) (store.Broadcast, error) {
+	if seq != nil {
+		if err := s.checkSeqFree(appKey, seq.SeqNo, &seq.Entry); err != nil {
+			return store.Broadcast{}, err
+		}
+	}
+	if step == nil {
+		return store.Broadcast{}, nil
+	}
+	b, err := s.stepped.get(s, appKey, step.ID)
+	if err != nil {
+		return store.Broadcast{}, fmt.Errorf("broadcast %d: %w", step.ID, err)
+	}
+	if b.State != store.BroadcastFanningOut || b.Chunk != step.Chunk {
+		return store.Broadcast{}, store.ErrVersionConflict
+	}
+	return b, nil
+}
+
+// batchFound reports whether every device of the batch may be taken to
+// exist. Every device of the batch was found when the step's (or the
+// batch send's) epoch was taken or after; with the epoch the same now,
+// under their stripes, none was deleted since (see FlagEpoch).
+func (s *Store) batchFound(seq *store.BatchSeq, step *store.BroadcastStep) bool {
+	return step != nil && step.EpochOK && s.flagEpoch.Load() == step.Epoch ||
+		step == nil && seq != nil && seq.EpochOK && s.flagEpoch.Load() == seq.Epoch
+}
+
+// createBatch returns the batch CreateMessages writes and whether it is
+// prebuilt. A step whose every message is stored as it was prepared
+// writes the batch PrepareStep filled with them; only the step is added
+// here. Any other write starts an empty batch.
+func (s *Store) createBatch(pre *preparedStep, outcomes []int) (batch *pebble.Batch, prebuilt bool) {
+	batch = pre.takeBatch()
+	if batch != nil && slices.ContainsFunc(outcomes, func(o int) bool { return o != store.BatchStored }) {
+		batch.Close()
+		batch = nil
+	}
+	if batch != nil {
+		return batch, true
+	}
+	return s.db.NewBatch(), false
+}
+
+// addCreated goes through the messages CreateMessages stores: with
+// gather, it appends to all the entries of each (its queue-full form,
+// encoded here, for one whose device's queue is full), and with a step
+// it takes each into b's Queued, FirstID and LastID. It returns all.
+func addCreated(appKey string, msgs []store.BatchMessage, outcomes []int, encoded []encodedMsg, now int64, all []kv, gather bool, step *store.BroadcastStep, b *store.Broadcast) ([]kv, error) {
+	for i, bm := range msgs {
+		m := bm.Message
+		if outcomes[i] == store.BatchGone {
+			continue
+		}
+		kvs := encoded[i].stored
+		if outcomes[i] == store.BatchFull {
+			var err error
+			if kvs, err = encodeForm(appKey, bm.Full, encoded[i].first, now, encoded[i].filter, nil, nil); err != nil {
+				return all, err
+			}
+		}
+		if gather {
+			all = append(all, kvs...)
+		}
+		if step != nil {
+			b.Queued++
+			if b.FirstID == 0 || m.ID < b.FirstID {
+				b.FirstID = m.ID
+			}
+			b.LastID = max(b.LastID, m.ID)
+		}
+	}
+	return all, nil
+}
+
+// putSeqAndStep adds to batch CreateMessages' seq_no entry, with the body
+// for the outcomes, and its step: the chunk's targets deleted and b, the
+// broadcast with the messages taken in, moved past the chunk.
+func (s *Store) putSeqAndStep(batch *pebble.Batch, appKey string, msgs []store.BatchMessage, outcomes []int, seq *store.BatchSeq, step *store.BroadcastStep, b store.Broadcast) error {
+	if seq != nil {
+		e := seq.Entry
+		e.Body = seq.Body(msgs, outcomes)
+		if err := putSeq(batch, appKey, seq.SeqNo, &e); err != nil {
+			return err
+		}
+	}
+	if step == nil {
+		return nil
+	}
+	if err := batch.Delete(targetsKey(appKey, step.ID, step.Chunk), nil); err != nil {
+		return err
+	}
+	return s.putBroadcast(batch, stepped(b, step))
+}
+
+// stepped returns b, the broadcast with a step's messages taken in, moved
+// past the step's chunk, and done when the step ends the fan-out.
+func stepped(b store.Broadcast, step *store.BroadcastStep) store.Broadcast {
+	b.Chunk = step.Chunk + 1
+	if step.Done {
+		b.State = store.BroadcastDone
+	}
+	return b
+}
+
+// createFailed forgets, after a CreateMessages write failed, what the
+// caches may hold wrong: the batch may or may not have landed.
+func (s *Store) createFailed(appKey string, devs *batchDevices, step *store.BroadcastStep) {
+	for _, d := range devs.queued() {
+		s.pending.drop(appKey, d.name) // the batch may or may not have landed
+	}
+	if step != nil {
+		s.stepped.forget() // under bcMu, as a step holds it
+	}
+}
+
+// cacheBatch brings the caches up to a CreateMessages write that landed:
+// the devices' pending counts and the messages. The counts of a
+// broadcast's offline devices are dropped, not cached: nothing reads them
+// soon (the next step of a broadcast reads its counts in PrepareStep),
+// and a broadcast to 100,000 offline devices filled the cache with them.
+func (s *Store) cacheBatch(appKey string, msgs []store.BatchMessage, outcomes []int, encoded []encodedMsg, pre *preparedStep, devs *batchDevices) {
 	if pre != nil {
 		var offline []string
 		for i := range msgs {
@@ -263,14 +313,6 @@ func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.
 	}
 	s.pending.putAll(puts)
 	s.cacheCreated(appKey, msgs, outcomes, encoded, pre)
-	locked = false
-	unlock()
-	if step == nil || seq != nil {
-		if err := s.syncLazy(); err != nil {
-			return nil, fmt.Errorf("create %d messages in %s: %w", len(msgs), appKey, err)
-		}
-	}
-	return outcomes, nil
 }
 
 // eachInKeyOrder calls fn with a batch's entries ordered by their key's
@@ -556,199 +598,4 @@ func encodeForm(appKey string, m store.Message, first, now int64, f recordFilter
 		seq++
 	}
 	return kvs, nil
-}
-
-// steppedBroadcast is a broadcast as the last step written under bcMu
-// left it, so that the next step need not read and decode it again (a
-// thirtieth of a fan-out's serial write). Broadcasts are written only
-// under bcMu, by CreateMessages' steps, CreateBroadcast and
-// UpdateBroadcast; the last two forget it.
-type steppedBroadcast struct {
-	ok  bool
-	app string
-	b   store.Broadcast
-}
-
-// get returns the app's broadcast id, from s's database unless it is
-// the one held; the caller holds bcMu.
-func (c *steppedBroadcast) get(s *Store, appKey string, id int64) (store.Broadcast, error) {
-	if c.ok && c.app == appKey && c.b.ID == id {
-		return c.b, nil
-	}
-	var b store.Broadcast
-	err := s.getJSON(broadcastKey(appKey, id), &b)
-	return b, err
-}
-
-// set holds b, the app's broadcast as just written; the caller holds
-// bcMu.
-func (c *steppedBroadcast) set(appKey string, b store.Broadcast) {
-	*c = steppedBroadcast{ok: true, app: appKey, b: b}
-}
-
-// forget drops what c holds; the caller holds bcMu.
-func (c *steppedBroadcast) forget() { *c = steppedBroadcast{} }
-
-// putBroadcast adds b and its place in the active index to batch.
-func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
-	if err := setJSON(batch, broadcastKey(b.AppKey, b.ID), b); err != nil {
-		return err
-	}
-	if b.Active() {
-		return set(batch, activeBroadcastKey(b.AppKey, b.ID), nil)
-	}
-	return batch.Delete(activeBroadcastKey(b.AppKey, b.ID), nil)
-}
-
-// CreateBroadcast stores b, its targets and seq in one synced batch.
-func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.exit()
-	s.bcMu.Lock()
-	defer s.bcMu.Unlock()
-	s.stepped.forget()
-	if seq != nil {
-		defer s.lock2(seqStripe(b.AppKey, seqNo), seqStripe(b.AppKey, seqNo))()
-		if err := s.checkSeqFree(b.AppKey, seqNo, seq); err != nil {
-			return err
-		}
-	}
-	if found, err := s.exists(broadcastKey(b.AppKey, b.ID)); err != nil {
-		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
-	} else if found {
-		return store.ErrAlreadyExists
-	}
-	err := s.write(func(batch *pebble.Batch) error {
-		if err := s.putBroadcast(batch, b); err != nil {
-			return err
-		}
-		for n, names := range targets {
-			if err := set(batch, targetsKey(b.AppKey, b.ID, n), joinNames(names)); err != nil {
-				return err
-			}
-		}
-		return putSeq(batch, b.AppKey, seqNo, seq)
-	})
-	if err != nil {
-		return fmt.Errorf("create broadcast %d: %w", b.ID, err)
-	}
-	return nil
-}
-
-// joinNames joins device names with \0, which none holds.
-func joinNames(names []string) []byte {
-	n := len(names)
-	for _, name := range names {
-		n += len(name)
-	}
-	b := make([]byte, 0, n)
-	for i, name := range names {
-		if i > 0 {
-			b = append(b, 0)
-		}
-		b = append(b, name...)
-	}
-	return b
-}
-
-// splitNames is the inverse of joinNames.
-func splitNames(b []byte) []string {
-	if len(b) == 0 {
-		return []string{}
-	}
-	return strings.Split(string(b), "\x00")
-}
-
-// BroadcastTargets returns chunk n of the broadcast's targets.
-func (s *Store) BroadcastTargets(ctx context.Context, appKey string, id int64, n int) ([]string, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.exit()
-	v, closer, err := s.db.Get(targetsKey(appKey, id, n))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, store.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("targets of broadcast %d: %w", id, err)
-	}
-	defer closer.Close()
-	return splitNames(v), nil
-}
-
-// GetBroadcast returns the app's broadcast or store.ErrNotFound.
-func (s *Store) GetBroadcast(ctx context.Context, appKey string, id int64) (store.Broadcast, error) {
-	if err := s.enter(ctx); err != nil {
-		return store.Broadcast{}, err
-	}
-	defer s.exit()
-	var b store.Broadcast
-	return b, s.getJSON(broadcastKey(appKey, id), &b)
-}
-
-// UpdateBroadcast applies fn to the broadcast under bcMu and stores it.
-func (s *Store) UpdateBroadcast(ctx context.Context, appKey string, id int64, fn func(*store.Broadcast) error) (store.Broadcast, error) {
-	if err := s.enter(ctx); err != nil {
-		return store.Broadcast{}, err
-	}
-	defer s.exit()
-	s.bcMu.Lock()
-	defer s.bcMu.Unlock()
-	s.stepped.forget()
-	var b store.Broadcast
-	if err := s.getJSON(broadcastKey(appKey, id), &b); err != nil {
-		return store.Broadcast{}, err
-	}
-	chunk, chunks := b.Chunk, b.Chunks
-	if err := fn(&b); err != nil {
-		return store.Broadcast{}, err
-	}
-	b.ID, b.AppKey, b.Chunk, b.Chunks = id, appKey, chunk, chunks
-	err := s.write(func(batch *pebble.Batch) error {
-		if b.State != store.BroadcastFanningOut && b.Chunk < b.Chunks {
-			if err := batch.DeleteRange(targetsKey(appKey, id, b.Chunk), targetsKey(appKey, id, b.Chunks), nil); err != nil {
-				return err
-			}
-		}
-		return s.putBroadcast(batch, b)
-	})
-	if err != nil {
-		return store.Broadcast{}, fmt.Errorf("update broadcast %d: %w", id, err)
-	}
-	return b, nil
-}
-
-// ActiveBroadcasts reads the active index and the broadcasts it names.
-func (s *Store) ActiveBroadcasts(ctx context.Context) ([]store.Broadcast, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.exit()
-	var keys [][]byte
-	prefix := []byte(pActiveBroadcast)
-	err := s.scan(prefix, prefixEnd(prefix), func(k, _ []byte) (bool, error) {
-		if len(k) < len(prefix)+8 {
-			return true, nil
-		}
-		id := int64(binary.BigEndian.Uint64(k[len(prefix):]))
-		keys = append(keys, broadcastKey(string(k[len(prefix)+8:]), id))
-		return true, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("active broadcasts: %w", err)
-	}
-	out := make([]store.Broadcast, 0, len(keys))
-	for _, k := range keys {
-		var b store.Broadcast
-		if err := s.getJSON(k, &b); err != nil {
-			return nil, fmt.Errorf("active broadcasts: %w", err)
-		}
-		if b.Active() {
-			out = append(out, b)
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Broadcast) int { return cmp.Compare(a.ID, b.ID) })
-	return out, nil
 }

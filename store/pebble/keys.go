@@ -15,7 +15,7 @@ const (
 	pMsg    = "m/" // m/<msgid> → Message
 	// q/<app>\0<device>\0<msgid> → empty. A device's pending queue in
 	// msgid order, which is send order because the service issues msgids
-	// that increase with time (DESIGN.md section 2). Keying by msgid lets a
+	// that increase with time (docs/api.md, "Ids"). Keying by msgid lets a
 	// later delivery or retraction remove an entry without a lookup.
 	pQueue = "q/"
 	// c/<app>\0<device> → int64: the device's pending count, as builds

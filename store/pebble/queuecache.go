@@ -198,7 +198,8 @@ func (c *pendingCache) cachedIDs(app, name string, limit int) ([]int64, bool, ui
 // cachedIDs handed out gen. An empty queue is not kept: every device
 // that connects has its queue read, and most idle devices' queues are
 // empty, so keeping those would cost each connected device an entry
-// (issue 16's memory budget) for reads that come once per connection.
+// (memory that grows with the connected devices) for reads that come
+// once per connection.
 func (c *pendingCache) storeIDs(app, name string, gen uint64, ids []int64, limit int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

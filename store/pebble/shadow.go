@@ -74,7 +74,9 @@ func (s *Store) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int
 // GetSeq returns the unexpired entry for the app's seq_no, or
 // store.ErrNotFound. It takes the seq_no's stripe, so it never returns an
 // entry whose write is still waiting for its fsync: a retry must not
-// replay a response that a crash could still undo.
+// replay a response that a crash could still undo. It is a durable read
+// (store.Store): after the read it also waits for every write the read
+// could see to be durable, as its callers once did with Barrier.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.SeqEntry{}, err
@@ -82,8 +84,17 @@ func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.S
 	defer s.exit()
 	i := seqStripe(appKey, seqNo)
 	s.locks[i].Lock()
-	defer s.locks[i].Unlock()
-	return s.getSeq(appKey, seqNo)
+	e, err := s.getSeq(appKey, seqNo)
+	s.locks[i].Unlock()
+	if err != nil {
+		return store.SeqEntry{}, err
+	}
+	// A durable read: the entry's write may be visible before it is
+	// durable.
+	if err := s.barrier(); err != nil {
+		return store.SeqEntry{}, fmt.Errorf("get seq_no %d of %s: %w", seqNo, appKey, err)
+	}
+	return e, nil
 }
 
 func (s *Store) getSeq(appKey string, seqNo int64) (store.SeqEntry, error) {
@@ -155,22 +166,8 @@ func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Sha
 	if err != nil {
 		return store.Shadow{}, err
 	}
-	if r.Version == 0 {
-		r.Version = sh.LastReportedVersion + 1
-	} else if r.Version <= sh.LastReportedVersion {
-		return store.Shadow{}, store.ErrVersionConflict
-	}
-	for name, v := range r.Properties {
-		p := sh.Properties[name]
-		p.ReportedValue, p.ReportedSTime = v, r.Time
-		sh.Properties[name] = p
-	}
-	sh.LastReportedVersion, sh.LastReportedSTime = r.Version, r.Time
-	if r.SDKVer != "" {
-		sh.SDKVer = r.SDKVer
-	}
-	if r.AppVer != "" {
-		sh.AppVer = r.AppVer
+	if _, err := store.ApplyReport(&sh, r); err != nil {
+		return store.Shadow{}, err
 	}
 	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		if err := setJSON(b, key(pShadow, r.AppKey, r.DeviceName), sh); err != nil {

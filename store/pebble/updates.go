@@ -78,11 +78,65 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 	}
 	defer s.exit()
 	errs := make([]error, len(updates))
-	// Read and decode every message before any lock is taken: the read
-	// names the device, so the stripe.
-	msgs := make(map[int64]int, len(updates)) // msgid -> index in all
-	all := make([]updating, 0, len(updates))
-	idx := make([]int, 0, len(updates))
+	msgs, all, idx := s.readUpdating(updates, errs)
+	p, err := s.planUpdates(updates, msgs, all, errs)
+	if err != nil {
+		return nil, err
+	}
+	unlock := s.lockStripes(idx)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
+	stale, err := s.rereadUpdating(all)
+	if err != nil {
+		return nil, err
+	}
+	if stale {
+		if p, err = s.planUpdates(updates, msgs, all, errs); err != nil {
+			return nil, err
+		}
+	}
+	errs = p.errs
+	if len(p.kvs) == 0 {
+		return errs, nil
+	}
+	counts, err := s.leavingCounts(p)
+	if err != nil {
+		return nil, err
+	}
+	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
+		return fillUpdates(b, p.leaving, p.kvs)
+	})
+	if err != nil {
+		for dk := range counts {
+			s.pending.drop(dk[0], dk[1]) // the batch may or may not have landed
+		}
+		for _, id := range p.order {
+			s.msgs.drop(id)
+		}
+		p.fail(errs, fmt.Errorf("update %d messages: %w", len(p.order), err))
+		return errs, nil
+	}
+	s.cacheUpdates(p, counts)
+	locked = false
+	unlock()
+	if err := synced(); err != nil {
+		p.fail(errs, fmt.Errorf("update %d messages: %w", len(p.order), err))
+	}
+	return errs, nil
+}
+
+// readUpdating reads and decodes every message of updates, each once,
+// before any lock is taken: the read names the device, so the stripe. It
+// returns the messages read (all, indexed by msgid in msgs) and their
+// devices' stripes; a read's error goes into errs at its update.
+func (s *Store) readUpdating(updates []store.MessageUpdate, errs []error) (msgs map[int64]int, all []updating, idx []int) {
+	msgs = make(map[int64]int, len(updates)) // msgid -> index in all
+	all = make([]updating, 0, len(updates))
+	idx = make([]int, 0, len(updates))
 	for i, u := range updates {
 		if _, ok := msgs[u.ID]; ok {
 			continue
@@ -96,18 +150,13 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		all = append(all, updating{id: u.ID, raw: raw, e: ce, m: m})
 		idx = append(idx, deviceStripe(m.AppKey, m.DeviceName))
 	}
-	p, err := s.planUpdates(updates, msgs, all, errs)
-	if err != nil {
-		return nil, err
-	}
-	unlock := s.lockStripes(idx)
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
-	stale := false
+	return msgs, all, idx
+}
+
+// rereadUpdating reads again, under their stripes, the messages of all
+// that the cache no longer holds as they were read, and reports whether
+// one changed (or is gone) meanwhile: then the updates are planned again.
+func (s *Store) rereadUpdating(all []updating) (stale bool, err error) {
 	for i := range all {
 		e := &all[i]
 		id := e.id
@@ -124,7 +173,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("update message %d: %w", id, err)
+			return false, fmt.Errorf("update message %d: %w", id, err)
 		}
 		e.e = ce
 		if !bytes.Equal(raw, e.raw) {
@@ -132,15 +181,12 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 			e.m, e.raw = m, raw
 		}
 	}
-	if stale {
-		if p, err = s.planUpdates(updates, msgs, all, errs); err != nil {
-			return nil, err
-		}
-	}
-	errs = p.errs
-	if len(p.kvs) == 0 {
-		return errs, nil
-	}
+	return stale, nil
+}
+
+// leavingCounts returns the pending count each device of p.removed will
+// have once p is written.
+func (s *Store) leavingCounts(p *updatePlan) (map[[2]string]int64, error) {
 	counts := make(map[[2]string]int64, len(p.removed))
 	for dk, ids := range p.removed {
 		n, err := s.pendingCount(dk[0], dk[1])
@@ -149,22 +195,12 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		}
 		counts[dk] = max(n-int64(len(ids)), 0)
 	}
-	synced, err := s.writeSyncAfter(func(b *pebble.Batch) error {
-		return fillUpdates(b, p.leaving, p.kvs)
-	})
-	if err != nil {
-		for dk := range counts {
-			s.pending.drop(dk[0], dk[1]) // the batch may or may not have landed
-		}
-		for _, id := range p.order {
-			s.msgs.drop(id)
-		}
-		err = fmt.Errorf("update %d messages: %w", len(p.order), err)
-		for _, i := range p.done {
-			errs[i] = err
-		}
-		return errs, nil
-	}
+	return counts, nil
+}
+
+// cacheUpdates brings the caches up to p, written: the pending counts of
+// the devices whose messages left their queue, and the messages.
+func (s *Store) cacheUpdates(p *updatePlan, counts map[[2]string]int64) {
 	puts := make([]queuePut, 0, len(counts))
 	for dk, n := range counts {
 		puts = append(puts, queuePut{app: dk[0], name: dk[1], n: n, removed: p.removed[dk]})
@@ -175,15 +211,13 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []store.MessageUpdat
 		kept[i] = keeping{id: id, raw: p.stored[i].raw, m: p.stored[i].m}
 	}
 	s.msgs.keepAll(kept)
-	locked = false
-	unlock()
-	if err := synced(); err != nil {
-		err = fmt.Errorf("update %d messages: %w", len(p.order), err)
-		for _, i := range p.done {
-			errs[i] = err
-		}
+}
+
+// fail sets err, the write's, as the error of every update p applied.
+func (p *updatePlan) fail(errs []error, err error) {
+	for _, i := range p.done {
+		errs[i] = err
 	}
-	return errs, nil
 }
 
 // updatePlan is what UpdateMessages writes: the updates applied to the

@@ -7,7 +7,7 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// TestCancelDoneBroadcastIsSwept (found by the issue 15 outside tester):
+// TestCancelDoneBroadcastIsSwept (found by an outside tester):
 // docs/api.md says a broadcast that is done can be cancelled "to retract
 // what is undelivered", so the cancelled, unswept broadcast must be in
 // ActiveBroadcasts for the fan-out worker to sweep it. On Redis the done

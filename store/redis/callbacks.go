@@ -173,7 +173,9 @@ func (s *Store) CallbackQueues(ctx context.Context) ([]store.CallbackQueue, erro
 	return out, nil
 }
 
-// ReadCallbacks returns the oldest entries of a delivery queue.
+// ReadCallbacks returns the oldest entries of a delivery queue. It is a
+// durable read as store.Store asks: Redis shows a write once it is
+// acknowledged, and an acknowledged write is durable.
 func (s *Store) ReadCallbacks(ctx context.Context, q store.CallbackQueue, after int64, limit int) ([]store.OutboxEntry, error) {
 	if limit < 1 {
 		return nil, nil

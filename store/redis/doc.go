@@ -139,7 +139,7 @@
 //   - appendonly yes, appendfsync always: Redis fsyncs the AOF before it
 //     replies (writes arriving together share an fsync), so a 200 survives
 //     a crash of Redis or of its machine. This is the setting that matches
-//     the embedded store and DESIGN.md's "durably stored".
+//     the embedded store, whose 200 means the write is on disk.
 //   - appendfsync everysec (Redis's default with AOF): a crash of the
 //     machine may lose the last second of acknowledged writes; a crash of
 //     the Redis process alone loses nothing, as the kernel holds the data.

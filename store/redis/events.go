@@ -22,8 +22,8 @@ import (
 //	{P a:<app>}:evtrim   the highest stream id trimmed away
 //
 // An event's ID is its stream id ms-seq as the int64 ms*1,000+seq, which
-// stays within 2^53-1 (DESIGN.md section 6: ids every JSON parser holds
-// exactly) until the year 2255; ms*1,000,000 would not (1.8e18 today).
+// stays within 2^53-1 (ids every JSON parser holds exactly; see
+// docs/events.md) until the year 2255; ms*1,000,000 would not (1.8e18 today).
 // The scripts choose the stream id themselves, rather than XADD's "*",
 // so that seq stays below 1,000: the id is the server's time in ms with
 // seq 0, or when that is not above the last id's ms (several appends in

@@ -67,7 +67,7 @@ func TestWaitEventsAcrossStores(t *testing.T) {
 }
 
 // TestEventIDs: an event id is the stream id's ms*1,000+seq, at most
-// 2^53-1 (DESIGN.md section 6), and ids keep rising when Redis's clock is
+// 2^53-1 (so every JSON parser holds it exactly), and ids keep rising when Redis's clock is
 // behind the last id (a clock that went back) and past a seq of 999.
 func TestEventIDs(t *testing.T) {
 	requireServer(t)

@@ -49,16 +49,6 @@ func (s *Store) ListTagged(ctx context.Context, appKey, tag, cursor string, limi
 	return s.devicePage(ctx, appKey, names, limit)
 }
 
-// FlagEpoch is store.Fleet's: other nodes change devices, so it cannot
-// tell, and the fan-out reads its devices again after each write.
-func (s *Store) FlagEpoch() (uint64, bool) { return 0, false }
-
-// PrepareStep is store.Fleet's: the Lua script of the write reads what
-// it needs, so nothing is done ahead.
-func (s *Store) PrepareStep(context.Context, string, []store.BatchMessage, []bool) (any, error) {
-	return nil, nil
-}
-
 // GetDevices reads the devices of names with one MGET on the app's slot.
 func (s *Store) GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error) {
 	if len(names) == 0 {

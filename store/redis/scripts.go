@@ -164,7 +164,10 @@ return redis.call('HGETALL', KEYS[2])
 `)
 
 // reportScript applies a device's report and returns the shadow hash.
-// KEYS: shadow. ARGV: version ("0": the next one), time, sdk_ver,
+// It is store.ApplyReport written in Lua, so that a report without
+// events is one round trip with no optimistic retry; a report with
+// events applies store.ApplyReport in Go under WATCH and then runs this
+// script with the version made explicit (reportEmitting). KEYS: shadow. ARGV: version ("0": the next one), time, sdk_ver,
 // app_ver, then name and value of each property.
 var reportScript = newScript(reportLua)
 

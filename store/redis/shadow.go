@@ -178,22 +178,8 @@ func (s *Store) reportEmitting(ctx context.Context, r store.Report) (store.Shado
 			return err
 		}
 		rr := r
-		if rr.Version == 0 {
-			rr.Version = sh.LastReportedVersion + 1
-		} else if rr.Version <= sh.LastReportedVersion {
-			return store.ErrVersionConflict
-		}
-		for name, v := range rr.Properties {
-			p := sh.Properties[name]
-			p.ReportedValue, p.ReportedSTime = v, rr.Time
-			sh.Properties[name] = p
-		}
-		sh.LastReportedVersion, sh.LastReportedSTime = rr.Version, rr.Time
-		if rr.SDKVer != "" {
-			sh.SDKVer = rr.SDKVer
-		}
-		if rr.AppVer != "" {
-			sh.AppVer = rr.AppVer
+		if rr.Version, err = store.ApplyReport(&sh, r); err != nil {
+			return err
 		}
 		evs := store.Stamp(r.Emit(sh), r.AppKey, r.DeviceName)
 		// The fence was checked under WATCH: the script is told none.
@@ -219,7 +205,9 @@ func (s *Store) reportEmitting(ctx context.Context, r store.Report) (store.Shado
 
 // GetSeq returns the unexpired entry for the app's seq_no, or
 // store.ErrNotFound. Redis drops an entry at its ExpiresAt (PXAT), and
-// never returns one past it.
+// never returns one past it. It is a durable read as store.Store asks:
+// Redis shows a write once it is acknowledged, and an acknowledged write
+// is durable.
 func (s *Store) GetSeq(ctx context.Context, appKey string, seqNo int64) (store.SeqEntry, error) {
 	// An entry written by createMessagesScript holds its body as text
 	// (body_text), as the script cannot encode it in base64.

@@ -60,7 +60,16 @@ func RunBarrierTests(t *testing.T, rounds int, open func(t *testing.T) Crashable
 	})
 	t.Run("SurvivesCrash", func(t *testing.T) {
 		for round := range rounds {
-			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testBarrierCrash(t, open(t)) }) {
+			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testBarrierCrash(t, open(t), false) }) {
+				return
+			}
+		}
+	})
+	// GetSeq is a durable read (store.Store): what it returned survives
+	// a crash with no Barrier after it.
+	t.Run("DurableSeqSurvivesCrash", func(t *testing.T) {
+		for round := range rounds {
+			if !t.Run(fmt.Sprint("round ", round), func(t *testing.T) { testBarrierCrash(t, open(t), true) }) {
 				return
 			}
 		}
@@ -75,7 +84,11 @@ const (
 	barrierPromises = 300
 )
 
-func testBarrierCrash(t *testing.T, c Crashable) {
+// testBarrierCrash crashes c while writers store messages and readers
+// promise what they read. With seqs, each message is stored with a seq_no
+// entry under its id, and readers promise the entries GetSeq returns,
+// calling no Barrier: a durable read must keep them too.
+func testBarrierCrash(t *testing.T, c Crashable, seqs bool) {
 	ctx := context.Background()
 	s := c.Store
 	must(t, s.CreateApp(ctx, store.App{Key: "k1", Name: "one"}))
@@ -85,7 +98,7 @@ func testBarrierCrash(t *testing.T, c Crashable) {
 	}
 	mustDevices(t, s, "k1", devs...)
 
-	r := &barrierRound{s: s, stop: make(chan struct{}), failed: make(chan error, barrierWriters+barrierReaders)}
+	r := &barrierRound{s: s, seqs: seqs, stop: make(chan struct{}), failed: make(chan error, barrierWriters+barrierReaders)}
 	for w := range barrierWriters {
 		r.wg.Add(1)
 		go r.write(devs[w])
@@ -106,7 +119,7 @@ func testBarrierCrash(t *testing.T, c Crashable) {
 
 	var lost []int64
 	for _, id := range cut {
-		if _, err := after.GetMessage(ctx, "k1", id); errors.Is(err, store.ErrNotFound) {
+		if err := r.get(ctx, after, id); errors.Is(err, store.ErrNotFound) {
 			lost = append(lost, id)
 		} else if err != nil {
 			t.Fatalf("get message %d after the crash: %v", id, err)
@@ -122,7 +135,10 @@ func testBarrierCrash(t *testing.T, c Crashable) {
 // barrierRound is one round of testBarrierCrash: its writers and readers
 // of store s, and the ids the readers were promised.
 type barrierRound struct {
-	s        store.Store
+	s store.Store
+	// seqs says messages are stored with a seq_no entry under their id,
+	// read back with GetSeq and no Barrier.
+	seqs     bool
 	next     atomic.Int64 // the last id handed to a writer
 	crashed  atomic.Bool
 	stop     chan struct{}
@@ -159,7 +175,12 @@ func (r *barrierRound) write(dev string) {
 	for !r.stopped() {
 		// Not pending, so no queue fills up however long it runs.
 		m := msg(r.next.Add(1), "k1", dev, store.StateDelivered)
-		if err := r.s.CreateMessage(context.Background(), m, 0, nil); err != nil {
+		var seqNo int64
+		var seq *store.SeqEntry
+		if r.seqs {
+			seqNo, seq = m.ID, &store.SeqEntry{Fingerprint: "f", Status: 200, Body: []byte("{}"), ExpiresAt: future()}
+		}
+		if err := r.s.CreateMessage(context.Background(), m, seqNo, seq); err != nil {
 			r.fail(fmt.Errorf("create message %d: %w", m.ID, err))
 			return
 		}
@@ -175,7 +196,7 @@ func (r *barrierRound) read() {
 		var seen []int64
 		last := r.next.Load()
 		for id := last; id > last-2*barrierWriters && id > 0; id-- {
-			_, err := r.s.GetMessage(ctx, "k1", id)
+			err := r.get(ctx, r.s, id)
 			if err == nil {
 				seen = append(seen, id)
 			} else if !errors.Is(err, store.ErrNotFound) {
@@ -183,14 +204,27 @@ func (r *barrierRound) read() {
 				return
 			}
 		}
-		if err := r.s.Barrier(ctx); err != nil {
-			r.fail(fmt.Errorf("barrier: %w", err))
-			return
+		// GetSeq is a durable read: with seqs, no Barrier.
+		if !r.seqs {
+			if err := r.s.Barrier(ctx); err != nil {
+				r.fail(fmt.Errorf("barrier: %w", err))
+				return
+			}
 		}
 		r.mu.Lock()
 		r.promised = append(r.promised, seen...)
 		r.mu.Unlock()
 	}
+}
+
+// get reads id from s: its message, or with seqs its seq_no entry.
+func (r *barrierRound) get(ctx context.Context, s store.Store, id int64) error {
+	if r.seqs {
+		_, err := s.GetSeq(ctx, "k1", id)
+		return err
+	}
+	_, err := s.GetMessage(ctx, "k1", id)
+	return err
 }
 
 // waitForPromises waits until the readers were promised barrierPromises

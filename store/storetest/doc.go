@@ -10,7 +10,11 @@
 // it is the conformance suite every backend runs: each backend's tests
 // (store/memory, store/pebble, store/redis) import it, and no package can
 // import another's _test.go files. It is split by concern: storetest.go
-// (apps, devices, shadows, seq_no, queues, reopen), messages.go (message
-// transitions, outbox, callback queues, dead letters), barrier.go
-// (Barrier across a crash) and bench.go (benchmarks).
+// (the test list, helpers, apps, messages and queues, meta), devices.go
+// (devices and their listing), shadow.go (shadows, seq_no), concurrent.go
+// (concurrent writers), reopen.go (what survives a reopen), messages.go
+// (message transitions, outbox, callback queues, dead letters), events.go
+// and eventcrash.go (the event log), fleet.go (tags, batch sends,
+// broadcasts), updates.go (UpdateMessages), barrier.go (Barrier across a
+// crash) and bench.go (benchmarks).
 package storetest

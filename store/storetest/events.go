@@ -98,8 +98,18 @@ func testEventsAppendRead(t *testing.T, s store.Store) {
 	if err != nil || len(p.Events) != 0 || p.Next != 0 || p.Oldest != 0 || p.Newest != 0 {
 		t.Fatalf("empty log: %+v, %v; want no events, Next 0, Oldest 0, Newest 0", p, err)
 	}
-	// Data is kept byte for byte (spaces and all); empty Data becomes {}.
-	in := appendEvents(t, s,
+	in, more := appendEventsOfTwoApps(t, s)
+	checkReadAppEvents(t, s, in, more)
+	checkReadCursor(t, s, in, more)
+	checkReadAppsApart(t, s, in)
+}
+
+// appendEventsOfTwoApps appends four events of apps a and b, then one
+// more of a, and checks their ids: positive and increasing per app. Data
+// is kept byte for byte (spaces and all); empty Data becomes {}.
+func appendEventsOfTwoApps(t *testing.T, s store.Store) (in, more []store.Event) {
+	t.Helper()
+	in = appendEvents(t, s,
 		ev("a", "d1", "device.up", 1000, `{"topic": "up",  "x":1}`),
 		ev("b", "d1", "device.up", 1001, `{"b":1}`),
 		ev("a", "d2", "device.online", 1002, ``),
@@ -113,14 +123,22 @@ func testEventsAppendRead(t *testing.T, s store.Store) {
 	if in[0].ID <= 0 || in[2].ID <= in[0].ID || in[3].ID <= in[2].ID || in[1].ID <= 0 {
 		t.Fatalf("ids %v: want positive and increasing per app", ids(in))
 	}
-	more := appendEvents(t, s, ev("a", "d1", "device.up", 1004, `[1,2]`))
+	more = appendEvents(t, s, ev("a", "d1", "device.up", 1004, `[1,2]`))
 	if more[0].ID <= in[3].ID {
 		t.Fatalf("a later append got id %d, not above %d", more[0].ID, in[3].ID)
 	}
+	return in, more
+}
 
+// checkReadAppEvents reads app a's events (in and more, as
+// appendEventsOfTwoApps appended them): all of them, with the page's
+// Next, Oldest and Newest, and the log's Newest whatever the page.
+func checkReadAppEvents(t *testing.T, s store.Store, in, more []store.Event) {
+	t.Helper()
+	ctx := context.Background()
 	want := []store.Event{in[0], in[2], in[3], more[0]}
 	want[1].Data = []byte(`{}`)
-	p, err = s.ReadEvents(ctx, store.EventQuery{AppKey: "a", Limit: 10})
+	p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", Limit: 10})
 	must(t, err)
 	if len(p.Events) != len(want) {
 		t.Fatalf("read %d events of a, want %d: %+v", len(p.Events), len(want), p.Events)
@@ -144,10 +162,14 @@ func testEventsAppendRead(t *testing.T, s store.Store) {
 			t.Errorf("ReadEvents(%+v): Newest %d, %v; want %d", q, p.Newest, err, more[0].ID)
 		}
 	}
+}
 
-	// The cursor is exclusive; after the last event there is nothing and
-	// Next stays.
-	p, err = s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[2].ID, Limit: 10})
+// checkReadCursor: the cursor is exclusive; after the last event there
+// is nothing and Next stays.
+func checkReadCursor(t *testing.T, s store.Store, in, more []store.Event) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "a", After: in[2].ID, Limit: 10})
 	must(t, err)
 	if got := ids(p.Events); !slices.Equal(got, []int64{in[3].ID, more[0].ID}) {
 		t.Errorf("after %d: ids %v, want %v", in[2].ID, got, []int64{in[3].ID, more[0].ID})
@@ -156,13 +178,18 @@ func testEventsAppendRead(t *testing.T, s store.Store) {
 	if err != nil || len(p.Events) != 0 || p.Next != more[0].ID {
 		t.Errorf("after the last event: %+v, %v; want none, Next %d", p, err, more[0].ID)
 	}
-	// Apps are apart.
-	p, err = s.ReadEvents(ctx, store.EventQuery{AppKey: "b", Limit: 10})
+}
+
+// checkReadAppsApart: apps are apart (app b holds only in[1]), and what a
+// reader gets is its own copy.
+func checkReadAppsApart(t *testing.T, s store.Store, in []store.Event) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := s.ReadEvents(ctx, store.EventQuery{AppKey: "b", Limit: 10})
 	must(t, err)
 	if len(p.Events) != 1 || sameEvent(p.Events[0], in[1]) != nil {
 		t.Errorf("app b: %+v, want only %+v", p.Events, in[1])
 	}
-	// What a reader gets is its own copy.
 	p.Events[0].Data[1] = 'X'
 	p, _ = s.ReadEvents(ctx, store.EventQuery{AppKey: "b", Limit: 10})
 	if string(p.Events[0].Data) != `{"b":1}` {

@@ -14,7 +14,7 @@ import (
 )
 
 // fleetTests are the cases of RunTests for tags, batch sends and
-// broadcasts (DESIGN.md section 8).
+// broadcasts (store.Fleet).
 var fleetTests = []struct {
 	name string
 	fn   func(t *testing.T, s store.Store)
@@ -186,7 +186,7 @@ func testGetDevices(t *testing.T, s store.Store) {
 func testFlagEpoch(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1", "dev-2")
-	e0, ok := s.FlagEpoch()
+	e0, ok := flagEpoch(s)
 	if !ok {
 		t.Skip("the store cannot tell: the fan-out always reads its devices again")
 	}
@@ -199,7 +199,7 @@ func testFlagEpoch(t *testing.T, s store.Store) {
 		must(t, err)
 	}
 	epoch := func() uint64 {
-		e, ok := s.FlagEpoch()
+		e, ok := flagEpoch(s)
 		if !ok {
 			t.Fatal("FlagEpoch stopped telling")
 		}
@@ -658,7 +658,7 @@ func testBroadcastStepEpoch(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1", "dev-2", "dev-3")
 	must(t, s.CreateBroadcast(ctx, newBroadcast("app", 100), someTargets, 0, nil))
-	epoch, ok := s.FlagEpoch()
+	epoch, ok := flagEpoch(s)
 	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
 	out, err := s.CreateMessages(ctx, "app", []store.BatchMessage{
 		batchMsg(101, "app", "dev-1", store.StatePending), batchMsg(102, "app", "dev-2", store.StatePending),
@@ -678,7 +678,7 @@ func testBroadcastStepEpoch(t *testing.T, s store.Store) {
 func testBatchSeqEpoch(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustDevices(t, s, "app", "dev-1", "dev-2")
-	epoch, ok := s.FlagEpoch()
+	epoch, ok := flagEpoch(s)
 	must(t, s.DeleteDevice(ctx, "app", "dev-2"))
 	seq := &store.BatchSeq{SeqNo: 5, Entry: store.SeqEntry{Fingerprint: "f", Status: 200, ExpiresAt: future()},
 		Prefix: []byte("["), Suffix: []byte("]"), Epoch: epoch, EpochOK: ok}
@@ -715,11 +715,11 @@ func testBroadcastStepPrepared(t *testing.T, s store.Store) {
 	_, err := s.CreateMessages(ctx, "app", fill, nil, nil)
 	must(t, err)
 	msgs := []store.BatchMessage{batchMsg(2001, "app", "dev-1", store.StatePending), batchMsg(2002, "app", "dev-2", store.StatePending)}
-	prepared, err := s.PrepareStep(ctx, "app", msgs, []bool{false, true})
+	prepared, err := prepareStep(ctx, s, "app", msgs, []bool{false, true})
 	must(t, err)
 	must(t, s.CreateMessage(ctx, msg(1500, "app", "dev-1", store.StatePending), 0, nil))
 	must(t, s.CreateMessage(ctx, msg(1501, "app", "dev-2", store.StatePending), 0, nil))
-	epoch, ok := s.FlagEpoch()
+	epoch, ok := flagEpoch(s)
 	out, err := s.CreateMessages(ctx, "app", msgs, nil, &store.BroadcastStep{AppKey: "app", ID: 100, Chunk: 0, Epoch: epoch, EpochOK: ok, Prepared: prepared})
 	must(t, err)
 	if !slices.Equal(out, []int{store.BatchFull, store.BatchStored}) {
@@ -741,4 +741,25 @@ func testBroadcastStepPrepared(t *testing.T, s store.Store) {
 	if out[len(out)-2] != store.BatchStored || out[len(out)-1] != store.BatchFull {
 		t.Fatalf("dev-2's last two outcomes %v, want stored then full", out[len(out)-2:])
 	}
+}
+
+// flagEpoch returns s's flag epoch where s offers one (an optional
+// method outside the contract; see store.BroadcastStep's Epoch), and ok
+// false, as a store that cannot tell, where it does not.
+func flagEpoch(s store.Store) (uint64, bool) {
+	if fe, ok := s.(interface{ FlagEpoch() (uint64, bool) }); ok {
+		return fe.FlagEpoch()
+	}
+	return 0, false
+}
+
+// prepareStep returns what s's optional PrepareStep makes of msgs (see
+// store.BroadcastStep's Prepared), nil where s has none.
+func prepareStep(ctx context.Context, s store.Store, appKey string, msgs []store.BatchMessage, connected []bool) (any, error) {
+	if ps, ok := s.(interface {
+		PrepareStep(ctx context.Context, appKey string, msgs []store.BatchMessage, connected []bool) (any, error)
+	}); ok {
+		return ps.PrepareStep(ctx, appKey, msgs, connected)
+	}
+	return nil, nil
 }
