@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/webhook"
 )
@@ -176,9 +177,7 @@ func (t *eventTail) signingKey(ctx context.Context) ([]byte, error) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var v struct {
-		SigningSecret string `json:"signing_secret"`
-	}
+	var v apitypes.CallbackSettings
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &v) != nil || !strings.HasPrefix(v.SigningSecret, "whsec_") {
 		return nil, fmt.Errorf("GET /admin/v1/apps/%s/callback: HTTP %d %s", t.key, resp.StatusCode, bytes.TrimSpace(body))
 	}
@@ -223,12 +222,7 @@ func (t *eventTail) pull(ctx context.Context) ([]json.RawMessage, string, error)
 		return nil, "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct {
-				Code    int    `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var e apitypes.ErrorBody
 		_ = json.Unmarshal(body, &e)
 		switch {
 		case resp.StatusCode == http.StatusBadRequest && t.after != "" && strings.HasPrefix(e.Error.Message, "after ") &&

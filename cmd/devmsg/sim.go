@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/devmsg/devmsg/apitypes"
 	sdk "github.com/devmsg/devmsg/sdk/device"
 )
 
@@ -215,14 +216,7 @@ func createSimDevices(ctx context.Context, api, appKey, masterSecret, prefix str
 			names = append(names, map[string]string{"name": fmt.Sprintf("%s%04d", prefix, i)})
 		}
 		body, _ := json.Marshal(map[string]any{"device": names})
-		var r struct {
-			Resp []struct {
-				DeviceName   string `json:"device_name"`
-				Code         int    `json:"code"`
-				Message      string `json:"message"`
-				DeviceSecret string `json:"device_secret"`
-			} `json:"resp"`
-		}
+		var r apitypes.CreateDevicesAnswer
 		if err := c.call(ctx, http.MethodPost, "/device/v1/devices", body, &r); err != nil {
 			return nil, fmt.Errorf("sim: create devices: %w", err)
 		}
@@ -256,9 +250,7 @@ func createSimDevices(ctx context.Context, api, appKey, masterSecret, prefix str
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				var info struct {
-					DeviceSecret string `json:"device_secret"`
-				}
+				var info apitypes.BaseInfo
 				err := c.call(ctx, http.MethodGet, "/device/v1/baseinfo?device_name="+url.QueryEscape(out[i][0]), nil, &info)
 				mu.Lock()
 				if err != nil && firstErr == nil {
