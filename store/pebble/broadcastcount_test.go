@@ -72,3 +72,31 @@ func TestMessageHeadMatchesEncodingJSON(t *testing.T) {
 		t.Errorf("the stored form %s does not take the fast path", b)
 	}
 }
+
+// BenchmarkMessageHead reads the head of a stored broadcast message (the
+// layout broadcastHead reads from both ends) and of a message that is no
+// broadcast, which takes the field-by-field scan over its records and
+// params.
+func BenchmarkMessageHead(b *testing.B) {
+	params := json.RawMessage(`{"broadcast_id":"77","firmware":{"url":"https://h/fw.bin","sha":"0123456789abcdef"},"tries":[1,2,3]}`)
+	records := []store.Record{{Type: 0, SentTime: 1764000000, Params: params}, {Type: 5, SentTime: 1764000001, Error: &store.RecordError{Code: 3003, Message: "offline"}}}
+	for name, m := range map[string]store.Message{
+		"broadcast": {ID: 123456, AppKey: "app-key-0123456789abcdef", DeviceName: "bench-dev-000042", Body: "hello from the bench",
+			TTL: 600, TimeCreate: 1764000000, ExpireTime: 1764000600, State: store.StatePending, Params: params, Records: records, Broadcast: 77},
+		"single": {ID: 123457, AppKey: "app-key-0123456789abcdef", DeviceName: "bench-dev-000042", Body: "hello from the bench",
+			TTL: 600, TimeCreate: 1764000000, ExpireTime: 1764000600, State: store.StateDelivered, Params: params, Records: records},
+	} {
+		v, err := appendMessage(nil, &m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := messageHead(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
