@@ -104,7 +104,7 @@ func plainRest(text []byte) bool {
 // backslash, which it escapes, and <, > and &, which it escapes for HTML.
 // It is false for some strings json.Marshal does write as they are (DEL,
 // UTF-8 text): those take encoding/json's way, which gives the same.
-func Verbatim[T string | []byte](s T) bool {
+func Verbatim[T ~string | ~[]byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			return false
