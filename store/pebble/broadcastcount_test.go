@@ -51,6 +51,8 @@ func TestMessageHeadMatchesEncodingJSON(t *testing.T) {
 	}
 	inputs = append(inputs, `{}`, `{"State":"x","state":"y"}`, `{"STATE":"x"}`, `{"broadcast":1.5}`, `{"broadcast":null}`,
 		`{"records":[[[]]],"state":"s"}`, `{"x":{"y":{}},"app_key":"k"}`, ` { "state" : "s" } `,
+		`{"x":tru,"state":"s"}`, `{"x":[1.2.3],"state":"s"}`, `{"x":"\q","state":"s"}`, `{"x":{"y":"\u12"},"state":"s"}`,
+		`{"x":{"y":"\u00e9\n"},"state":"s"}`, "{\"k\xff\":1,\"state\":\"s\"}", "{\"state\":\"s\xff\"}",
 		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s","records":null,"broadcast":-3}`,
 		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s\u0041","broadcast":3}`,
 		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s","broadcast":3,"state":"t"}`)
