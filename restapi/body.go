@@ -264,7 +264,7 @@ func plainString(raw json.RawMessage) (s string, ok bool) {
 
 // isPlainString reports whether plainString takes raw.
 func isPlainString(raw json.RawMessage) bool {
-	return len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && jsonscan.Verbatim(raw[1:len(raw)-1])
+	return jsonscan.VerbatimStringEnd(raw, 0) == len(raw)
 }
 
 // canonicalValue re-encodes one JSON value so two values that mean the

@@ -20,25 +20,11 @@ import (
 // with the offsets of each element's text between its quotes, in order.
 // compact is false when white space stands between the elements.
 func scanPlainArray(raw []byte, each func(start, end int)) (n int, compact, ok bool) {
-	size := len("[]") // of raw without its white space
-	end := jsonscan.PlainArrayEnd(raw, 0, func(start, end int) bool {
-		if !jsonscan.Verbatim(raw[start:end]) {
-			return false
-		}
-		if each != nil {
-			each(start, end)
-		}
-		n++
-		size += end - start + len(`""`)
-		return true
-	})
+	end, n, spaced := jsonscan.StringArray(raw, 0, jsonscan.VerbatimStringEnd, each)
 	if end != len(raw) {
 		return 0, false, false
 	}
-	if n > 1 {
-		size += n - 1 // the commas
-	}
-	return n, len(raw) == size, true
+	return n, !spaced, true
 }
 
 // plainStrings is stringArray for an array of plain strings: the names

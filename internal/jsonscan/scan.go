@@ -9,11 +9,8 @@ const MaxDepth = 64
 // SkipSpace returns the index of the first byte of b at or after i that is
 // not JSON white space (space, tab, line feed, carriage return), or len(b).
 func SkipSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
+	for ; i < len(b); i++ {
+		if c := b[i]; c > ' ' || c != ' ' && c != '\t' && c != '\n' && c != '\r' {
 			return i
 		}
 	}
@@ -38,18 +35,20 @@ func PlainTextEnd(b []byte, i int) int {
 		return -1
 	}
 	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
+		c := b[j]
+		switch {
+		case c < utf8.RuneSelf && plainByte[c]:
+			continue
 		case c == '"':
 			return j + 1
-		case c == '\\' || c < 0x20:
+		case c < utf8.RuneSelf: // a backslash or a control byte
 			return -1
-		case c >= utf8.RuneSelf:
-			end := plainEnd(b, j)
-			if end < 0 || !utf8.Valid(b[j:end-1]) {
-				return -1
-			}
-			return end
 		}
+		end := plainEnd(b, j)
+		if end < 0 || !utf8.Valid(b[j:end-1]) {
+			return -1
+		}
+		return end
 	}
 	return -1
 }
@@ -58,15 +57,27 @@ func PlainTextEnd(b []byte, i int) int {
 // whose text goes on at b[j], or -1.
 func plainEnd(b []byte, j int) int {
 	for ; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return j + 1
-		case c == '\\' || c < 0x20:
+		if c := b[j]; !plainByte[c] {
+			if c == '"' {
+				return j + 1
+			}
 			return -1
 		}
 	}
 	return -1
 }
+
+// plainByte and verbatimByte tell the bytes that may stand as they are in
+// the text of a plain string (any but the quote, the backslash and the
+// control bytes) and of a Verbatim one (printable ASCII but for the
+// quote, the backslash, <, > and &).
+var plainByte, verbatimByte = func() (plain, verbatim [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		plain[c] = c != '"' && c != '\\'
+		verbatim[c] = plain[c] && c <= 0x7e && c != '<' && c != '>' && c != '&'
+	}
+	return plain, verbatim
+}()
 
 // PlainText returns the text between the quotes of lit when lit is one
 // plain string literal (see PlainStringEnd) whose text is UTF-8: exactly
@@ -106,11 +117,29 @@ func plainRest(text []byte) bool {
 // UTF-8 text): those take encoding/json's way, which gives the same.
 func Verbatim[T ~string | ~[]byte](s T) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !verbatimByte[s[i]] {
 			return false
 		}
 	}
 	return true
+}
+
+// VerbatimStringEnd returns the index after the string literal that
+// starts at b[i] (a quote) when its text is Verbatim, one json.Marshal
+// writes back as the same literal, and -1 otherwise.
+func VerbatimStringEnd(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	for j := i + 1; j < len(b); j++ {
+		if c := b[j]; !verbatimByte[c] {
+			if c == '"' {
+				return j + 1
+			}
+			return -1
+		}
+	}
+	return -1
 }
 
 // StringEnd returns the index after the string literal that starts at
@@ -123,15 +152,16 @@ func StringEnd(b []byte, i int) int {
 	}
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
+		case plainByte[c]:
 		case c == '"':
 			return j + 1
-		case c < 0x20:
-			return -1
 		case c == '\\':
 			if j = escapeEnd(b, j); j < 0 {
 				return -1
 			}
 			j-- // the loop steps past the escape's last byte
+		default: // a control byte
+			return -1
 		}
 	}
 	return -1
@@ -211,12 +241,24 @@ func digitsEnd(b []byte, i int) int {
 // LiteralEnd returns the index after the true, false or null that starts
 // at b[i], or -1.
 func LiteralEnd(b []byte, i int) int {
-	for _, lit := range [...]string{"true", "false", "null"} {
-		if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
-			return i + len(lit)
-		}
+	if i >= len(b) {
+		return -1
 	}
-	return -1
+	var lit string
+	switch b[i] {
+	case 't':
+		lit = "true"
+	case 'f':
+		lit = "false"
+	case 'n':
+		lit = "null"
+	default:
+		return -1
+	}
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
 }
 
 // FlatValueEnd returns the index after the value that starts at b[i] when
@@ -305,31 +347,51 @@ func memberValue(b []byte, i int) int {
 
 // PlainArrayEnd returns the index after the array that starts at b[i]
 // when each of its elements is a plain string (see PlainStringEnd), and
-// -1 otherwise. each, when not nil, is called with the offsets of each
-// element's text between its quotes, in order; when it returns false the
-// scan stops and answers -1.
-func PlainArrayEnd(b []byte, i int, each func(start, end int) bool) int {
+// -1 otherwise.
+func PlainArrayEnd(b []byte, i int) int {
+	end, _, _ := StringArray(b, i, PlainStringEnd, nil)
+	return end
+}
+
+// StringArray returns the index after the array that starts at b[i] when
+// each of its elements is a string literal elemEnd takes (PlainStringEnd,
+// PlainTextEnd, VerbatimStringEnd), and -1 otherwise; n is how many
+// elements it has and spaced whether white space stands in it. each, when
+// not nil, is called with the offsets of each element's text between its
+// quotes, in order, as the scan goes (so also for an array it then
+// refuses).
+func StringArray(b []byte, i int, elemEnd func(b []byte, i int) int, each func(start, end int)) (end, n int, spaced bool) {
 	if i >= len(b) || b[i] != '[' {
-		return -1
+		return -1, 0, false
 	}
 	j := SkipSpace(b, i+1)
+	spaced = j != i+1
 	if j < len(b) && b[j] == ']' {
-		return j + 1
+		return j + 1, 0, spaced
 	}
 	for {
-		end := PlainStringEnd(b, j)
-		if end < 0 || each != nil && !each(j+1, end-1) {
-			return -1
+		end := elemEnd(b, j)
+		if end < 0 {
+			return -1, 0, false
 		}
-		switch j = SkipSpace(b, end); {
+		if each != nil {
+			each(j+1, end-1)
+		}
+		n++
+		if j = SkipSpace(b, end); j != end {
+			spaced = true
+		}
+		switch {
 		case j >= len(b):
-			return -1
+			return -1, 0, false
 		case b[j] == ']':
-			return j + 1
+			return j + 1, n, spaced
 		case b[j] != ',':
-			return -1
+			return -1, 0, false
 		}
-		j = SkipSpace(b, j+1)
+		if end, j = j+1, SkipSpace(b, j+1); j != end {
+			spaced = true
+		}
 	}
 }
 

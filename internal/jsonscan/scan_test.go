@@ -60,7 +60,12 @@ func TestScanRules(t *testing.T) {
 		{"PlainTextEnd", PlainTextEnd, "\"a\xffb\" ", -1},
 		{"PlainTextEnd", PlainTextEnd, `"aé", `, 5},
 		{"PlainTextEnd", PlainTextEnd, "\"del\x7f\"", 6},
-		{"PlainArrayEnd", func(b []byte, i int) int { return PlainArrayEnd(b, i, nil) }, `[ "a" , "b" ]x`, 13},
+		{"PlainArrayEnd", PlainArrayEnd, `[ "a" , "b" ]x`, 13},
+		{"VerbatimStringEnd", VerbatimStringEnd, `"a b~", `, 6},
+		{"VerbatimStringEnd", VerbatimStringEnd, `"a<b"`, -1},
+		{"VerbatimStringEnd", VerbatimStringEnd, `"é"`, -1},
+		{"LiteralEnd", LiteralEnd, `fals`, -1},
+		{"LiteralEnd", LiteralEnd, ``, -1},
 	} {
 		if got := c.fn([]byte(c.in), 0); got != c.want {
 			t.Errorf("%s(%q) = %d, want %d", c.name, c.in, got, c.want)
@@ -112,7 +117,7 @@ func checkScan(t *testing.T, b []byte) {
 	}{
 		{"ValueEnd", ValueEnd}, {"FlatValueEnd", FlatValueEnd}, {"StringEnd", StringEnd},
 		{"PlainStringEnd", PlainStringEnd}, {"PlainTextEnd", PlainTextEnd}, {"NumberEnd", NumberEnd},
-		{"LiteralEnd", LiteralEnd}, {"PlainArrayEnd", func(b []byte, i int) int { return PlainArrayEnd(b, i, nil) }},
+		{"LiteralEnd", LiteralEnd}, {"PlainArrayEnd", PlainArrayEnd}, {"VerbatimStringEnd", VerbatimStringEnd},
 	} {
 		if end := f.fn(b, i); end >= 0 {
 			checkSpan(t, f.name, b, i, end)
@@ -165,6 +170,11 @@ func checkStrings(t *testing.T, b []byte, i int) {
 			t.Errorf("PlainText(%q) = %q, json.Unmarshal %q (%v)", b, text, want, err)
 		}
 	}
+	if end := VerbatimStringEnd(b, i); end >= 0 {
+		if enc, err := json.Marshal(string(b[i+1 : end-1])); err != nil || !bytes.Equal(enc, b[i:end]) {
+			t.Errorf("VerbatimStringEnd(%q) takes %q, which json.Marshal writes as %s", b, b[i:end], enc)
+		}
+	}
 	if Verbatim(b) {
 		if enc, err := json.Marshal(string(b)); err != nil || string(enc) != `"`+string(b)+`"` {
 			t.Errorf("Verbatim(%q), but json.Marshal writes %s", b, enc)
@@ -172,26 +182,39 @@ func checkStrings(t *testing.T, b []byte, i int) {
 	}
 }
 
-// checkPlainArray holds the elements PlainArrayEnd hands out to the
-// strings json.Unmarshal decodes.
+// checkPlainArray holds the elements StringArray hands out to the
+// strings json.Unmarshal decodes, and its count and spaced to the array.
 func checkPlainArray(t *testing.T, b []byte, i int) {
 	t.Helper()
-	var got []string
-	end := PlainArrayEnd(b, i, func(start, end int) bool {
-		got = append(got, string(b[start:end]))
-		return true
-	})
-	if end < 0 || !utf8.Valid(b[i:end]) {
-		return
-	}
-	var want []string
-	if err := json.Unmarshal(b[i:end], &want); err != nil || len(got) != len(want) {
-		t.Errorf("PlainArrayEnd(%q) = %q, json.Unmarshal %q (%v)", b, got, want, err)
-		return
-	}
-	for k := range want {
-		if got[k] != want[k] {
-			t.Errorf("PlainArrayEnd(%q)[%d] = %q, json.Unmarshal %q", b, k, got[k], want[k])
+	for _, e := range []struct {
+		name string
+		fn   func([]byte, int) int
+	}{{"PlainStringEnd", PlainStringEnd}, {"PlainTextEnd", PlainTextEnd}, {"VerbatimStringEnd", VerbatimStringEnd}} {
+		var got []string
+		end, n, spaced := StringArray(b, i, e.fn, func(start, end int) { got = append(got, string(b[start:end])) })
+		if end < 0 {
+			continue
+		}
+		checkSpan(t, "StringArray/"+e.name, b, i, end)
+		if n != len(got) {
+			t.Errorf("StringArray(%q, %s) counts %d elements, hands out %d", b, e.name, n, len(got))
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, b[i:end]); err == nil && spaced == bytes.Equal(compact.Bytes(), b[i:end]) {
+			t.Errorf("StringArray(%q, %s): spaced %v, compact form %q", b, e.name, spaced, compact.Bytes())
+		}
+		if !utf8.Valid(b[i:end]) {
+			continue
+		}
+		var want []string
+		if err := json.Unmarshal(b[i:end], &want); err != nil || len(got) != len(want) {
+			t.Errorf("StringArray(%q, %s) = %q, json.Unmarshal %q (%v)", b, e.name, got, want, err)
+			continue
+		}
+		for k := range want {
+			if got[k] != want[k] {
+				t.Errorf("StringArray(%q, %s)[%d] = %q, json.Unmarshal %q", b, e.name, k, got[k], want[k])
+			}
 		}
 	}
 }
@@ -221,6 +244,30 @@ func checkObject(t *testing.T, b []byte, name string, valueEnd func([]byte, int)
 	for k, v := range want {
 		if g, ok := got[k]; !ok || !bytes.Equal(g, v) {
 			t.Errorf("Object(%q, %s)[%q] = %q, json.Unmarshal %q", b, name, k, g, v)
+		}
+	}
+}
+
+// TestByteTables checks each byte of the tables behind plain and Verbatim
+// strings against encoding/json: a plain byte stands in a literal
+// json.Unmarshal takes, a Verbatim byte is one json.Marshal writes as it
+// is.
+func TestByteTables(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		lit := []byte{'"', byte(c), '"'}
+		if wantPlain := c >= 0x20 && c != '"' && c != '\\'; plainByte[c] != wantPlain || plainByte[c] != json.Valid(lit) {
+			t.Errorf("plainByte[%#x] = %v, json.Valid(%q) %v", c, plainByte[c], lit, json.Valid(lit))
+		}
+		if !verbatimByte[c] {
+			continue
+		}
+		if enc, _ := json.Marshal(string(rune(c))); !bytes.Equal(enc, lit) {
+			t.Errorf("verbatimByte[%#x], but json.Marshal writes %s", c, enc)
+		}
+	}
+	for _, c := range []byte{'"', '\\', '<', '>', '&', 0x7f, 0x1f, 0x80} {
+		if verbatimByte[c] {
+			t.Errorf("verbatimByte[%#x] is true", c)
 		}
 	}
 }

@@ -146,7 +146,7 @@ func eachField(v []byte, fn func(k, val []byte) bool) bool {
 // (a device's tags); -1 for anything else.
 func deviceValueEnd(v []byte, i int) int {
 	if i < len(v) && v[i] == '[' {
-		return jsonscan.PlainArrayEnd(v, i, nil)
+		return jsonscan.PlainArrayEnd(v, i)
 	}
 	return jsonscan.FlatValueEnd(v, i)
 }
@@ -168,14 +168,13 @@ func plainStrings(val []byte) ([]string, bool) {
 	if !utf8.Valid(val) {
 		return nil, false
 	}
-	n := 0
-	if jsonscan.PlainArrayEnd(val, 0, func(int, int) bool { n++; return true }) != len(val) {
+	end, n, _ := jsonscan.StringArray(val, 0, jsonscan.PlainStringEnd, nil)
+	if end != len(val) {
 		return nil, false
 	}
 	out := make([]string, 0, n)
-	jsonscan.PlainArrayEnd(val, 0, func(start, end int) bool {
+	jsonscan.StringArray(val, 0, jsonscan.PlainStringEnd, func(start, end int) {
 		out = append(out, string(val[start:end]))
-		return true
 	})
 	return out, true
 }
