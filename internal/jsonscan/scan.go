@@ -34,80 +34,59 @@ func PlainTextEnd(b []byte, i int) int {
 	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
-	for j := i + 1; j < len(b); j++ {
-		c := b[j]
-		switch {
-		case c < utf8.RuneSelf && plainByte[c]:
-			continue
-		case c == '"':
-			return j + 1
-		case c < utf8.RuneSelf: // a backslash or a control byte
-			return -1
-		}
-		end := plainEnd(b, j)
-		if end < 0 || !utf8.Valid(b[j:end-1]) {
-			return -1
-		}
-		return end
+	j := i + 1
+	for j < len(b) && asciiPlainByte[b[j]] {
+		j++
 	}
-	return -1
+	switch {
+	case j >= len(b):
+		return -1
+	case b[j] == '"':
+		return j + 1
+	case b[j] < utf8.RuneSelf: // a backslash or a control byte
+		return -1
+	}
+	end := plainEnd(b, j) // the rest of the text, from its first byte that is not ASCII
+	if end < 0 || !utf8.Valid(b[j:end-1]) {
+		return -1
+	}
+	return end
 }
 
 // plainEnd returns the index after the closing quote of a plain string
 // whose text goes on at b[j], or -1.
 func plainEnd(b []byte, j int) int {
-	for ; j < len(b); j++ {
-		if c := b[j]; !plainByte[c] {
-			if c == '"' {
-				return j + 1
-			}
-			return -1
-		}
+	for j < len(b) && plainByte[b[j]] {
+		j++
+	}
+	if j < len(b) && b[j] == '"' {
+		return j + 1
 	}
 	return -1
 }
 
-// plainByte and verbatimByte tell the bytes that may stand as they are in
-// the text of a plain string (any but the quote, the backslash and the
-// control bytes) and of a Verbatim one (printable ASCII but for the
-// quote, the backslash, <, > and &).
-var plainByte, verbatimByte = func() (plain, verbatim [256]bool) {
+// plainByte, asciiPlainByte and verbatimByte tell the bytes that may
+// stand as they are in the text of a plain string (any but the quote, the
+// backslash and the control bytes), of a plain string that is ASCII, and
+// of a Verbatim one (printable ASCII but for the quote, the backslash, <,
+// > and &).
+var plainByte, asciiPlainByte, verbatimByte = func() (plain, ascii, verbatim [256]bool) {
 	for c := 0x20; c < 256; c++ {
 		plain[c] = c != '"' && c != '\\'
-		verbatim[c] = plain[c] && c <= 0x7e && c != '<' && c != '>' && c != '&'
+		ascii[c] = plain[c] && c < utf8.RuneSelf
+		verbatim[c] = ascii[c] && c != 0x7f && c != '<' && c != '>' && c != '&'
 	}
-	return plain, verbatim
+	return plain, ascii, verbatim
 }()
 
 // PlainText returns the text between the quotes of lit when lit is one
-// plain string literal (see PlainStringEnd) whose text is UTF-8: exactly
-// what json.Unmarshal decodes it to. ok is false for anything else.
+// string literal PlainTextEnd takes: exactly what json.Unmarshal decodes
+// it to. ok is false for anything else.
 func PlainText(lit []byte) (text []byte, ok bool) {
-	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
+	if PlainTextEnd(lit, 0) != len(lit) {
 		return nil, false
 	}
-	text = lit[1 : len(lit)-1]
-	for i, c := range text {
-		switch {
-		case c == '"' || c == '\\' || c < 0x20:
-			return nil, false
-		case c >= utf8.RuneSelf:
-			return text, plainRest(text[i:])
-		}
-	}
-	return text, true
-}
-
-// plainRest reports whether the rest of a string's text, from its first
-// byte that is not ASCII, is UTF-8 with no quote, backslash or control
-// byte.
-func plainRest(text []byte) bool {
-	for _, c := range text {
-		if c == '"' || c == '\\' || c < 0x20 {
-			return false
-		}
-	}
-	return utf8.Valid(text)
+	return lit[1 : len(lit)-1], true
 }
 
 // Verbatim reports whether json.Marshal writes the string s as s itself
@@ -131,13 +110,12 @@ func VerbatimStringEnd(b []byte, i int) int {
 	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
-	for j := i + 1; j < len(b); j++ {
-		if c := b[j]; !verbatimByte[c] {
-			if c == '"' {
-				return j + 1
-			}
-			return -1
-		}
+	j := i + 1
+	for j < len(b) && verbatimByte[b[j]] {
+		j++
+	}
+	if j < len(b) && b[j] == '"' {
+		return j + 1
 	}
 	return -1
 }

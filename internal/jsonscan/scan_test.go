@@ -258,6 +258,9 @@ func TestByteTables(t *testing.T) {
 		if wantPlain := c >= 0x20 && c != '"' && c != '\\'; plainByte[c] != wantPlain || plainByte[c] != json.Valid(lit) {
 			t.Errorf("plainByte[%#x] = %v, json.Valid(%q) %v", c, plainByte[c], lit, json.Valid(lit))
 		}
+		if asciiPlainByte[c] != (plainByte[c] && c < 0x80) {
+			t.Errorf("asciiPlainByte[%#x] = %v", c, asciiPlainByte[c])
+		}
 		if !verbatimByte[c] {
 			continue
 		}
