@@ -13,9 +13,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/devmsg/devmsg/internal/jsonscan"
 )
 
-// MaxBodyBytes bounds every request body (DESIGN.md section 2).
+// MaxBodyBytes bounds every request body: 1 MiB, as docs/api.md
+// (Conventions) promises; a larger one is refused with 400 (1003).
 const MaxBodyBytes = 1 << 20
 
 // object is a decoded JSON object whose fields are read one by one, so each
@@ -248,20 +251,20 @@ func (o object) boolField(field string, required bool) (bool, bool, error) {
 
 // plainString returns the text of a JSON string literal that holds only
 // printable ASCII with nothing to escape: no backslash, no quote, and none
-// of the <, > and & that json.Marshal escapes. Such a literal decodes to its
-// bytes between the quotes and encodes back to itself, so callers skip
-// encoding/json for it; ok is false for every other value.
+// of the <, > and & that json.Marshal escapes (jsonscan.Verbatim). Such a
+// literal decodes to its bytes between the quotes and encodes back to
+// itself, so callers skip encoding/json for it; ok is false for every
+// other value.
 func plainString(raw json.RawMessage) (s string, ok bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+	if !isPlainString(raw) {
 		return "", false
 	}
-	text := raw[1 : len(raw)-1]
-	for _, b := range text {
-		if b < 0x20 || b > 0x7e || b == '"' || b == '\\' || b == '<' || b == '>' || b == '&' {
-			return "", false
-		}
-	}
-	return string(text), true
+	return string(raw[1 : len(raw)-1]), true
+}
+
+// isPlainString reports whether plainString takes raw.
+func isPlainString(raw json.RawMessage) bool {
+	return jsonscan.VerbatimStringEnd(raw, 0) == len(raw)
 }
 
 // canonicalValue re-encodes one JSON value so two values that mean the
@@ -273,7 +276,7 @@ func canonicalValue(raw json.RawMessage) []byte {
 	}
 	switch raw[0] {
 	case '"':
-		if _, ok := plainString(raw); ok {
+		if isPlainString(raw) {
 			return raw // json.Marshal would write the same bytes
 		}
 		var str string

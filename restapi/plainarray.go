@@ -3,6 +3,8 @@ package restapi
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/devmsg/devmsg/internal/jsonscan"
 )
 
 // A batch send names up to 1000 devices in device_names, and reading that
@@ -18,52 +20,11 @@ import (
 // with the offsets of each element's text between its quotes, in order.
 // compact is false when white space stands between the elements.
 func scanPlainArray(raw []byte, each func(start, end int)) (n int, compact, ok bool) {
-	compact = true
-	if len(raw) == 0 || raw[0] != '[' {
+	end, n, spaced := jsonscan.StringArray(raw, 0, jsonscan.VerbatimStringEnd, each)
+	if end != len(raw) {
 		return 0, false, false
 	}
-	i := 0
-	step := func(j int) int { // skips white space after j, noting it
-		k := skipSpace(raw, j)
-		if k != j {
-			compact = false
-		}
-		return k
-	}
-	i = step(i + 1)
-	if i < len(raw) && raw[i] == ']' {
-		return 0, compact, i+1 == len(raw)
-	}
-	for {
-		if i >= len(raw) || raw[i] != '"' {
-			return 0, false, false
-		}
-		start := i + 1
-		for i = start; i < len(raw) && raw[i] != '"'; i++ {
-			if b := raw[i]; b < 0x20 || b > 0x7e || b == '\\' || b == '<' || b == '>' || b == '&' {
-				return 0, false, false
-			}
-		}
-		if i >= len(raw) {
-			return 0, false, false
-		}
-		if each != nil {
-			each(start, i)
-		}
-		n++
-		i = step(i + 1)
-		if i >= len(raw) {
-			return 0, false, false
-		}
-		switch raw[i] {
-		case ',':
-			i = step(i + 1)
-		case ']':
-			return n, compact, i+1 == len(raw)
-		default:
-			return 0, false, false
-		}
-	}
+	return n, !spaced, true
 }
 
 // plainStrings is stringArray for an array of plain strings: the names

@@ -55,8 +55,9 @@ func decodeStringArray(raw json.RawMessage) ([]string, bool) {
 	return out, true
 }
 
-// tagsField reads and normalizes the optional tags list (DESIGN.md
-// section 8); field names it in errors.
+// tagsField reads and normalizes the optional tags list (0 to 20 tags of
+// 1 to 64 letters, digits and - _ . : @, a set; see docs/api.md#tags);
+// field names it in errors.
 func (o object) tagsField(field string) ([]string, bool, error) {
 	raw, ok, err := o.stringsField("tags", field)
 	if err != nil || !ok {
@@ -74,7 +75,7 @@ func tagsAnswer(tags []string) []string {
 	return tags
 }
 
-// setTags serves POST /device/v1/tags (DESIGN.md section 8): the device's
+// setTags serves POST /device/v1/tags (docs/api.md#tags): the device's
 // tags become the given set.
 func (a *API) setTags(c *gin.Context) error {
 	obj, err := readBody(c)

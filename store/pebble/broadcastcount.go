@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/devmsg/devmsg/internal/jsonscan"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -89,66 +90,100 @@ func messageHead(v []byte) (app, state string, broadcast int64, err error) {
 // anything else (not a broadcast message, another layout, an escape in
 // app_key or state), which messageHead reads field by field.
 func broadcastHead(v []byte) (app, state string, broadcast int64, ok bool) {
-	i := 0
-	field := func(name string) bool {
-		if !bytes.HasPrefix(v[i:], []byte(name)) {
-			return false
-		}
-		i += len(name)
-		return true
-	}
-	number := func() bool {
-		j := i
-		for j < len(v) && (v[j] >= '0' && v[j] <= '9' || v[j] == '-') {
-			j++
-		}
-		ok := j > i
-		i = j
-		return ok
-	}
-	str := func() bool {
-		if j := anyValueEnd(v, i, 0); j > i && v[i] == '"' {
-			i = j
-			return true
-		}
-		return false
-	}
-	plain := func() (string, bool) {
-		j := plainStringEnd(v, i)
-		if j < 0 {
-			return "", false
-		}
-		s, ok := plainString(v[i:j])
-		i = j
-		return s, ok
-	}
-	if !field(`{"id":`) || !number() || !field(`,"app_key":`) {
+	c := headCursor{v: v}
+	if app, state, ok = c.head(); !ok {
 		return "", "", 0, false
 	}
-	if app, ok = plain(); !ok || !field(`,"device_name":`) || !str() || !field(`,"body":`) || !str() ||
-		!field(`,"ttl":`) || !number() || !field(`,"time_create":`) || !number() ||
-		!field(`,"expire_time":`) || !number() || !field(`,"state":`) {
-		return "", "", 0, false
-	}
-	if state, ok = plain(); !ok {
-		return "", "", 0, false
-	}
-	end := len(v) - 1
-	if end < i || v[end] != '}' {
-		return "", "", 0, false
-	}
-	start := end
-	for start > i && v[start-1] >= '0' && v[start-1] <= '9' {
-		start--
-	}
-	const key = `,"broadcast":`
-	if start == end || !bytes.HasSuffix(v[:start], []byte(key)) || start-len(key) < i {
-		return "", "", 0, false
-	}
-	if broadcast, ok = parseInt(v[start:end]); !ok {
+	if broadcast, ok = broadcastTail(v, c.i); !ok {
 		return "", "", 0, false
 	}
 	return app, state, broadcast, true
+}
+
+// headCursor reads a stored message from its start, the fields in the
+// order and layout the store writes them.
+type headCursor struct {
+	v []byte
+	i int // where the next field starts
+}
+
+// head reads the fields a stored message starts with, up to state, and
+// returns its app_key and state; ok is false for another layout or an
+// escape in either.
+func (c *headCursor) head() (app, state string, ok bool) {
+	if !c.field(`{"id":`) || !c.number() || !c.field(`,"app_key":`) {
+		return "", "", false
+	}
+	if app, ok = c.plain(); !ok || !c.field(`,"device_name":`) || !c.str() || !c.field(`,"body":`) || !c.str() ||
+		!c.field(`,"ttl":`) || !c.number() || !c.field(`,"time_create":`) || !c.number() ||
+		!c.field(`,"expire_time":`) || !c.number() || !c.field(`,"state":`) {
+		return "", "", false
+	}
+	if state, ok = c.plain(); !ok {
+		return "", "", false
+	}
+	return app, state, true
+}
+
+// field steps over name (a key with its colon, and the comma before it)
+// when the message goes on with it.
+func (c *headCursor) field(name string) bool {
+	if !bytes.HasPrefix(c.v[c.i:], []byte(name)) {
+		return false
+	}
+	c.i += len(name)
+	return true
+}
+
+// number steps over the digits and minus signs of an integer the store
+// wrote.
+func (c *headCursor) number() bool {
+	j := c.i
+	for j < len(c.v) && (c.v[j] >= '0' && c.v[j] <= '9' || c.v[j] == '-') {
+		j++
+	}
+	ok := j > c.i
+	c.i = j
+	return ok
+}
+
+// str steps over a string, escapes and all.
+func (c *headCursor) str() bool {
+	if j := jsonscan.StringEnd(c.v, c.i); j > c.i {
+		c.i = j
+		return true
+	}
+	return false
+}
+
+// plain reads a string with no escapes whose text is UTF-8.
+func (c *headCursor) plain() (string, bool) {
+	j := jsonscan.PlainTextEnd(c.v, c.i)
+	if j < 0 {
+		return "", false
+	}
+	s := string(c.v[c.i+1 : j-1])
+	c.i = j
+	return s, true
+}
+
+// broadcastTail reads the broadcast that ends a stored message v, its
+// digits right before the closing brace, from the end back to from (the
+// end of the fields head read).
+func broadcastTail(v []byte, from int) (int64, bool) {
+	end := len(v) - 1
+	if end < from || v[end] != '}' {
+		return 0, false
+	}
+	start := end
+	for start > from && v[start-1] >= '0' && v[start-1] <= '9' {
+		start--
+	}
+	const key = `,"broadcast":`
+	if start == end || !bytes.HasSuffix(v[:start], []byte(key)) || start-len(key) < from {
+		return 0, false
+	}
+	return parseInt(v[start:end])
 }
 
 func equalFoldAny(k []byte, names ...string) bool {
@@ -164,69 +199,5 @@ func equalFoldAny(k []byte, names ...string) bool {
 // nested objects and arrays: those are stepped over, exactly (strings in
 // them may hold escapes), and handed to fn as they are.
 func eachFieldDeep(v []byte, fn func(k, val []byte) bool) bool {
-	return scanObject(v, func(v []byte, i int) int { return anyValueEnd(v, i, 0) }, fn)
-}
-
-// anyValueEnd returns the index after the JSON value at v[i], stepping
-// over nested objects and arrays and strings with escapes; -1 when it
-// is not well formed (or nested deeper than 64), which encoding/json
-// then decides.
-func anyValueEnd(v []byte, i, depth int) int {
-	if i >= len(v) || depth > 64 {
-		return -1
-	}
-	switch c := v[i]; {
-	case c == '"':
-		for j := i + 1; j < len(v); j++ {
-			switch v[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1
-			default:
-				if v[j] < 0x20 {
-					return -1
-				}
-			}
-		}
-		return -1
-	case c == '{' || c == '[':
-		closing := byte('}')
-		if c == '[' {
-			closing = ']'
-		}
-		j := skipSpace(v, i+1)
-		if j < len(v) && v[j] == closing {
-			return j + 1
-		}
-		for {
-			if c == '{' {
-				if j >= len(v) || v[j] != '"' {
-					return -1
-				}
-				if j = anyValueEnd(v, j, depth+1); j < 0 {
-					return -1
-				}
-				if j = skipSpace(v, j); j >= len(v) || v[j] != ':' {
-					return -1
-				}
-				j = skipSpace(v, j+1)
-			}
-			if j = anyValueEnd(v, j, depth+1); j < 0 {
-				return -1
-			}
-			if j = skipSpace(v, j); j >= len(v) {
-				return -1
-			}
-			if v[j] == closing {
-				return j + 1
-			}
-			if v[j] != ',' {
-				return -1
-			}
-			j = skipSpace(v, j+1)
-		}
-	default:
-		return valueEnd(v, i)
-	}
+	return jsonscan.Object(v, jsonscan.ValueEnd, fn)
 }

@@ -51,6 +51,8 @@ func TestMessageHeadMatchesEncodingJSON(t *testing.T) {
 	}
 	inputs = append(inputs, `{}`, `{"State":"x","state":"y"}`, `{"STATE":"x"}`, `{"broadcast":1.5}`, `{"broadcast":null}`,
 		`{"records":[[[]]],"state":"s"}`, `{"x":{"y":{}},"app_key":"k"}`, ` { "state" : "s" } `,
+		`{"x":tru,"state":"s"}`, `{"x":[1.2.3],"state":"s"}`, `{"x":"\q","state":"s"}`, `{"x":{"y":"\u12"},"state":"s"}`,
+		`{"x":{"y":"\u00e9\n"},"state":"s"}`, "{\"k\xff\":1,\"state\":\"s\"}", "{\"state\":\"s\xff\"}",
 		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s","records":null,"broadcast":-3}`,
 		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s\u0041","broadcast":3}`,
 		`{"id":1,"app_key":"a","device_name":"d","body":"b","ttl":1,"time_create":1,"expire_time":1,"state":"s","broadcast":3,"state":"t"}`)
@@ -70,5 +72,33 @@ func TestMessageHeadMatchesEncodingJSON(t *testing.T) {
 	b, _ := appendMessage(nil, &m)
 	if !eachFieldDeep(b, func(k, v []byte) bool { return true }) {
 		t.Errorf("the stored form %s does not take the fast path", b)
+	}
+}
+
+// BenchmarkMessageHead reads the head of a stored broadcast message (the
+// layout broadcastHead reads from both ends) and of a message that is no
+// broadcast, which takes the field-by-field scan over its records and
+// params.
+func BenchmarkMessageHead(b *testing.B) {
+	params := json.RawMessage(`{"broadcast_id":"77","firmware":{"url":"https://h/fw.bin","sha":"0123456789abcdef"},"tries":[1,2,3]}`)
+	records := []store.Record{{Type: 0, SentTime: 1764000000, Params: params}, {Type: 5, SentTime: 1764000001, Error: &store.RecordError{Code: 3003, Message: "offline"}}}
+	for name, m := range map[string]store.Message{
+		"broadcast": {ID: 123456, AppKey: "app-key-0123456789abcdef", DeviceName: "bench-dev-000042", Body: "hello from the bench",
+			TTL: 600, TimeCreate: 1764000000, ExpireTime: 1764000600, State: store.StatePending, Params: params, Records: records, Broadcast: 77},
+		"single": {ID: 123457, AppKey: "app-key-0123456789abcdef", DeviceName: "bench-dev-000042", Body: "hello from the bench",
+			TTL: 600, TimeCreate: 1764000000, ExpireTime: 1764000600, State: store.StateDelivered, Params: params, Records: records},
+	} {
+		v, err := appendMessage(nil, &m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := messageHead(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/devmsg/devmsg/internal/jsonscan"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -72,7 +73,7 @@ func storedFlag(v []byte) (flag int, ok bool) {
 		if i >= len(v) || v[i] != '"' {
 			return 0, false
 		}
-		if i = anyValueEnd(v, i, 0); i < 0 {
+		if i = jsonscan.StringEnd(v, i); i < 0 {
 			return 0, false
 		}
 	}
@@ -137,149 +138,44 @@ func decodeDeviceFast(v []byte, d *store.Device) bool {
 // exactly (keys and string values without escapes, values of other
 // kinds left to fn) and fn returned true for every field.
 func eachField(v []byte, fn func(k, val []byte) bool) bool {
-	return scanObject(v, valueEnd, fn)
+	return jsonscan.Object(v, deviceValueEnd, fn)
 }
 
-// scanObject walks the JSON object v, its keys plain strings and each
-// value's end found by valueEnd (-1: not one it reads), calling fn with
-// each key and raw value; see eachField.
-func scanObject(v []byte, valueEnd func(v []byte, i int) int, fn func(k, val []byte) bool) bool {
-	i := skipSpace(v, 0)
-	if i >= len(v) || v[i] != '{' {
-		return false
+// deviceValueEnd returns the index after the value starting at v[i]: a
+// plain string, a number, true, false, null, or an array of plain strings
+// (a device's tags); -1 for anything else.
+func deviceValueEnd(v []byte, i int) int {
+	if i < len(v) && v[i] == '[' {
+		return jsonscan.PlainArrayEnd(v, i)
 	}
-	i = skipSpace(v, i+1)
-	if i < len(v) && v[i] == '}' {
-		return skipSpace(v, i+1) == len(v)
-	}
-	for {
-		if i >= len(v) || v[i] != '"' {
-			return false
-		}
-		end := plainStringEnd(v, i)
-		if end < 0 {
-			return false
-		}
-		k := v[i+1 : end-1]
-		i = skipSpace(v, end)
-		if i >= len(v) || v[i] != ':' {
-			return false
-		}
-		i = skipSpace(v, i+1)
-		end = valueEnd(v, i)
-		if end < 0 || !fn(k, v[i:end]) {
-			return false
-		}
-		i = skipSpace(v, end)
-		if i >= len(v) {
-			return false
-		}
-		switch v[i] {
-		case ',':
-			i = skipSpace(v, i+1)
-		case '}':
-			return skipSpace(v, i+1) == len(v)
-		default:
-			return false
-		}
-	}
-}
-
-func skipSpace(v []byte, i int) int {
-	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// plainStringEnd returns the index after the string starting at v[i]
-// (a quote), or -1 if it holds an escape or a control character or does
-// not end.
-func plainStringEnd(v []byte, i int) int {
-	for j := i + 1; j < len(v); j++ {
-		switch c := v[j]; {
-		case c == '"':
-			return j + 1
-		case c == '\\' || c < 0x20:
-			return -1
-		}
-	}
-	return -1
-}
-
-// valueEnd returns the index after the value starting at v[i]: a plain
-// string, a number, true, false, null, or an array of plain strings;
-// -1 for anything else.
-func valueEnd(v []byte, i int) int {
-	if i >= len(v) {
-		return -1
-	}
-	switch c := v[i]; {
-	case c == '"':
-		return plainStringEnd(v, i)
-	case c == '[':
-		j := skipSpace(v, i+1)
-		if j < len(v) && v[j] == ']' {
-			return j + 1
-		}
-		for {
-			if j >= len(v) || v[j] != '"' {
-				return -1
-			}
-			if j = plainStringEnd(v, j); j < 0 {
-				return -1
-			}
-			j = skipSpace(v, j)
-			if j >= len(v) {
-				return -1
-			}
-			if v[j] == ']' {
-				return j + 1
-			}
-			if v[j] != ',' {
-				return -1
-			}
-			j = skipSpace(v, j+1)
-		}
-	case c == '-' || c >= '0' && c <= '9' || c == 't' || c == 'f' || c == 'n':
-		j := i
-		for j < len(v) && v[j] != ',' && v[j] != '}' && v[j] != ']' && v[j] != ' ' && v[j] != '\t' && v[j] != '\n' && v[j] != '\r' {
-			j++
-		}
-		return j
-	}
-	return -1
+	return jsonscan.FlatValueEnd(v, i)
 }
 
 // plainString returns the string val (a plain JSON string) holds; not ok
 // for null or anything else (left to encoding/json).
 func plainString(val []byte) (string, bool) {
-	if len(val) < 2 || val[0] != '"' || bytes.IndexByte(val, '\\') >= 0 || !validUTF8(val) {
+	text, ok := jsonscan.PlainText(val)
+	if !ok {
 		return "", false
 	}
-	return string(val[1 : len(val)-1]), true
+	return string(text), true
 }
-
-// validUTF8 reports whether s is valid UTF-8, which encoding/json
-// decodes as it is (it replaces invalid bytes).
-func validUTF8(s []byte) bool { return utf8.Valid(s) }
 
 // plainStrings decodes an array of plain strings (nil for []... as
 // encoding/json gives an empty, non-nil slice for [], so does this).
 func plainStrings(val []byte) ([]string, bool) {
-	if len(val) == 0 || val[0] != '[' || !validUTF8(val) {
+	// Text that is not UTF-8 decodes to U+FFFD: left to encoding/json.
+	if !utf8.Valid(val) {
 		return nil, false
 	}
-	out := []string{}
-	i := skipSpace(val, 1)
-	for i < len(val) && val[i] == '"' {
-		end := plainStringEnd(val, i)
-		out = append(out, string(val[i+1:end-1]))
-		i = skipSpace(val, end)
-		if i < len(val) && val[i] == ',' {
-			i = skipSpace(val, i+1)
-		}
+	end, n, _ := jsonscan.StringArray(val, 0, jsonscan.PlainStringEnd, nil)
+	if end != len(val) {
+		return nil, false
 	}
+	out := make([]string, 0, n)
+	jsonscan.StringArray(val, 0, jsonscan.PlainStringEnd, func(start, end int) {
+		out = append(out, string(val[start:end]))
+	})
 	return out, true
 }
 

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -37,6 +38,10 @@ func TestDecodeDeviceMatchesEncodingJSON(t *testing.T) {
 		`{"name":"\u0041"}`, `{"name":"a\u2028"}`, "{\"name\":\"bad\xff\"}", `{"flag":99999999999999999999}`,
 		`{"tags":["a",1]}`, `{"tags":["a"]`, `{"flag":1}x`, `[]`, `{"name":"x",}`, `{"status":true}`,
 		`{"tags":[]}`, `{"tags":[ ]}`, `{"tags":[ "a" , "b" ]}`, `{"tags":["a\\u0041"]}`, `{"node":2,"conn":"c","tags":["x"]}`,
+		// Values that end where the JSON grammar says and keys whose text
+		// is not UTF-8 (jsonscan's rules, which encoding/json follows).
+		`{"x":tru,"flag":1}`, `{"x":1.2.3,"flag":1}`, `{"x":-,"flag":1}`, `{"x":nullx,"flag":1}`, `{"flag":1 }`,
+		"{\"k\xff\":1,\"flag\":1}", `{"é":1,"flag":1}`, `{"tags":["a","b\xff"]}`,
 	)
 	for _, in := range inputs {
 		var want store.Device
@@ -74,5 +79,52 @@ func TestDecodeDeviceMatchesEncodingJSON(t *testing.T) {
 		if flag, ok := storedFlag([]byte(in)); !ok || flag != want {
 			t.Errorf("storedFlag(%s) = %d, %v; want %d, true", in, flag, ok, want)
 		}
+	}
+}
+
+// benchDevice is a fully set device as the store writes it.
+func benchDevice(b *testing.B) []byte {
+	b.Helper()
+	v, err := json.Marshal(store.Device{
+		AppKey: "app-key-0123456789abcdef", Name: "bench-dev-000042", Mark: "m", Secret: "s3cr3t-0123456789",
+		Flag: store.FlagEnabled, TimeCreate: 1764000000, TimeActive: 1764000001, Status: 1, ClientIP: "10.0.0.1",
+		LastLoginTime: 1764000002, LastLogoutTime: 1764000003, Node: 2, Conn: "c-9", Tags: []string{"fleet-a", "fw-2"},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+// BenchmarkDecodeDevice is the hand-written read of a stored device, done
+// for each target of a fan-out chunk.
+func BenchmarkDecodeDevice(b *testing.B) {
+	v := benchDevice(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		var d store.Device
+		if err := decodeDevice(v, &d); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDeviceFlag reads the flag alone, from the stored layout and
+// from one with white space, which takes the field-by-field scan.
+func BenchmarkDeviceFlag(b *testing.B) {
+	v := benchDevice(b)
+	var spaced bytes.Buffer
+	if err := json.Indent(&spaced, v, "", " "); err != nil {
+		b.Fatal(err)
+	}
+	for name, in := range map[string][]byte{"stored": v, "spaced": spaced.Bytes()} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := deviceFlag(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/devmsg/devmsg/internal/jsonscan"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -146,11 +147,9 @@ func appendRecord(b []byte, r *store.Record, memo *rawMemo) ([]byte, error) {
 // it is printable ASCII that needs no escape (encoding/json escapes ",
 // \, <, > and &), through encoding/json otherwise.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
+	if !jsonscan.Verbatim(s) {
+		q, _ := json.Marshal(s) // a string always encodes
+		return append(b, q...)
 	}
 	b = append(b, '"')
 	b = append(b, s...)
