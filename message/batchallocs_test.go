@@ -10,9 +10,9 @@ import (
 
 // TestBatchSendAllocations: a batch send on Pebble (Plan and Commit)
 // allocates a few objects a message, not one for each of its records,
-// keys, map entries and msgid lists (about ten a message before
-// 2026-11-25's create19: the batch send was a quarter of the server's
-// CPU in fan-out, and allocation a tenth of that).
+// keys, map entries and msgid lists (it once took about ten a message,
+// when the batch send was a quarter of the server's CPU in fan-out and
+// allocation a tenth of that).
 func TestBatchSendAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates for itself")
