@@ -3,7 +3,7 @@ package delivery
 import (
 	"strconv"
 
-	"github.com/devmsg/devmsg/internal/jsonenc"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -34,7 +34,7 @@ func appendDevicePayload(b []byte, m store.Message) []byte {
 	b = append(b, `{"msgid":"`...)
 	b = strconv.AppendInt(b, m.ID, 10)
 	b = append(b, `","msg_body":`...)
-	b = jsonenc.AppendString(b, m.Body)
+	b = jsonfast.AppendString(b, m.Body)
 	b = append(b, `,"sent_time":`...)
 	b = strconv.AppendInt(b, m.TimeCreate, 10)
 	b = append(b, `,"expire_time":`...)

@@ -3,7 +3,7 @@ package message
 import (
 	"strconv"
 
-	"github.com/devmsg/devmsg/internal/jsonenc"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 )
 
 // The JSON that every message of a fan-out costs, written by hand:
@@ -16,7 +16,7 @@ import (
 // appendBatchResult appends r as json.Marshal(r) would.
 func appendBatchResult(b []byte, r BatchResult) []byte {
 	b = append(b, `{"device_name":`...)
-	b = jsonenc.AppendString(b, r.DeviceName)
+	b = jsonfast.AppendString(b, r.DeviceName)
 	b = append(b, `,"code":`...)
 	b = strconv.AppendInt(b, int64(r.Code), 10)
 	if r.MsgID != 0 {
@@ -25,7 +25,7 @@ func appendBatchResult(b []byte, r BatchResult) []byte {
 	}
 	if r.Message != "" {
 		b = append(b, `,"message":`...)
-		b = jsonenc.AppendString(b, r.Message)
+		b = jsonfast.AppendString(b, r.Message)
 	}
 	return append(b, '}')
 }

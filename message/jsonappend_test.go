@@ -16,7 +16,7 @@ var jsonStrings = []string{
 
 // TestAppendersMatchMarshal checks that the hand-written encoders write
 // exactly what json.Marshal writes: stored batch answers must not change
-// with them (package jsonenc and package delivery check the strings and
+// with them (package jsonfast and package delivery check the strings and
 // the device payloads).
 func TestAppendersMatchMarshal(t *testing.T) {
 	for _, s := range jsonStrings {

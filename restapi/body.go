@@ -14,7 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/devmsg/devmsg/internal/jsonscan"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 )
 
 // MaxBodyBytes bounds every request body: 1 MiB, as docs/api.md
@@ -251,7 +251,7 @@ func (o object) boolField(field string, required bool) (bool, bool, error) {
 
 // plainString returns the text of a JSON string literal that holds only
 // printable ASCII with nothing to escape: no backslash, no quote, and none
-// of the <, > and & that json.Marshal escapes (jsonscan.Verbatim). Such a
+// of the <, > and & that json.Marshal escapes (jsonfast.Verbatim). Such a
 // literal decodes to its bytes between the quotes and encodes back to
 // itself, so callers skip encoding/json for it; ok is false for every
 // other value.
@@ -264,7 +264,7 @@ func plainString(raw json.RawMessage) (s string, ok bool) {
 
 // isPlainString reports whether plainString takes raw.
 func isPlainString(raw json.RawMessage) bool {
-	return jsonscan.VerbatimStringEnd(raw, 0) == len(raw)
+	return jsonfast.VerbatimStringEnd(raw, 0) == len(raw)
 }
 
 // canonicalValue re-encodes one JSON value so two values that mean the

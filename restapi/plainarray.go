@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/devmsg/devmsg/internal/jsonscan"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 )
 
 // A batch send names up to 1000 devices in device_names, and reading that
@@ -20,7 +20,7 @@ import (
 // with the offsets of each element's text between its quotes, in order.
 // compact is false when white space stands between the elements.
 func scanPlainArray(raw []byte, each func(start, end int)) (n int, compact, ok bool) {
-	end, n, spaced := jsonscan.StringArray(raw, 0, jsonscan.VerbatimStringEnd, each)
+	end, n, spaced := jsonfast.StringArray(raw, 0, jsonfast.VerbatimStringEnd, each)
 	if end != len(raw) {
 		return 0, false, false
 	}

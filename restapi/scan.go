@@ -3,7 +3,7 @@ package restapi
 import (
 	"encoding/json"
 
-	"github.com/devmsg/devmsg/internal/jsonscan"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 )
 
 // scanFlatObject reads the bodies most requests send: one JSON object
@@ -15,7 +15,7 @@ import (
 // caller decodes with encoding/json.
 func scanFlatObject(raw []byte) (obj object, ok bool) {
 	obj = make(object, 4)
-	if !jsonscan.Object(raw, jsonscan.FlatValueEnd, func(key, value []byte) bool {
+	if !jsonfast.Object(raw, jsonfast.FlatValueEnd, func(key, value []byte) bool {
 		obj[string(key)] = json.RawMessage(value)
 		return true
 	}) {

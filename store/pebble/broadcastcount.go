@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/devmsg/devmsg/internal/jsonscan"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -149,7 +149,7 @@ func (c *headCursor) number() bool {
 
 // str steps over a string, escapes and all.
 func (c *headCursor) str() bool {
-	if j := jsonscan.StringEnd(c.v, c.i); j > c.i {
+	if j := jsonfast.StringEnd(c.v, c.i); j > c.i {
 		c.i = j
 		return true
 	}
@@ -158,7 +158,7 @@ func (c *headCursor) str() bool {
 
 // plain reads a string with no escapes whose text is UTF-8.
 func (c *headCursor) plain() (string, bool) {
-	j := jsonscan.PlainTextEnd(c.v, c.i)
+	j := jsonfast.PlainTextEnd(c.v, c.i)
 	if j < 0 {
 		return "", false
 	}
@@ -199,5 +199,5 @@ func equalFoldAny(k []byte, names ...string) bool {
 // nested objects and arrays: those are stepped over, exactly (strings in
 // them may hold escapes), and handed to fn as they are.
 func eachFieldDeep(v []byte, fn func(k, val []byte) bool) bool {
-	return jsonscan.Object(v, jsonscan.ValueEnd, fn)
+	return jsonfast.Object(v, jsonfast.ValueEnd, fn)
 }

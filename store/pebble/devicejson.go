@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/devmsg/devmsg/internal/jsonscan"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -73,7 +73,7 @@ func storedFlag(v []byte) (flag int, ok bool) {
 		if i >= len(v) || v[i] != '"' {
 			return 0, false
 		}
-		if i = jsonscan.StringEnd(v, i); i < 0 {
+		if i = jsonfast.StringEnd(v, i); i < 0 {
 			return 0, false
 		}
 	}
@@ -138,7 +138,7 @@ func decodeDeviceFast(v []byte, d *store.Device) bool {
 // exactly (keys and string values without escapes, values of other
 // kinds left to fn) and fn returned true for every field.
 func eachField(v []byte, fn func(k, val []byte) bool) bool {
-	return jsonscan.Object(v, deviceValueEnd, fn)
+	return jsonfast.Object(v, deviceValueEnd, fn)
 }
 
 // deviceValueEnd returns the index after the value starting at v[i]: a
@@ -146,15 +146,15 @@ func eachField(v []byte, fn func(k, val []byte) bool) bool {
 // (a device's tags); -1 for anything else.
 func deviceValueEnd(v []byte, i int) int {
 	if i < len(v) && v[i] == '[' {
-		return jsonscan.PlainArrayEnd(v, i)
+		return jsonfast.PlainArrayEnd(v, i)
 	}
-	return jsonscan.FlatValueEnd(v, i)
+	return jsonfast.FlatValueEnd(v, i)
 }
 
 // plainString returns the string val (a plain JSON string) holds; not ok
 // for null or anything else (left to encoding/json).
 func plainString(val []byte) (string, bool) {
-	text, ok := jsonscan.PlainText(val)
+	text, ok := jsonfast.PlainText(val)
 	if !ok {
 		return "", false
 	}
@@ -168,12 +168,12 @@ func plainStrings(val []byte) ([]string, bool) {
 	if !utf8.Valid(val) {
 		return nil, false
 	}
-	end, n, _ := jsonscan.StringArray(val, 0, jsonscan.PlainStringEnd, nil)
+	end, n, _ := jsonfast.StringArray(val, 0, jsonfast.PlainStringEnd, nil)
 	if end != len(val) {
 		return nil, false
 	}
 	out := make([]string, 0, n)
-	jsonscan.StringArray(val, 0, jsonscan.PlainStringEnd, func(start, end int) {
+	jsonfast.StringArray(val, 0, jsonfast.PlainStringEnd, func(start, end int) {
 		out = append(out, string(val[start:end]))
 	})
 	return out, true

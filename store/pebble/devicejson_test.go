@@ -39,7 +39,7 @@ func TestDecodeDeviceMatchesEncodingJSON(t *testing.T) {
 		`{"tags":["a",1]}`, `{"tags":["a"]`, `{"flag":1}x`, `[]`, `{"name":"x",}`, `{"status":true}`,
 		`{"tags":[]}`, `{"tags":[ ]}`, `{"tags":[ "a" , "b" ]}`, `{"tags":["a\\u0041"]}`, `{"node":2,"conn":"c","tags":["x"]}`,
 		// Values that end where the JSON grammar says and keys whose text
-		// is not UTF-8 (jsonscan's rules, which encoding/json follows).
+		// is not UTF-8 (jsonfast's rules, which encoding/json follows).
 		`{"x":tru,"flag":1}`, `{"x":1.2.3,"flag":1}`, `{"x":-,"flag":1}`, `{"x":nullx,"flag":1}`, `{"flag":1 }`,
 		"{\"k\xff\":1,\"flag\":1}", `{"é":1,"flag":1}`, `{"tags":["a","b\xff"]}`,
 	)

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/devmsg/devmsg/internal/jsonscan"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -27,11 +27,11 @@ func appendMessageWith(b []byte, m *store.Message, memo *rawMemo) ([]byte, error
 	b = append(b, `{"id":`...)
 	b = strconv.AppendInt(b, m.ID, 10)
 	b = append(b, `,"app_key":`...)
-	b = appendJSONString(b, m.AppKey)
+	b = jsonfast.AppendString(b, m.AppKey)
 	b = append(b, `,"device_name":`...)
-	b = appendJSONString(b, m.DeviceName)
+	b = jsonfast.AppendString(b, m.DeviceName)
 	b = append(b, `,"body":`...)
-	b = appendJSONString(b, m.Body)
+	b = jsonfast.AppendString(b, m.Body)
 	b = append(b, `,"ttl":`...)
 	b = strconv.AppendInt(b, m.TTL, 10)
 	b = append(b, `,"time_create":`...)
@@ -39,10 +39,10 @@ func appendMessageWith(b []byte, m *store.Message, memo *rawMemo) ([]byte, error
 	b = append(b, `,"expire_time":`...)
 	b = strconv.AppendInt(b, m.ExpireTime, 10)
 	b = append(b, `,"state":`...)
-	b = appendJSONString(b, m.State)
+	b = jsonfast.AppendString(b, m.State)
 	if m.CallbackURL != "" {
 		b = append(b, `,"callback_url":`...)
-		b = appendJSONString(b, m.CallbackURL)
+		b = jsonfast.AppendString(b, m.CallbackURL)
 	}
 	var err error
 	if len(m.Params) > 0 {
@@ -84,12 +84,12 @@ func appendOutboxEntryWith(b []byte, e *store.OutboxEntry, memo *rawMemo) ([]byt
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, e.Seq, 10)
 	b = append(b, `,"id":`...)
-	b = appendJSONString(b, e.ID)
+	b = jsonfast.AppendString(b, e.ID)
 	b = append(b, `,"app_key":`...)
-	b = appendJSONString(b, e.AppKey)
+	b = jsonfast.AppendString(b, e.AppKey)
 	if e.CallbackURL != "" {
 		b = append(b, `,"callback_url":`...)
-		b = appendJSONString(b, e.CallbackURL)
+		b = jsonfast.AppendString(b, e.CallbackURL)
 	}
 	b = append(b, `,"time":`...)
 	b = strconv.AppendInt(b, e.Time, 10)
@@ -108,19 +108,19 @@ func appendRecord(b []byte, r *store.Record, memo *rawMemo) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(r.Type), 10)
 	if r.ChannelKey != "" {
 		b = append(b, `,"channelkey":`...)
-		b = appendJSONString(b, r.ChannelKey)
+		b = jsonfast.AppendString(b, r.ChannelKey)
 	}
 	if r.MsgID != "" {
 		b = append(b, `,"msgid":`...)
-		b = appendJSONString(b, r.MsgID)
+		b = jsonfast.AppendString(b, r.MsgID)
 	}
 	if r.UserID != "" {
 		b = append(b, `,"userid":`...)
-		b = appendJSONString(b, r.UserID)
+		b = jsonfast.AppendString(b, r.UserID)
 	}
 	if r.SenderID != "" {
 		b = append(b, `,"sender_id":`...)
-		b = appendJSONString(b, r.SenderID)
+		b = jsonfast.AppendString(b, r.SenderID)
 	}
 	b = append(b, `,"sender":`...)
 	b = strconv.AppendInt(b, int64(r.Sender), 10)
@@ -130,7 +130,7 @@ func appendRecord(b []byte, r *store.Record, memo *rawMemo) ([]byte, error) {
 		b = append(b, `,"error":{"code":`...)
 		b = strconv.AppendInt(b, int64(r.Error.Code), 10)
 		b = append(b, `,"message":`...)
-		b = appendJSONString(b, r.Error.Message)
+		b = jsonfast.AppendString(b, r.Error.Message)
 		b = append(b, '}')
 	}
 	if len(r.Params) > 0 {
@@ -141,19 +141,6 @@ func appendRecord(b []byte, r *store.Record, memo *rawMemo) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
-}
-
-// appendJSONString appends s as encoding/json quotes it: as it is when
-// it is printable ASCII that needs no escape (encoding/json escapes ",
-// \, <, > and &), through encoding/json otherwise.
-func appendJSONString(b []byte, s string) []byte {
-	if !jsonscan.Verbatim(s) {
-		q, _ := json.Marshal(s) // a string always encodes
-		return append(b, q...)
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // appendRaw appends raw JSON as encoding/json does a json.RawMessage:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -36,7 +37,7 @@ func spliceMessage(raw []byte, old, next *store.Message) (out []byte, ok bool) {
 	}
 	i += len(stateField)
 	var sb [32]byte
-	oldState := appendJSONString(sb[:0], old.State)
+	oldState := jsonfast.AppendString(sb[:0], old.State)
 	if !bytes.HasPrefix(raw[i:], oldState) {
 		return nil, false
 	}
@@ -55,7 +56,7 @@ func spliceMessage(raw []byte, old, next *store.Message) (out []byte, ok bool) {
 	}
 	out = make([]byte, 0, len(raw)+len(next.State)+64*(len(next.Records)-len(old.Records)))
 	out = append(out, raw[:i]...)
-	out = appendJSONString(out, next.State)
+	out = jsonfast.AppendString(out, next.State)
 	out = append(out, raw[j:k]...)
 	for n := len(old.Records); n < len(next.Records); n++ {
 		if n > 0 {

@@ -1,4 +1,4 @@
-package jsonenc
+package jsonfast
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package jsonscan
+package jsonfast
 
 import "unicode/utf8"
 
