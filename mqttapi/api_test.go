@@ -151,30 +151,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestDeleted(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
-	app := store.App{Key: appKey}
 	dev := w.createDevice("dev-del")
 	other := w.createDevice("dev-other")
-	d, err := w.connect(dev.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok := d.c.Subscribe("d/"+appKey+"/"+dev.Name+"/msg", 1, func(_ paho.Client, m paho.Message) { d.got <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	send := func(to store.Device) store.Message {
-		m, err := w.msgs.Send(ctx, app, to, message.SendRequest{Body: "hello", TTL: 600}, 0, func(int64) *store.SeqEntry { return nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	inFlight := send(dev) // sent to the device, never acknowledged
+	d := w.subscribed(t, dev.Name)
+	inFlight := w.send(t, dev) // sent to the device, never acknowledged
 	select {
 	case <-d.got:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the message never reached the device")
 	}
-	queued := send(other) // another device's, which is offline
+	queued := w.send(t, other) // another device's, which is offline
 
 	if _, err := w.st.UpdateDevice(ctx, appKey, dev.Name, func(d *store.Device) error { d.Flag = store.FlagDisabled; return nil }); err != nil {
 		t.Fatal(err)
@@ -187,7 +173,46 @@ func TestDeleted(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a deleted device stayed connected")
 	}
-	m, err := w.st.GetMessage(ctx, appKey, inFlight.ID)
+	w.wantFailedDeleted(t, inFlight.ID)
+	if err := w.st.DeleteDevice(ctx, appKey, dev.Name); err != nil {
+		t.Fatal(err)
+	}
+	w.wantGone(t, dev.Name)
+	// The other device's message is untouched.
+	if p, err := w.st.PendingMessages(ctx, appKey, other.Name, 10); err != nil || len(p) != 1 || p[0].ID != queued.ID {
+		t.Fatalf("other device's queue: %+v %v", p, err)
+	}
+	w.wantRecreatedFresh(t, dev.Name)
+}
+
+// subscribed connects the device and subscribes it to its msg topic.
+func (w *world) subscribed(t *testing.T, name string) *device {
+	t.Helper()
+	d, err := w.connect(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := d.c.Subscribe("d/"+appKey+"/"+name+"/msg", 1, func(_ paho.Client, m paho.Message) { d.got <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	return d
+}
+
+// send sends the device a message through the message service.
+func (w *world) send(t *testing.T, to store.Device) store.Message {
+	t.Helper()
+	m, err := w.msgs.Send(context.Background(), store.App{Key: appKey}, to, message.SendRequest{Body: "hello", TTL: 600}, 0, func(int64) *store.SeqEntry { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// wantFailedDeleted checks that message id, in flight to a device being
+// deleted, ended failed with the device-deleted error.
+func (w *world) wantFailedDeleted(t *testing.T, id int64) {
+	t.Helper()
+	m, err := w.st.GetMessage(context.Background(), appKey, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,36 +221,38 @@ func TestDeleted(t *testing.T) {
 		last.Error.Code != message.ErrCodeDeviceDeleted || last.Error.Message != "device deleted" {
 		t.Fatalf("message in flight to a deleted device: %+v, last record %+v", m, last)
 	}
-	if err := w.st.DeleteDevice(ctx, appKey, dev.Name); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the session to end", func() bool { return !w.dispatch.Online(appKey, dev.Name) })
-	if _, err := w.connect(dev.Name); !errors.Is(err, packets.ErrorRefusedNotAuthorised) {
+}
+
+// wantGone checks that a deleted device's session ended and that it can
+// neither connect nor authenticate.
+func (w *world) wantGone(t *testing.T, name string) {
+	t.Helper()
+	waitFor(t, "the session to end", func() bool { return !w.dispatch.Online(appKey, name) })
+	if _, err := w.connect(name); !errors.Is(err, packets.ErrorRefusedNotAuthorised) {
 		t.Fatalf("a deleted device connected: %v", err)
 	}
-	if err := w.gw.Authenticate(appKey, dev.Name, secret); !errors.Is(err, broker.ErrNotAuthorized) {
+	if err := w.gw.Authenticate(appKey, name, secret); !errors.Is(err, broker.ErrNotAuthorized) {
 		t.Fatalf("Authenticate of a deleted device: %v", err)
 	}
-	// The other device's message is untouched.
-	if p, err := w.st.PendingMessages(ctx, appKey, other.Name, 10); err != nil || len(p) != 1 || p[0].ID != queued.ID {
-		t.Fatalf("other device's queue: %+v %v", p, err)
-	}
+}
 
-	// Created again, the name is a new device: it connects, and nothing of
-	// the old one's is delivered to it.
-	w.createDevice(dev.Name)
-	d, err = w.connect(dev.Name)
+// wantRecreatedFresh creates the deleted device's name again: it is a new
+// device, which connects, and nothing of the old one's is delivered to it.
+func (w *world) wantRecreatedFresh(t *testing.T, name string) {
+	t.Helper()
+	w.createDevice(name)
+	d, err := w.connect(name)
 	if err != nil {
 		t.Fatalf("re-created device: %v", err)
 	}
-	if tok := d.c.Subscribe("d/"+appKey+"/"+dev.Name+"/msg", 1, func(_ paho.Client, m paho.Message) { d.got <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+	if tok := d.c.Subscribe("d/"+appKey+"/"+name+"/msg", 1, func(_ paho.Client, m paho.Message) { d.got <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
-	recreated, err := w.st.GetDevice(ctx, appKey, dev.Name)
+	recreated, err := w.st.GetDevice(context.Background(), appKey, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := send(recreated)
+	fresh := w.send(t, recreated)
 	select {
 	case m := <-d.got:
 		if want := `"msgid":"` + strconv.FormatInt(fresh.ID, 10) + `"`; !strings.Contains(string(m.Payload()), want) {
