@@ -300,3 +300,29 @@ func TestHealthAndMetrics(t *testing.T) {
 }
 
 func ptr(c creds) *creds { return &c }
+
+// TestAdminAuthMessage: a failed authentication on the admin API names the
+// admin account's credentials, not only an app's, and reads the same
+// whether the username is the admin's, an app key or nothing known, so it
+// tells no one which usernames exist. The app API's message is unchanged.
+func TestAdminAuthMessage(t *testing.T) {
+	e := newEnv(t, lenientAuth)
+	message := func(r response) string {
+		t.Helper()
+		var body struct{ Error struct{ Message string } }
+		r.decode(t, &body)
+		return body.Error.Message
+	}
+	var first string
+	for _, c := range []creds{{"admin", "wrong"}, {"no-such-user", "wrong"}, {e.app.Key, "wrong"}} {
+		r := e.do("GET", "/admin/v1/apps", nil, &c)
+		r.wantError(t, 401, 1004, "wrong admin username or password")
+		if m := message(r); first == "" {
+			first = m
+		} else if m != first {
+			t.Errorf("user %q got %q, user admin got %q: the messages tell the usernames apart", c.user, m, first)
+		}
+	}
+	wrong := creds{e.app.Key, "wrong"}
+	e.do("GET", "/device/v1/status?device_name=x", nil, &wrong).wantError(t, 401, 1004, "wrong app key or master secret")
+}

@@ -32,6 +32,10 @@ func (a *API) authAdmin(c *gin.Context) { a.authenticate(c, true) }
 func (a *API) authenticate(c *gin.Context, admin bool) {
 	user, pass, ok := c.Request.BasicAuth()
 	if !ok {
+		if admin {
+			a.writeError(c, errAuth("authentication failed: HTTP Basic credentials (admin username and password, or app key and master secret) are required"))
+			return
+		}
 		a.writeError(c, errAuth("authentication failed: HTTP Basic credentials (app key and master secret) are required"))
 		return
 	}
@@ -60,6 +64,12 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 	if errors.As(err, &ae) && ae.code == CodeAuthFailed {
 		a.throttle.failed(key)
 	}
+	if admin && ae != nil && ae.code == CodeAuthFailed {
+		// The admin API answers every failure alike, whether the username
+		// was the admin's, an app key or neither: the message tells which
+		// credentials it takes, never which usernames exist.
+		err = errAuth(adminAuthFailed)
+	}
 	if err != nil {
 		a.writeError(c, err)
 		return
@@ -68,6 +78,9 @@ func (a *API) authenticate(c *gin.Context, admin bool) {
 	c.Set(ctxApp, app)
 	c.Next()
 }
+
+// adminAuthFailed is the admin API's answer to wrong credentials.
+const adminAuthFailed = "authentication failed: wrong admin username or password (or, for an app, app key or master secret)"
 
 func (a *API) adminPassword(pass string) bool {
 	sum := sha256.Sum256([]byte(pass))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,16 +25,36 @@ var (
 	buildErr  error
 )
 
-// devmsgBinary builds the real binary once per test run.
 // TestMain removes the binary devmsgBinary built, if any.
 func TestMain(m *testing.M) {
+	release := holdDefaultPorts()
 	code := m.Run()
+	release()
 	if binPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binPath))
 	}
 	os.Exit(code)
 }
 
+// holdDefaultPorts listens on the ports `devmsg serve` binds by default,
+// where they are free, until release. A test that forgets to pass
+// 127.0.0.1:0 then fails on every run, not only on a machine where a
+// devmsg from the README is serving; tests must never need those ports.
+func holdDefaultPorts() (release func()) {
+	var held []net.Listener
+	for _, addr := range []string{":8443", ":1883", ":8883", ":8083"} {
+		if l, err := net.Listen("tcp", addr); err == nil {
+			held = append(held, l)
+		}
+	}
+	return func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}
+}
+
+// devmsgBinary builds the real binary once per test run.
 func devmsgBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -199,5 +200,26 @@ func TestBaseURL(t *testing.T) {
 		if got := baseURL(c.addr, c.tls); got != c.want {
 			t.Errorf("baseURL(%q, %v) = %q, want %q", c.addr, c.tls, got, c.want)
 		}
+	}
+}
+
+// TestServeDataDirInUse: a second serve on the data_dir of a running one
+// says the data_dir is in use by another devmsg, and which, rather than
+// repeating the lock's "resource temporarily unavailable".
+func TestServeDataDirInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	t.Parallel()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	first := startProc(t, dataDir)
+	stderr := failedStart(t, devmsgBinary(t), []string{"serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
+		"--mqtt.tcp_addr=", "--mqtt.tls_addr=", "--mqtt.ws_addr="})
+	want := fmt.Sprintf("data_dir %s is in use by another devmsg process (pid %d)", dataDir, first.cmd.Process.Pid)
+	if !strings.Contains(stderr, want) {
+		t.Errorf("second serve on the same data_dir said:\n%s\nwant it to say %q", stderr, want)
+	}
+	if strings.Contains(stderr, "temporarily unavailable") {
+		t.Errorf("the error still reads as a lock failure:\n%s", stderr)
 	}
 }

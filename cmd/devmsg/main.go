@@ -9,27 +9,78 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"sort"
-	"strings"
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=...". Left
+// at "dev" (go install, go build), buildVersion reads the version from the
+// build info Go embeds.
 var version = "dev"
 
-// subcommands maps a subcommand to its entry point.
-var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
-	"serve": runServe,
-	"sim":   runSim,
+// subcommand is an entry point and its line in devmsg's usage.
+type subcommand struct {
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// help says what it does in one line; "" keeps it out of the usage.
+	help string
+}
+
+// subcommands maps a subcommand's name to it.
+var subcommands = map[string]subcommand{
+	"serve": {runServe, "run the service: REST and admin API, web console and MQTT broker"},
+	"sim":   {runSim, "connect simulated devices over MQTT that receive and acknowledge messages"},
 	// events tails an app's event log (docs/operations.md, "Watching an
 	// app's events from a terminal").
-	"events": runEvents,
-	"bench":  runBench,
+	"events": {runEvents, "tail an app's event log, optionally forwarding it to a webhook URL"},
+	"bench":  {runBench, "measure a devmsg server's throughput and latency and print a report"},
 	// bench-client is internal: the client processes of devmsg bench.
-	"bench-client": runBenchClient,
-	"version": func(_ context.Context, _ []string, stdout, _ io.Writer) error {
-		_, err := fmt.Fprintln(stdout, "devmsg", version)
+	"bench-client": {runBenchClient, ""},
+	"version": {func(_ context.Context, _ []string, stdout, _ io.Writer) error {
+		_, err := fmt.Fprintln(stdout, "devmsg", buildVersion())
 		return err
-	},
+	}, "print devmsg's version"},
+}
+
+// buildVersion is the linked-in version or, without one, the version Go
+// recorded in the binary.
+func buildVersion() string {
+	if version != "dev" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	return versionOf(info)
+}
+
+// versionOf is the module's version when Go knows it (go install
+// module@version), else the VCS revision the binary was built from,
+// shortened, with "-dirty" when the checkout had uncommitted changes,
+// else "dev".
+func versionOf(info *debug.BuildInfo) string {
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	var dirty bool
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // defaultGCPercent replaces Go's default of 100 unless GOGC is set. The
@@ -62,14 +113,41 @@ var errUsage = errors.New("usage")
 
 // run is the whole program; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || subcommands[args[0]] == nil {
-		names := make([]string, 0, len(subcommands))
-		for n := range subcommands {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		fmt.Fprintf(stderr, "usage: devmsg <%s> [flags]\n", strings.Join(names, "|"))
+	if len(args) > 0 && (args[0] == "--help" || args[0] == "-help" || args[0] == "-h" || args[0] == "help") {
+		writeUsage(stdout)
+		return nil
+	}
+	if len(args) == 0 {
+		writeUsage(stderr)
 		return errUsage
 	}
-	return subcommands[args[0]](ctx, args[1:], stdout, stderr)
+	sub, ok := subcommands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "devmsg: unknown subcommand %q\n\n", args[0])
+		writeUsage(stderr)
+		return errUsage
+	}
+	return sub.run(ctx, args[1:], stdout, stderr)
+}
+
+// writeUsage lists the subcommands with what each does.
+func writeUsage(w io.Writer) {
+	names := make([]string, 0, len(subcommands))
+	width := 0
+	for n, sub := range subcommands {
+		if sub.help == "" {
+			continue
+		}
+		names = append(names, n)
+		width = max(width, len(n))
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "usage: devmsg <subcommand> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "subcommands:")
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, subcommands[n].help)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "devmsg <subcommand> --help lists a subcommand's flags.")
 }

@@ -601,7 +601,18 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
 	switch cfg.Store.Type {
 	case "embedded":
-		return pebble.Open(cfg.DataDir + "/store")
+		st, err := pebble.Open(cfg.DataDir + "/store")
+		if inUse := (*pebble.InUseError)(nil); errors.As(err, &inUse) {
+			by := "another devmsg process"
+			if inUse.PID > 0 {
+				by = fmt.Sprintf("another devmsg process (pid %d)", inUse.PID)
+			}
+			return nil, fmt.Errorf("data_dir %s is in use by %s: stop it, or give this one another --data_dir", cfg.DataDir, by)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
 	case "redis":
 		r := cfg.Store.Redis
 		return redis.Open(ctx, redis.Options{Addrs: r.Addrs, MasterName: r.MasterName, Password: r.Password, DB: r.DB})

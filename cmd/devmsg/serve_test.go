@@ -252,8 +252,8 @@ func TestServeOnRedis(t *testing.T) {
 	}
 	f.mustConnect("redis-1", secret, "msg")
 
-	err = run(context.Background(), []string{"serve", "--data_dir", t.TempDir(), "--store.type", "redis",
-		"--store.redis.addrs", "127.0.0.1:1"}, io.Discard, io.Discard)
+	err = run(context.Background(), append(append([]string{"serve", "--data_dir", t.TempDir()}, testArgs...),
+		"--store.type", "redis", "--store.redis.addrs", "127.0.0.1:1"), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "redis") {
 		t.Fatalf("an unreachable Redis: %v", err)
 	}

@@ -190,7 +190,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
-		return nil, fmt.Errorf("open pebble %s: %w", dir, err)
+		return nil, fmt.Errorf("open pebble %s: %w", dir, inUse(dir, err))
 	}
 	// Fields one by one: Pebble's goroutines already read s.committing.
 	s.db, s.log, s.now, s.sweepEvery = db, cfg.logger, cfg.now, cfg.sweepEvery
