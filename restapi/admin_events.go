@@ -90,9 +90,7 @@ func (a *API) addEventWebhook(c *gin.Context) error {
 	}
 	err = webhook.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
-		// A refused address is named neither by address nor by dial
-		// detail (docs/callbacks.md, "Address guard").
-		return errInvalid("URL not allowed: event webhook URL %q", u)
+		return errGuarded("event webhook URL", u)
 	}
 	if err != nil {
 		return errInvalid("event webhook URL %q: %v", u, err)

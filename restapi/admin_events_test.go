@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -137,7 +138,7 @@ func TestEventWebhookAddRefused(t *testing.T) {
 	guarded := newEnv(t, allowCustomPorts)
 	gown := guarded.appCreds()
 	r := guarded.do("POST", webhooksPath(guarded.app.Key), map[string]any{"url": rcv.url("/h")}, &gown)
-	r.wantError(t, 400, 1003, "URL not allowed")
+	r.wantError(t, 400, 1003, "URL not allowed: event webhook URL "+strconv.Quote(rcv.url("/h"))+guardedText)
 	if strings.Contains(string(r.body), "dial") || rcv.checks.Load() != checks {
 		t.Fatalf("the guard let a request through or named the dial: %s", r.body)
 	}

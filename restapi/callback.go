@@ -164,14 +164,20 @@ func (a *API) checkURL(u string) error {
 func (a *API) verifyURL(c *gin.Context, app store.App, u string) error {
 	err := webhook.Verify(c.Request.Context(), a.verifier, u, app)
 	if errors.Is(err, netguard.ErrNotAllowed) {
-		// A refused address is named neither by address nor by dial
-		// detail (docs/callbacks.md, "Address guard").
-		return errInvalid("URL not allowed: callback URL %q", u)
+		return errGuarded("callback URL", u)
 	}
 	if err != nil {
 		return errInvalid("callback URL %q: %v", u, err)
 	}
 	return nil
+}
+
+// errGuarded answers a URL the address guard refused: it says which kind
+// of address is refused and which setting exempts a network, but names
+// neither the address the URL reached nor any dial detail.
+func errGuarded(what, u string) error {
+	return errInvalid("URL not allowed: %s %q points to a loopback, private, link-local or other internal address;"+
+		" the service operator can allow its network with the callback.allowed_networks setting", what, u)
 }
 
 // addCallbackURL serves POST /admin/v1/apps/{key}/callback/urls: checks

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -635,7 +636,7 @@ func TestCallbackDeliveries(t *testing.T) {
 
 // TestCallbackAddressGuard: a callback URL whose host is, or resolves to,
 // loopback, link-local or another blocked address is refused with
-// 400/1003 "URL not allowed" and no dial detail, before any byte reaches
+// 400/1003 "URL not allowed", the kind of address and no dial detail, before any byte reaches
 // it; callback.allowed_networks exempts a network.
 func TestCallbackAddressGuard(t *testing.T) {
 	e := newEnv(t, allowCustomPorts, shortVerifyTimeout) // no allowed_networks
@@ -655,7 +656,7 @@ func TestCallbackAddressGuard(t *testing.T) {
 	} {
 		for _, p := range []string{base, base + "/test"} {
 			r := e.do("POST", p, urlBody(u), &own)
-			r.wantError(t, 400, 1003, "URL not allowed")
+			r.wantError(t, 400, 1003, "URL not allowed: callback URL "+strconv.Quote(u)+guardedText)
 			for _, detail := range []string{"dial", "connect", "tcp", "refused"} {
 				if strings.Contains(string(r.body), detail) {
 					t.Errorf("POST %s %s: the error %s gives dial detail %q", p, u, r.body, detail)
@@ -671,6 +672,31 @@ func TestCallbackAddressGuard(t *testing.T) {
 	allowed := newEnv(t, allowCustomPorts, allowLoopback, shortVerifyTimeout)
 	aown := allowed.appCreds()
 	allowed.do("POST", "/admin/v1/apps/"+allowed.app.Key+"/callback/urls", urlBody(rcv.url("/cb")), &aown).wantOK(t)
+}
+
+// guardedText ends the message of a URL the address guard refused.
+const guardedText = " points to a loopback, private, link-local or other internal address;" +
+	" the service operator can allow its network with the callback.allowed_networks setting"
+
+// TestCallbackAddressGuardMessage: the refusal of a name that resolves to
+// loopback names the setting that exempts a network, and not the address
+// the name resolved to.
+func TestCallbackAddressGuardMessage(t *testing.T) {
+	e := newEnv(t, allowCustomPorts, shortVerifyTimeout) // no allowed_networks
+	rcv := newReceiver(t)
+	own := e.appCreds()
+	port := rcv.srv.URL[strings.LastIndex(rcv.srv.URL, ":")+1:]
+	u := "http://localhost:" + port + "/cb"
+	r := e.do("POST", "/admin/v1/apps/"+e.app.Key+"/callback/urls", urlBody(u), &own)
+	r.wantError(t, 400, 1003, "loopback, private, link-local or other internal address", "callback.allowed_networks")
+	for _, addr := range []string{"127.0.0.1", "::1", "[::1]"} {
+		if strings.Contains(string(r.body), addr) {
+			t.Errorf("the refusal of %s names the address %s: %s", u, addr, r.body)
+		}
+	}
+	if n := rcv.checks.Load(); n != 0 {
+		t.Errorf("the guarded receiver got %d requests", n)
+	}
 }
 
 // TestCallbackVerifyCarriesAuth: the echostr GET carries the Basic header
