@@ -56,21 +56,14 @@ type Deliveries struct {
 	Deliveries []Delivery `json:"deliveries"`
 }
 
-// CallbackRecord is a status record as a callback delivers it: the
-// record's fields and its stable id, so receivers can drop duplicates.
-type CallbackRecord struct {
-	ID string `json:"id"`
-	Record
-}
-
 // DeadLetter is one batch whose delivery failed every retry.
 type DeadLetter struct {
-	ID        string           `json:"id"`
-	URL       string           `json:"url"`
-	Attempts  int              `json:"attempts"`
-	LastError string           `json:"last_error"`
-	Time      int64            `json:"time"` // Unix seconds it was dead-lettered
-	Records   []CallbackRecord `json:"records"`
+	ID        string   `json:"id"`
+	URL       string   `json:"url"`
+	Attempts  int      `json:"attempts"`
+	LastError string   `json:"last_error"`
+	Time      int64    `json:"time"`    // Unix seconds it was dead-lettered
+	Records   []Record `json:"records"` // as the callback delivered them
 }
 
 // DeadLetters is the answer to GET .../callback/deadletters, oldest

@@ -91,8 +91,10 @@ type RecordError struct {
 }
 
 // Record is one message-status record (docs/callbacks.md, "Record
-// fields"), as a message's trace and a callback show it.
+// fields"), as a message's trace and a callback show it: ID is the
+// record's stable id ("<msgid>-<index>"), the one its callback carries.
 type Record struct {
+	ID         string          `json:"id"`
 	Type       int             `json:"type"`
 	ChannelKey string          `json:"channelkey,omitempty"`
 	MsgID      string          `json:"msgid,omitempty"`

@@ -723,7 +723,7 @@ func outcome(err error) string {
 }
 
 // Record is a status record as it is delivered: the source API's fields (docs/callbacks.md) and
-// the entry's stable id, so receivers can drop duplicates.
+// the entry's stable id (store.RecordID), so receivers can drop duplicates.
 type Record struct {
 	ID string `json:"id"`
 	store.Record

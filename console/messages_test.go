@@ -38,6 +38,11 @@ func TestMessageAndTrace(t *testing.T) {
 		types[0][1] != "0 target valid" || types[1][1] != "2 submission success" {
 		t.Errorf("records %v", types)
 	}
+	// Each record shows the id its callback carries.
+	if ids := regexp.MustCompile(`class="record-id"><code>([^<]+)<`).FindAllStringSubmatch(p.body, -1); len(ids) != 2 ||
+		ids[0][1] != msgid+"-0" || ids[1][1] != msgid+"-1" {
+		t.Errorf("record ids %v, want %s-0 and %s-1", ids, msgid, msgid)
+	}
 
 	p = b.post("/console/apps/"+a.Key+"/messages/retract", url.Values{"msgid": {msgid}})
 	p.want(t, 200, "Message retracted")

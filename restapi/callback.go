@@ -324,9 +324,9 @@ func (a *API) listDeadLetters(c *gin.Context) error {
 	out := make([]apitypes.DeadLetter, len(dls))
 	for i, d := range dls {
 		// Each record as the callback delivered it (callback.Record).
-		recs := make([]apitypes.CallbackRecord, len(d.Entries))
+		recs := make([]apitypes.Record, len(d.Entries))
 		for j, e := range d.Entries {
-			recs[j] = apitypes.CallbackRecord{ID: e.ID, Record: record(e.Record)}
+			recs[j] = record(e.ID, e.Record)
 		}
 		out[i] = apitypes.DeadLetter{ID: d.ID, URL: d.URL, Attempts: d.Attempts, LastError: d.LastError, Time: d.Time, Records: recs}
 	}

@@ -169,26 +169,25 @@ func msgidParam(c *gin.Context) (int64, error) {
 func viewMessage(m store.Message) apitypes.Message {
 	return apitypes.Message{
 		MsgID: m.ID, DeviceName: m.DeviceName, State: m.State, TTL: m.TTL, TimeCreate: m.TimeCreate,
-		Records: records(message.Records(m)),
+		Records: records(m),
 	}
 }
 
-// records is rs as the API shows them.
-func records(rs []store.Record) []apitypes.Record {
-	if rs == nil {
-		return nil
-	}
+// records is m's status records as the API shows them, each with the id
+// its callback carries (store.RecordID).
+func records(m store.Message) []apitypes.Record {
+	rs := message.Records(m)
 	out := make([]apitypes.Record, len(rs))
 	for i, r := range rs {
-		out[i] = record(r)
+		out[i] = record(store.RecordID(m.ID, i), r)
 	}
 	return out
 }
 
-// record is r as the API shows it.
-func record(r store.Record) apitypes.Record {
+// record is r, whose stable id is id, as the API shows it.
+func record(id string, r store.Record) apitypes.Record {
 	out := apitypes.Record{
-		Type: r.Type, ChannelKey: r.ChannelKey, MsgID: r.MsgID, UserID: r.UserID, SenderID: r.SenderID,
+		ID: id, Type: r.Type, ChannelKey: r.ChannelKey, MsgID: r.MsgID, UserID: r.UserID, SenderID: r.SenderID,
 		Sender: r.Sender, SentTime: r.SentTime, Params: r.Params,
 	}
 	if r.Error != nil {

@@ -3,6 +3,7 @@ package restapi
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"testing"
 
@@ -97,22 +98,32 @@ func testRecords() []store.Record {
 	}
 }
 
-func TestRecordWritesWhatStoreRecordWrote(t *testing.T) {
-	rs := testRecords()
-	if got, want := mustMarshal(t, records(rs)), mustMarshal(t, rs); !bytes.Equal(got, want) {
-		t.Errorf("records %s, store.Record %s", got, want)
-	}
-	if got := mustMarshal(t, records(nil)); string(got) != "null" {
-		t.Errorf("records(nil) = %s, want null as before", got)
-	}
-	if got := mustMarshal(t, records([]store.Record{})); string(got) != "[]" {
-		t.Errorf("records([]) = %s, want []", got)
-	}
-	for _, r := range rs {
+func TestRecordWritesWhatCallbackRecordWrote(t *testing.T) {
+	for _, r := range testRecords() {
 		want := mustMarshal(t, callback.Record{ID: "150552576000005-0", Record: r})
-		if got := mustMarshal(t, apitypes.CallbackRecord{ID: "150552576000005-0", Record: record(r)}); !bytes.Equal(got, want) {
-			t.Errorf("dead-letter record %s, callback.Record %s", got, want)
+		if got := mustMarshal(t, record("150552576000005-0", r)); !bytes.Equal(got, want) {
+			t.Errorf("record %s, callback.Record %s", got, want)
 		}
+	}
+}
+
+func TestRecordsCarryTheCallbackID(t *testing.T) {
+	m := store.Message{ID: 150552576000005, AppKey: "app", DeviceName: "dev-1", Records: testRecords()}
+	got := records(m)
+	if len(got) != len(m.Records) {
+		t.Fatalf("%d records, want %d", len(got), len(m.Records))
+	}
+	for i, r := range got {
+		if want := fmt.Sprintf("150552576000005-%d", i); r.ID != want || r.ID != store.RecordID(m.ID, i) {
+			t.Errorf("record %d id %q, want %q", i, r.ID, want)
+		}
+		want := mustMarshal(t, callback.Record{ID: store.RecordID(m.ID, i), Record: m.Filled(m.Records[i])})
+		if b := mustMarshal(t, r); !bytes.Equal(b, want) {
+			t.Errorf("record %d %s, callback.Record %s", i, b, want)
+		}
+	}
+	if b := mustMarshal(t, records(store.Message{ID: 1})); string(b) != "[]" {
+		t.Errorf("records of a message without records = %s, want []", b)
 	}
 }
 

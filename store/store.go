@@ -335,6 +335,13 @@ type MessageUpdate struct {
 	Fn     func(*Message) error
 }
 
+// RecordID is the stable id of record index (0 for the first) of message
+// msgID: "<msgid>-<index>". It is the id a callback delivers the record
+// with and the one GET /msg/v1/msg shows it with.
+func RecordID(msgID int64, index int) string {
+	return strconv.FormatInt(msgID, 10) + "-" + strconv.Itoa(index)
+}
+
 // OutboxEntry is a status record waiting for callback delivery. Every
 // record a message gains is written to the outbox in the same write as
 // the message, so none is lost between the two; a store may leave out
@@ -344,8 +351,8 @@ type MessageUpdate struct {
 type OutboxEntry struct {
 	// Seq orders the outbox: entries written later have larger Seq.
 	Seq int64 `json:"seq"`
-	// ID is stable across redeliveries ("<msgid>-<record index>"), so a
-	// receiver can drop duplicates.
+	// ID is stable across redeliveries (RecordID), so a receiver can drop
+	// duplicates.
 	ID          string `json:"id"`
 	AppKey      string `json:"app_key"`
 	CallbackURL string `json:"callback_url,omitempty"`

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -380,4 +384,69 @@ func TestCallbackSettingsApplyToQueued(t *testing.T) {
 	if g := gone.attempts.Load(); g != after {
 		t.Errorf("the deleted URL got %d more attempts", g-after)
 	}
+}
+
+// TestCallbackRecordsMatchMessageRecords: every record of a message, in
+// the answers of GET and DELETE /msg/v1/msg, is the record the callback
+// receiver got with the same id, field for field; the id is
+// <msgid>-<index of the record in the message>.
+func TestCallbackRecordsMatchMessageRecords(t *testing.T) {
+	t.Parallel()
+	f := callbackFleet(t)
+	rcv := newReceiver(t)
+	f.addURL(rcv.url("/ids"))
+	f.setCallback(`{"enabled":true}`)
+	f.createDevice("ids-1")
+
+	withParams := fmt.Sprintf(`{"seq_no":%d,"device_name":"ids-1","msg_body":"hi","ttl":60,"callback":{"params":{"order":"<A&1>"}}}`, f.seq.Add(1))
+	var sent struct{ Msgid int64 }
+	f.restOK("POST", "/msg/v1/msg", withParams, &sent)
+	id := sent.Msgid
+	waitRecordTypes(t, f, rcv, map[int64][]int{id: {0, 2}}, 10*time.Second)
+	var retracted struct{ Records []json.RawMessage }
+	f.restOK("DELETE", fmt.Sprintf("/msg/v1/msg?msgid=%d", id), "", &retracted)
+	waitRecordTypes(t, f, rcv, map[int64][]int{id: {0, 2, 7}}, 10*time.Second)
+	var got struct{ Records []json.RawMessage }
+	f.restOK("GET", fmt.Sprintf("/msg/v1/msg?msgid=%d", id), "", &got)
+
+	delivered := map[string]map[string]any{}
+	for _, b := range rcv.got() {
+		var recs []json.RawMessage
+		if err := json.Unmarshal(b.body, &recs); err != nil {
+			t.Fatalf("callback body %s: %v", b.body, err)
+		}
+		for _, raw := range recs {
+			rec := decodeObject(t, raw)
+			delivered[rec["id"].(string)] = rec
+		}
+	}
+	for name, answer := range map[string][]json.RawMessage{"GET": got.Records, "DELETE": retracted.Records} {
+		if len(answer) != 3 {
+			t.Fatalf("%s answer: %d records, want 3", name, len(answer))
+		}
+		for i, raw := range answer {
+			rec := decodeObject(t, raw)
+			wantID := fmt.Sprintf("%d-%d", id, i)
+			if rec["id"] != wantID {
+				t.Errorf("%s record %d: id %v, want %q", name, i, rec["id"], wantID)
+			}
+			if cb, ok := delivered[wantID]; !ok {
+				t.Errorf("%s record %s: the receiver got no record with its id (got %v)", name, raw, slices.Sorted(maps.Keys(delivered)))
+			} else if !reflect.DeepEqual(rec, cb) {
+				t.Errorf("%s record %s, the callback delivered %v", name, raw, cb)
+			}
+		}
+	}
+}
+
+// decodeObject decodes a JSON object, numbers as json.Number.
+func decodeObject(t *testing.T, raw []byte) map[string]any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("record %s: %v", raw, err)
+	}
+	return m
 }

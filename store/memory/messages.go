@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/devmsg/devmsg/store"
 )
@@ -188,7 +187,7 @@ func outboxEntries(m store.Message, from int) ([]store.OutboxEntry, error) {
 	var out []store.OutboxEntry
 	for i := from; i < len(m.Records); i++ {
 		e, err := clone(store.OutboxEntry{
-			ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(i),
+			ID:          store.RecordID(m.ID, i),
 			AppKey:      m.AppKey,
 			CallbackURL: m.CallbackURL,
 			Record:      m.Filled(m.Records[i]),

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -207,7 +206,7 @@ func (s *Store) addOutbox(b *pebble.Batch, m store.Message, from int) error {
 func outboxEntry(m *store.Message, r int, seq, now int64) store.OutboxEntry {
 	return store.OutboxEntry{
 		Seq:         seq,
-		ID:          strconv.FormatInt(m.ID, 10) + "-" + strconv.Itoa(r),
+		ID:          store.RecordID(m.ID, r),
 		AppKey:      m.AppKey,
 		CallbackURL: m.CallbackURL,
 		Time:        now,

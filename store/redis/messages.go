@@ -96,7 +96,7 @@ func (s *Store) appendEntries(args []any, m store.Message, from int, first int64
 	now := s.now().UnixMilli()
 	for i := from; i < len(m.Records); i++ {
 		e := store.OutboxEntry{
-			ID:          itoa(m.ID) + "-" + strconv.Itoa(i),
+			ID:          store.RecordID(m.ID, i),
 			AppKey:      m.AppKey,
 			CallbackURL: m.CallbackURL,
 			Time:        now,
