@@ -119,8 +119,8 @@ const (
 	validProps   = `{"properties":[{"name":"a","desired_value":1.5,"desired_stime":1},{"name":"b","reported_value":"x","reported_stime":2}],"sdk_ver":"","app_ver":"","last_desired_stime":0,"last_reported_stime":0,"last_desired_version":1,"last_reported_version":0}`
 	validSecret  = "Zq3VhX0mK2pL8sNw1RtY6cB4dF7gH9jA"
 	validMessage = `{"msgid":150552576000002,"device_name":"dev-0001","state":"failed","ttl":86400,"time_create":1767225600,"records":[` +
-		`{"type":0,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600},` +
-		`{"type":3,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600,"error":{"code":3004,"message":"device queue full"},"params":{"a":1}}]}`
+		`{"id":"150552576000002-0","type":0,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600},` +
+		`{"id":"150552576000002-1","type":3,"channelkey":"k","msgid":"150552576000002","userid":"dev-0001","sender_id":"dev-0001","sender":0,"sent_time":1767225600,"error":{"code":3004,"message":"device queue full"},"params":{"a":1}}]}`
 )
 
 func TestCheck(t *testing.T) {
