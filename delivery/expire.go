@@ -68,20 +68,7 @@ func (d *Dispatcher) ExpireDue(ctx context.Context) error {
 // FailPending moves every pending message of the device to failed with
 // record 5 and the given code: 3003 when it is disabled, 3007 deleted.
 func (d *Dispatcher) FailPending(ctx context.Context, app, dev string, code int, reason string) error {
-	for {
-		msgs, err := d.store.PendingMessages(ctx, app, dev, sweepBatch)
-		if err != nil {
-			return err
-		}
-		for _, m := range msgs {
-			if err := d.fail(ctx, m, store.StateFailed, code, reason); err != nil {
-				return err
-			}
-		}
-		if len(msgs) < sweepBatch {
-			return nil
-		}
-	}
+	return message.FailPending(ctx, d.store, app, dev, code, reason, d.now())
 }
 
 func (d *Dispatcher) fail(ctx context.Context, m store.Message, state string, code int, reason string) error {

@@ -114,3 +114,30 @@ func Fail(ctx context.Context, st interface {
 	}
 	return err
 }
+
+// failBatch is how many pending messages FailPending reads at a time.
+const failBatch = 512
+
+// FailPending moves every pending message of the device to failed with
+// record 5 and the given code (3003 when it is disabled, 3007 deleted),
+// failBatch at a time.
+func FailPending(ctx context.Context, st interface {
+	PendingMessages(ctx context.Context, appKey, device string, limit int) ([]store.Message, error)
+	UpdateMessage(ctx context.Context, appKey string, id int64, fn func(*store.Message) error) (store.Message, error)
+}, app, dev string, code int, reason string, now time.Time,
+) error {
+	for {
+		msgs, err := st.PendingMessages(ctx, app, dev, failBatch)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if err := Fail(ctx, st, m, store.StateFailed, code, reason, now); err != nil {
+				return err
+			}
+		}
+		if len(msgs) < failBatch {
+			return nil
+		}
+	}
+}

@@ -54,27 +54,9 @@ func (d *dispatcher) Online(dev store.Device) bool {
 
 func (d *dispatcher) Notify(store.Message, store.Device) {}
 
-// failBatch is how many pending messages FailPending reads at a time,
-// as delivery's sweeps do.
-const failBatch = 512
-
-// FailPending moves every pending message of the device to failed with
-// record 5 and the given code, as delivery.Dispatcher.FailPending does.
+// FailPending is what delivery.Dispatcher.FailPending does.
 func (d *dispatcher) FailPending(ctx context.Context, app, dev string, code int, reason string) error {
-	for {
-		msgs, err := d.st.PendingMessages(ctx, app, dev, failBatch)
-		if err != nil {
-			return err
-		}
-		for _, m := range msgs {
-			if err := Fail(ctx, d.st, m, store.StateFailed, code, reason, d.now()); err != nil {
-				return err
-			}
-		}
-		if len(msgs) < failBatch {
-			return nil
-		}
-	}
+	return FailPending(ctx, d.st, app, dev, code, reason, d.now())
 }
 
 type fixture struct {
