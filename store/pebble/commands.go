@@ -278,4 +278,3 @@ func (s *Store) LastCommandID(ctx context.Context) (int64, error) {
 	}
 	return int64(binary.BigEndian.Uint64(k[len(pCmd):])), nil
 }
-
