@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/store"
 )
@@ -34,8 +35,8 @@ const (
 
 // Event types the command domain appends to the event log.
 const (
-	EventProgress = "command.progress"
-	EventDone     = "command.done"
+	EventProgress = events.TypeCommandProgress
+	EventDone     = events.TypeCommandDone
 )
 
 // Request is a validated command.
@@ -69,7 +70,7 @@ func ValidName(name string) bool {
 // command it may hold was cancelled. Each is given the device as read
 // before the call.
 type Router interface {
-	Online(dev store.Device) bool
+	CommandOnline(dev store.Device) bool
 	NotifyCommand(c store.Command, dev store.Device)
 	CancelCommand(c store.Command)
 }
@@ -124,7 +125,7 @@ func (s *Service) Dropped() int64 { return s.dropped.Load() }
 
 type offline struct{}
 
-func (offline) Online(store.Device) bool                  { return false }
+func (offline) CommandOnline(store.Device) bool           { return false }
 func (offline) NotifyCommand(store.Command, store.Device) {}
 func (offline) CancelCommand(store.Command)               {}
 
@@ -239,7 +240,7 @@ func (s *Service) newCommand(appKey string, dev store.Device, req Request, now i
 	switch {
 	case dev.Flag == store.FlagDisabled:
 		c.State, c.Code, c.Message = store.CmdRejected, store.CodeDeviceDisabled, "device disabled"
-	case req.TTL == 0 && !s.router.Online(dev):
+	case req.TTL == 0 && !s.router.CommandOnline(dev):
 		c.State, c.Message = store.CmdOffline, "device offline and ttl is 0"
 	default:
 		return c
