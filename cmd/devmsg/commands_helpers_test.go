@@ -55,10 +55,10 @@ type cmdDevice struct {
 func (f *fleet) connectCmdDevice(name, secret string, manualAck bool, answer func(devCmd) string) *cmdDevice {
 	f.t.Helper()
 	d := &cmdDevice{prefix: "d/" + demoKey + "/" + name + "/", answer: answer, lostConn: make(chan struct{}, 1)}
-	opts := paho.NewClientOptions().AddBroker("tcp://"+f.s.mqtt["tcp"]).SetClientID(demoKey+"/"+name).
-		SetUsername(demoKey+"/"+name).SetPassword(secret).SetCleanSession(true).
+	opts := paho.NewClientOptions().AddBroker("tcp://" + f.s.mqtt["tcp"]).SetClientID(demoKey + "/" + name).
+		SetUsername(demoKey + "/" + name).SetPassword(secret).SetCleanSession(true).
 		SetAutoReconnect(false).SetConnectRetry(false).SetAutoAckDisabled(manualAck).
-		SetConnectTimeout(5*time.Second).SetOrderMatters(false).
+		SetConnectTimeout(5 * time.Second).SetOrderMatters(false).
 		SetTLSConfig(&tls.Config{InsecureSkipVerify: true}).
 		SetConnectionLostHandler(func(paho.Client, error) { d.lostConn <- struct{}{} })
 	d.c = paho.NewClient(opts)
