@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/devmsg/devmsg/command"
@@ -38,6 +39,9 @@ type CommandSender struct {
 
 	mu       sync.Mutex
 	inflight map[Conn]map[uint16]cmdRef
+	// active counts the commands being published or awaiting their
+	// PUBACK: while it is 0, a PUBACK is a message's, found at once.
+	active atomic.Int64
 
 	// locks order the sends to one device (accepted order).
 	locks [64]sync.Mutex
@@ -70,8 +74,11 @@ func (cs *CommandSender) lock(app, dev string) func() {
 // Attach sends the device's commands that wait for it on connection c,
 // in accepted order: all undelivered ones for a new subscription
 // (resent ones carry the same cmd_id), only the queued ones when queued
-// is set (another node said a command was queued).
+// is set (another node said a command was queued). The device's sends,
+// PUBACKs and this read are serialised, so what it reads is not
+// overtaken by a send or PUBACK of the same command.
 func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, queued bool) {
+	defer cs.lock(app, dev)()
 	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
 	if err != nil {
 		cs.log.Error("read a device's commands", "app", app, "device", dev, "err", err)
@@ -88,26 +95,31 @@ func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, qu
 		if queued && cmd.State != store.CmdQueued {
 			continue
 		}
-		cs.Send(ctx, c, cmd)
+		cs.send(ctx, c, cmd)
 	}
 }
 
 // Send publishes cmd, which is durable, on c unless it is in flight on c
 // already or can no longer be delivered, and records it sent.
 func (cs *CommandSender) Send(ctx context.Context, c Conn, cmd store.Command) {
+	defer cs.lock(cmd.AppKey, cmd.DeviceName)()
+	cs.send(ctx, c, cmd)
+}
+
+// send is Send under the device's lock.
+func (cs *CommandSender) send(ctx context.Context, c Conn, cmd store.Command) {
 	if !command.Deliverable(cmd, cs.now().UnixMilli()) {
 		return
 	}
-	unlock := cs.lock(cmd.AppKey, cmd.DeviceName)
 	cs.mu.Lock()
 	for _, ref := range cs.inflight[c] {
 		if ref.id == cmd.ID {
 			cs.mu.Unlock()
-			unlock()
 			return
 		}
 	}
 	cs.mu.Unlock()
+	cs.active.Add(1)
 	payload := command.Payload(cmd)
 	var pid uint16
 	var err error
@@ -116,29 +128,33 @@ func (cs *CommandSender) Send(ctx context.Context, c Conn, cmd store.Command) {
 	} else {
 		pid, err = c.Publish(command.TopicCmd, payload, 1)
 	}
-	if err == nil {
-		cs.mu.Lock()
-		m := cs.inflight[c]
-		if m == nil {
-			m = map[uint16]cmdRef{}
-			cs.inflight[c] = m
-		}
-		m[pid] = cmdRef{cmd.AppKey, cmd.DeviceName, cmd.ID}
-		cs.mu.Unlock()
-	}
-	unlock()
 	if err != nil {
+		cs.active.Add(-1)
 		cs.log.Debug("publish a command", "app", cmd.AppKey, "device", cmd.DeviceName, "cmd_id", cmd.ID, "err", err)
 		return
 	}
+	cs.mu.Lock()
+	m := cs.inflight[c]
+	if m == nil {
+		m = map[uint16]cmdRef{}
+		cs.inflight[c] = m
+	}
+	m[pid] = cmdRef{cmd.AppKey, cmd.DeviceName, cmd.ID}
+	cs.mu.Unlock()
 	if err := cs.svc.Sent(ctx, cmd.AppKey, cmd.ID); err != nil {
 		cs.log.Error("record a command sent", "app", cmd.AppKey, "cmd_id", cmd.ID, "err", err)
 	}
 }
 
-// Acked takes a PUBACK on c: when it acknowledges a command, the
-// command is delivered once that is stored, and Acked reports true.
-func (cs *CommandSender) Acked(c Conn, pid uint16) bool {
+// Acked takes a PUBACK on c, the device's connection: when it
+// acknowledges a command, the command is delivered once that is stored,
+// and Acked reports true. It holds the device's lock, so a publish under
+// way has recorded its packet id, and a read of Attach sees the delivery.
+func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
+	if cs.active.Load() == 0 {
+		return false
+	}
+	defer cs.lock(app, dev)()
 	cs.mu.Lock()
 	ref, ok := cs.inflight[c][pid]
 	if ok {
@@ -151,6 +167,7 @@ func (cs *CommandSender) Acked(c Conn, pid uint16) bool {
 	if !ok {
 		return false
 	}
+	cs.active.Add(-1)
 	if err := cs.svc.Delivered(context.Background(), ref.app, ref.dev, ref.id); err != nil {
 		cs.log.Error("record a command delivered", "app", ref.app, "cmd_id", ref.id, "err", err)
 	}
@@ -161,6 +178,7 @@ func (cs *CommandSender) Acked(c Conn, pid uint16) bool {
 // sent again, with the same cmd_id, on the device's next connection.
 func (cs *CommandSender) Detach(c Conn) {
 	cs.mu.Lock()
+	cs.active.Add(-int64(len(cs.inflight[c])))
 	delete(cs.inflight, c)
 	cs.mu.Unlock()
 }

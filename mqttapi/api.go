@@ -432,7 +432,7 @@ func parseMsgID(raw json.RawMessage) (int64, error) {
 
 // Acked passes a PUBACK to command or message delivery.
 func (g *API) Acked(s *broker.Session, pid uint16) {
-	if g.cmds != nil && g.cmds.Acked(s, pid) {
+	if g.cmds != nil && g.cmds.Acked(s, s.AppKey, s.DeviceName, pid) {
 		return
 	}
 	g.dispatch.Acked(s, s.AppKey, s.DeviceName, pid)
