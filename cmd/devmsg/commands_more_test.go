@@ -19,7 +19,7 @@ func TestCommandBadInput(t *testing.T) {
 	f.createDevice("cmd-bad")
 	big := strings.Repeat("x", 256<<10)
 	for _, c := range []struct {
-		body, field string
+		body, field  string
 		status, code int
 	}{
 		{`{"seq_no":1,"device_name":"cmd-bad"}`, "name", 400, 1002},
