@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -196,8 +197,15 @@ func TestCommandCrashLoop(t *testing.T) {
 	defer disconnect(devs)
 	retries += retryPending(t, p, pending, send, func(r *crashReq) string { return r.body })
 
-	// The checker asks the restarted server about each cmd_id, waiting
-	// for it to end.
+	lost, phantom, duplicated, answersLost := l.check(t, p, app)
+	t.Logf("%d cycles, %d clients, %d devices: %d sends, %d retries; lost %d, phantom %d, duplicated %d, answers lost %d",
+		cycles, clients, devices, totalSends, retries, len(lost), len(phantom), len(duplicated), len(answersLost))
+	reportProblems(t, lost, phantom, duplicated, answersLost)
+}
+
+// check asks the restarted server about each cmd_id the ledger holds,
+// waiting for it to end, and lists what the crashes broke.
+func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phantom, duplicated, answersLost []string) {
 	state := map[int64]cmdView{}
 	get := func(id int64) (cmdView, bool) {
 		if v, ok := state[id]; ok {
@@ -214,10 +222,12 @@ func TestCommandCrashLoop(t *testing.T) {
 		return v, v.CmdID != 0
 	}
 	l.mu.Lock()
-	answered := l.answered
-	received := l.received
+	answered := maps.Clone(l.answered)
+	received := map[int64]map[string]bool{}
+	for id, tags := range l.received {
+		received[id] = maps.Clone(tags)
+	}
 	l.mu.Unlock()
-	var lost, phantom, duplicated, answersLost []string
 	for tag, ids := range answered {
 		for id := range ids {
 			v, ok := get(id)
@@ -261,11 +271,9 @@ func TestCommandCrashLoop(t *testing.T) {
 			answersLost = append(answersLost, fmt.Sprintf("cmd_id %d: answer %s PUBACKed, command now %+v", id, tag, v))
 		}
 	}
-	acked := len(l.acked)
+	t.Logf("%d cmd_ids received, %d answers PUBACKed", len(received), len(l.acked))
 	l.mu.Unlock()
-	t.Logf("%d cycles, %d clients, %d devices: %d sends, %d retries, %d cmd_ids received, %d answers PUBACKed; lost %d, phantom %d, duplicated %d, answers lost %d",
-		cycles, clients, devices, totalSends, retries, len(received), acked, len(lost), len(phantom), len(duplicated), len(answersLost))
-	reportProblems(t, lost, phantom, duplicated, answersLost)
+	return lost, phantom, duplicated, answersLost
 }
 
 // connectCmdCrashDevice connects a device subscribed to cmd, handing
