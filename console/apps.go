@@ -33,7 +33,11 @@ type overviewData struct {
 
 func (c *Console) overviewPage(q *req) error {
 	var d overviewData
-	ov, ok, err := c.metrics.overview()
+	own := "" // an app owner sees their app's figures
+	if !q.s.admin {
+		own = q.s.appKey
+	}
+	ov, ok, err := c.metrics.overview(own)
 	if err != nil {
 		c.log.Warn("console: read metrics", "err", err)
 		d.MetricsErr = "The metrics could not be read."
