@@ -32,7 +32,7 @@ var funcs = template.FuncMap{
 		return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000 UTC")
 	},
 	// clock is Unix milliseconds as the time of day, for a one-line row.
-	"clock": func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
+	"clock":     func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
 	"millisISO": func(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) },
 	// unixString formats the API's string seconds ("" when never).
 	"unixString": func(s string) string {
