@@ -55,6 +55,8 @@ var funcs = template.FuncMap{
 	// count formats a metric value.
 	"count": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
 	"inc":   func(i int) int { return i + 1 },
+	// trendPoints is the most values a device page's sparkline shows.
+	"trendPoints": func() int { return trendPoints },
 }
 
 // clip cuts s to at most n bytes, at a UTF-8 character boundary.
