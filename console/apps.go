@@ -31,6 +31,15 @@ type overviewData struct {
 	HasBacklog bool
 }
 
+// DeviceTotal is the devices of every app the admin sees.
+func (d overviewData) DeviceTotal() int64 {
+	var n int64
+	for _, a := range d.Apps {
+		n += a.Devices
+	}
+	return n
+}
+
 func (c *Console) overviewPage(q *req) error {
 	var d overviewData
 	own := "" // an app owner sees their app's figures

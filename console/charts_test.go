@@ -40,8 +40,16 @@ func TestOverviewCharts(t *testing.T) {
 	appended := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricEvents}, []string{"type"})
 	e.reg.MustRegister(records, connected, backlog, appended)
 
+	e.createDevices(a, "dev-1", "dev-2", "dev-3")
+	e.createDevices(other, "tree-1")
 	b := e.browser()
 	p := b.loginAdmin()
+	if got := p.text("overview-devices"); got != "4" {
+		t.Errorf("the admin's overview shows %q devices, want 4", got)
+	}
+	if !regexp.MustCompile(`data-app="` + a.Key + `">(?s:.*?)class="app-devices num">3<`).MatchString(p.body) {
+		t.Error("the app's device count is not in its row")
+	}
 	for _, id := range []string{"chart-messages", "chart-online", "chart-telemetry", "chart-backlog"} {
 		if !p.has(`id="` + id + `"`) {
 			t.Fatalf("the overview has no chart %s", id)
@@ -95,6 +103,9 @@ func TestOverviewCharts(t *testing.T) {
 	o := e.browser()
 	o.loginApp(a)
 	p = o.get("/console/")
+	if got := p.text("overview-devices"); got != "3" {
+		t.Errorf("owner's devices %q, want 3", got)
+	}
 	if got := p.text("overview-sent"); got != "15" {
 		t.Errorf("owner's sent %q, want 15 (its own app's)", got)
 	}
