@@ -57,10 +57,10 @@ type Chart struct {
 // Chart geometry, in SVG user units (the SVG scales to its box).
 const (
 	chartW, chartH = 480, 160
-	chartLeft      = 44 // room for the y labels
+	chartLeft      = 52 // room for the y labels
 	chartRight     = 8
-	chartTop       = 10
-	chartBottom    = 22 // room for the x labels
+	chartTop       = 12
+	chartBottom    = 26 // room for the x labels
 	sparkW, sparkH = 120, 28
 )
 
@@ -99,7 +99,7 @@ func (c Chart) SVG() template.HTML {
 	// Grid: the top, middle and bottom values.
 	for _, v := range []float64{lo, (lo + hi) / 2, hi} {
 		fmt.Fprintf(&b, `<line class="chart-grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, chartLeft, chartW-chartRight, y(v), y(v))
-		fmt.Fprintf(&b, `<text class="chart-label" x="%d" y="%.1f" text-anchor="end">%s</text>`, chartLeft-4, y(v)+4, esc(short(v)))
+		fmt.Fprintf(&b, `<text class="chart-label" x="%d" y="%.1f" text-anchor="end">%s</text>`, chartLeft-6, y(v)+5, esc(short(v)))
 	}
 	fmt.Fprintf(&b, `<text class="chart-label" x="%d" y="%d">%s</text>`, chartLeft, chartH-6, esc(c.From))
 	fmt.Fprintf(&b, `<text class="chart-label" x="%d" y="%d" text-anchor="end">%s</text>`, chartW-chartRight, chartH-6, esc(c.To))

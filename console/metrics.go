@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -46,6 +47,8 @@ func (c *counts) add(typ string, v float64) {
 
 // snapshot is what the registry says at one moment.
 type snapshot struct {
+	// At is when the registry was read.
+	At        time.Time
 	Connected float64
 	counts
 	// ByApp is the message counters of each app.
@@ -145,6 +148,14 @@ func (s *sampler) overview(app string) (ov overview, ok bool, err error) {
 	return ov, true, nil
 }
 
+// ago labels the start of a chart that ends now.
+func ago(d time.Duration) string {
+	if d < 90*time.Second {
+		return fmt.Sprintf("%d s ago", int(d.Seconds()))
+	}
+	return fmt.Sprintf("%d min ago", int(d.Round(time.Minute).Minutes()))
+}
+
 // increase is a counter's increase from then to now; a counter that went
 // down was reset by a restart, so it counts from 0.
 func increase(now, then float64) float64 {
@@ -175,7 +186,7 @@ func trendCharts(samples []snapshot, app string, pick func(snapshot) counts) []C
 		}
 		return out
 	}
-	from := fmt.Sprintf("%d min ago", len(samples)-1)
+	from := ago(samples[len(samples)-1].At.Sub(samples[0].At))
 	empty := "The chart starts once this node has sampled its counters for a minute."
 	messages := Chart{ID: "chart-messages", Title: "Messages per minute", From: from, To: "now", Unit: "/min", Empty: empty,
 		Series: []Series{
@@ -208,7 +219,7 @@ func (s *sampler) read() (snapshot, error) {
 	if err != nil && len(mfs) == 0 {
 		return snapshot{}, fmt.Errorf("gather: %w", err)
 	}
-	snap := snapshot{Backlog: map[string]float64{}, ByApp: map[string]counts{}}
+	snap := snapshot{At: time.Now(), Backlog: map[string]float64{}, ByApp: map[string]counts{}}
 	for _, mf := range mfs {
 		name := mf.GetName()
 		if name != metricConnected && name != metricRecords && name != metricBacklog && name != metricEvents {

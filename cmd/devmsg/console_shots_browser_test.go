@@ -106,6 +106,7 @@ func TestConsoleScreenshots(t *testing.T) {
 		checkRadios(t, b, app+"/broadcast")
 		if w.mobile {
 			checkNamesUnbroken(t, b, app+"/devices")
+			checkNamesUnbroken(t, b, app+"/messages")
 		}
 	}
 
@@ -174,6 +175,14 @@ func checkOverview(t *testing.T, b *browser, width string) {
 	if charts != 4 {
 		t.Errorf("%s: %d charts on the overview, want 4", width, charts)
 	}
+	// Styled, a chart is a card of a few lines' height with a one-line
+	// legend; unstyled it is a page-wide drawing with a bulleted list.
+	var big []string
+	b.run("chart sizes", chromedp.Evaluate(`Array.from(document.querySelectorAll("#overview-charts figure.chart")).
+		filter(f => f.getBoundingClientRect().height > 320 || getComputedStyle(f.querySelector(".chart-legend")).listStyleType !== "none").map(f => f.id)`, &big))
+	if len(big) > 0 {
+		t.Errorf("%s: charts drawn without their style: %v", width, big)
+	}
 }
 
 // checkDevicePage: the device page draws its telemetry's and reported
@@ -222,14 +231,14 @@ func checkRadios(t *testing.T, b *browser, path string) {
 	}
 }
 
-// checkNamesUnbroken: on a phone, every device name in the list is on
-// one line.
+// checkNamesUnbroken: on a phone, every device name in the page's
+// tables is on one line.
 func checkNamesUnbroken(t *testing.T, b *browser, path string) {
 	t.Helper()
 	b.open(path)
 	var broken []string
-	b.run("names", chromedp.Evaluate(`Array.from(document.querySelectorAll("#devices-table .device-link")).filter(a => a.getClientRects().length > 1).map(a => a.textContent)`, &broken))
+	b.run("names", chromedp.Evaluate(`Array.from(document.querySelectorAll("#devices-table .device-link, td.msg-device a")).filter(a => a.getClientRects().length > 1).map(a => a.textContent)`, &broken))
 	if len(broken) > 0 {
-		t.Errorf("device names broken across lines on a phone: %v", broken)
+		t.Errorf("%s: device names broken across lines on a phone: %v", path, broken)
 	}
 }
