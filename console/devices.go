@@ -203,6 +203,7 @@ type devicePageData struct {
 	Device     apitypes.AdminDevice
 	ModelNames []string
 	Disabled   bool
+	Trends     deviceTrends
 }
 
 // MaxBodyBytes is the API's limit on msg_body in UTF-8 bytes, which the
@@ -224,6 +225,7 @@ func (c *Console) devicePage(q *req) error {
 		d.ModelNames = append(d.ModelNames, p.Name)
 	}
 	d.Disabled = d.Device.Device.Flag == 1
+	d.Trends = c.deviceTrends(q, name)
 	return q.render(http.StatusOK, "device", "Device "+name, "devices", d)
 }
 
