@@ -197,8 +197,8 @@ func TestCommandAheadOfMessages(t *testing.T) {
 	secret := f.createDevice("cmd-busy")
 	var msgs atomic.Int64
 	prefix := "d/" + demoKey + "/cmd-busy/"
-	opts := paho.NewClientOptions().AddBroker("tcp://"+f.s.mqtt["tcp"]).SetClientID(demoKey+"/cmd-busy").
-		SetUsername(demoKey+"/cmd-busy").SetPassword(secret).SetCleanSession(true).SetAutoReconnect(false).
+	opts := paho.NewClientOptions().AddBroker("tcp://" + f.s.mqtt["tcp"]).SetClientID(demoKey + "/cmd-busy").
+		SetUsername(demoKey + "/cmd-busy").SetPassword(secret).SetCleanSession(true).SetAutoReconnect(false).
 		SetAutoAckDisabled(true).SetOrderMatters(false)
 	c := paho.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
