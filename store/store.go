@@ -28,6 +28,11 @@ var (
 	// this process cannot show that it still holds the claim its writes
 	// are fenced with (in cluster mode: its node_id; see package cluster).
 	ErrFenced = errors.New("fenced: this node does not hold its node_id")
+	// ErrFull means a write was refused, and nothing written, because the
+	// store's storage is full: the embedded store's disk is under its
+	// free-space floor, or Redis refuses writes (maxmemory, or a failed
+	// save). Reads go on; writes succeed again once space returns.
+	ErrFull = errors.New("store full")
 )
 
 // AllNodes makes ResetPresence reset the devices of every node.
