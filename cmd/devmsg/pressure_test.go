@@ -304,10 +304,12 @@ func TestDiskFull(t *testing.T) {
 	}
 	mnt := mountTmpfs(t, 64<<20)
 	data := filepath.Join(mnt, "data")
+	t0 := time.Now()
 	p := startProc(t, data, "--store.min_free_mb=16")
+	t.Logf("started %s", time.Since(t0))
 	app := p.createApp(t, "disk")
 	names, _ := createDevices(t, p, app, "disk-device-", 1)
-	filler := fillTo(t, mnt, "filler", 17<<20)
+	filler := fillTo(t, mnt, "filler", 16<<20+512<<10) // half a MiB above the floor
 
 	body := strings.Repeat("x", 1500)
 	var acked []int64
@@ -331,23 +333,19 @@ func TestDiskFull(t *testing.T) {
 	if !strings.Contains(refused, `"code":1000`) || !strings.Contains(refused, "full") {
 		t.Fatalf("a send on the full disk: %q, want 500/1000 saying the storage is full", refused)
 	}
-	t.Logf("%d messages acknowledged before the floor", len(acked))
+	t.Logf("%d messages acknowledged before the floor (%s)", len(acked), time.Since(t0))
 	if p.ready() {
 		t.Error("/readyz passes under the floor")
 	}
 	if n := p.metric(t, "devmsg_store_disk_full"); n != 1 {
 		t.Errorf("devmsg_store_disk_full = %v", n)
 	}
-	for _, id := range acked {
-		st, b := p.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/msg/v1/msg?msgid=%d", id), "")
-		if st != 200 {
-			t.Fatalf("read acknowledged message %d on the full disk: %d %s", id, st, b)
-		}
-	}
+	allFound(t, p, app, acked, "on the full disk")
 	if st, b := p.call(t, app.Key, app.MasterSecret, "GET", "/device/v1/status?device_name="+names[0], ""); st != 200 {
 		t.Errorf("device status on the full disk: %d %s", st, b)
 	}
 
+	t.Logf("read %s", time.Since(t0))
 	// A second service started on the full disk stops at once, saying why.
 	start := time.Now()
 	cmd := exec.Command(devmsgBinary(t), serveArgs(filepath.Join(mnt, "other"), "--store.min_free_mb=16")...)
@@ -356,6 +354,7 @@ func TestDiskFull(t *testing.T) {
 		t.Errorf("start on a full disk: err %v after %s, output:\n%s", err, time.Since(start), out)
 	}
 
+	t.Logf("second start %s", time.Since(t0))
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
@@ -367,4 +366,79 @@ func TestDiskFull(t *testing.T) {
 		return st == 200
 	})
 	waitFor(t, 5*time.Second, "/readyz to pass once space is freed", p.ready)
+}
+
+// With no floor, a disk that fills up stops the process (Pebble cannot
+// write its log) and loses nothing acknowledged; started again once space
+// is freed, the service comes back with every acknowledged message.
+func TestDiskFullWithoutFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the binary")
+	}
+	mnt := mountTmpfs(t, 48<<20)
+	data := filepath.Join(mnt, "data")
+	p := startProc(t, data, "--store.min_free_mb=0")
+	app := p.createApp(t, "nofloor")
+	names, _ := createDevices(t, p, app, "nofloor-device-", 1)
+	filler := fillTo(t, mnt, "filler", 2<<20)
+	begin := time.Now()
+
+	body := strings.Repeat("y", 1500)
+	var acked []int64
+	for seq := 1; seq < 20000; seq++ {
+		st, b, err := p.tryCall(app.Key, app.MasterSecret, "POST", "/msg/v1/msg",
+			fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"msg_body":%q,"ttl":3600}`, seq, names[0], body))
+		if err != nil || st != 200 {
+			t.Logf("send %d: %d %s %v", seq, st, b, err)
+			break
+		}
+		var r struct{ Msgid int64 }
+		if json.Unmarshal(b, &r) != nil || r.Msgid == 0 {
+			t.Fatalf("send: %s", b)
+		}
+		acked = append(acked, r.Msgid)
+	}
+	t.Logf("%d messages acknowledged (%s)", len(acked), time.Since(begin))
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Logf("the process exited: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Log("the process still runs")
+	}
+	_ = p.cmd.Process.Kill()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restart (%s)", time.Since(begin))
+	q := startProc(t, data, "--store.min_free_mb=0")
+	t.Logf("restarted (%s)", time.Since(begin))
+	allFound(t, q, app, acked, "after the restart")
+}
+
+// allFound checks, eight at a time, that every message in ids is found.
+func allFound(t *testing.T, p *proc, app testApp, ids []int64, when string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var missing []string
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(ids); i += 8 {
+				st, b, err := p.tryCall(app.Key, app.MasterSecret, "GET", fmt.Sprintf("/msg/v1/msg?msgid=%d", ids[i]), "")
+				if err != nil || st != 200 {
+					mu.Lock()
+					missing = append(missing, fmt.Sprintf("%d: %d %s %v", ids[i], st, b, err))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(missing) > 0 {
+		t.Fatalf("%d of %d acknowledged messages not found %s, e.g. %s", len(missing), len(ids), when, missing[0])
+	}
 }
