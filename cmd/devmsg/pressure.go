@@ -53,16 +53,17 @@ func (m *Main) admitConnections() {
 	}
 	m.budget = fdbudget.New(limit, m.Config.FDReserve)
 	m.log.Info("file descriptors", "limit", limit, "reserve", m.budget.Reserve())
-	wrap := func(ln net.Listener, name string, class fdbudget.Class, perSource int) *fdbudget.Listener {
-		l := m.budget.Listen(ln, fdbudget.Config{Name: name, Class: class, PerSource: perSource, Log: m.log})
+	wrap := func(ln net.Listener, name string, class fdbudget.Class, perSource int, sources *fdbudget.Sources) *fdbudget.Listener {
+		l := m.budget.Listen(ln, fdbudget.Config{Name: name, Class: class, PerSource: perSource, Sources: sources, Log: m.log})
 		m.fdListeners = append(m.fdListeners, l)
 		return l
 	}
-	m.httpLn = wrap(m.httpLn, "http", fdbudget.Other, m.Config.HTTP.MaxConnsPerSource)
-	// One cap over the three device listeners: they share a source map.
+	m.httpLn = wrap(m.httpLn, "http", fdbudget.Other, m.Config.HTTP.MaxConnsPerSource, nil)
+	// One cap over the three device listeners: they share the count.
+	devices := fdbudget.NewSources()
 	for _, id := range []string{"tcp", "tls", "ws"} {
 		if ln := m.mqttLns[id]; ln != nil {
-			m.mqttLns[id] = wrap(ln, "mqtt-"+id, fdbudget.Devices, m.Config.MQTT.MaxConnsPerSource)
+			m.mqttLns[id] = wrap(ln, "mqtt-"+id, fdbudget.Devices, m.Config.MQTT.MaxConnsPerSource, devices)
 		}
 	}
 }

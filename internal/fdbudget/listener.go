@@ -37,7 +37,40 @@ type Config struct {
 	Class Class
 	// PerSource caps the connections open from one IP address; 0 is no cap.
 	PerSource int
-	Log       *slog.Logger
+	// Sources counts the connections by address; listeners given the same
+	// Sources share their cap. nil: the listener's own.
+	Sources *Sources
+	Log     *slog.Logger
+}
+
+// Sources counts open connections by source address.
+type Sources struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// NewSources returns an empty count.
+func NewSources() *Sources { return &Sources{n: map[string]int{}} }
+
+// take counts one more from src unless that would pass max (0: no cap).
+func (s *Sources) take(src string, max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if max > 0 && s.n[src] >= max {
+		return false
+	}
+	s.n[src]++
+	return true
+}
+
+func (s *Sources) release(src string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[src] <= 1 {
+		delete(s.n, src)
+	} else {
+		s.n[src]--
+	}
 }
 
 // Listener admits the connections of a net.Listener: a connection over the
@@ -48,8 +81,7 @@ type Listener struct {
 	b   *Budget
 	cfg Config
 
-	mu       sync.Mutex
-	bySource map[string]int
+	mu sync.Mutex // guards lastLog and unlogged
 
 	refusedBudget, refusedSource, acceptErrors atomic.Int64
 	// failingSince is when Accept began to fail (unix ns), 0 while it
@@ -67,7 +99,10 @@ func (b *Budget) Listen(ln net.Listener, cfg Config) *Listener {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Listener{Listener: ln, b: b, cfg: cfg, bySource: map[string]int{}}
+	if cfg.Sources == nil {
+		cfg.Sources = NewSources()
+	}
+	return &Listener{Listener: ln, b: b, cfg: cfg}
 }
 
 // Accept returns the next admitted connection. A temporary failure to
@@ -128,28 +163,18 @@ func (l *Listener) admit(c net.Conn) net.Conn {
 		_ = c.Close()
 		return nil
 	}
-	l.mu.Lock()
-	if l.cfg.PerSource > 0 && l.bySource[src] >= l.cfg.PerSource {
-		l.mu.Unlock()
+	if !l.cfg.Sources.take(src, l.cfg.PerSource) {
 		l.refusedSource.Add(1)
 		_ = c.Close()
 		return nil
 	}
-	l.bySource[src]++
-	l.mu.Unlock()
 	l.b.open.Add(1)
 	return &conn{Conn: c, l: l, src: src}
 }
 
 func (l *Listener) release(src string) {
 	l.b.open.Add(-1)
-	l.mu.Lock()
-	if l.bySource[src] <= 1 {
-		delete(l.bySource, src)
-	} else {
-		l.bySource[src]--
-	}
-	l.mu.Unlock()
+	l.cfg.Sources.release(src)
 }
 
 // Refused returns the connections refused over the budget and over the

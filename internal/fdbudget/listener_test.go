@@ -121,3 +121,34 @@ func TestRaiseLimit(t *testing.T) {
 		t.Fatalf("RaiseLimit() = %d, %v", n, err)
 	}
 }
+
+// Listeners given one Sources share the per-source cap (the three MQTT
+// ports of a node).
+func TestSharedSourceCap(t *testing.T) {
+	b := New(1000, 10)
+	shared := NewSources()
+	var accepted []chan net.Conn
+	var addrs []string
+	for range 2 {
+		raw, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted = append(accepted, serve(t, b.Listen(raw, Config{Name: "t", PerSource: 3, Sources: shared})))
+		addrs = append(addrs, raw.Addr().String())
+	}
+	dialN(t, addrs[0], 2)
+	dialN(t, addrs[1], 1)
+	for i, n := range []int{2, 1} {
+		for range n {
+			select {
+			case <-accepted[i]:
+			case <-time.After(5 * time.Second):
+				t.Fatal("a connection under the shared cap was not admitted")
+			}
+		}
+	}
+	if !refusedConn(dialN(t, addrs[1], 1)[0]) {
+		t.Error("a fourth connection from one address over two listeners was admitted")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,11 +48,13 @@ func WithMinFree(bytes uint64) Option { return func(c *config) { c.minFree = byt
 
 // diskFloor watches the free space of the data directory.
 type diskFloor struct {
-	dir   string
-	floor uint64
-	full  atomic.Pointer[DiskFullError] // nil while above the floor
+	dir  string
+	full atomic.Pointer[DiskFullError] // nil while above the floor
 	// refused counts writes refused below the floor.
-	refused  atomic.Int64
+	refused atomic.Int64
+
+	mu       sync.Mutex // serialises measure
+	floor    uint64
 	lastLog  time.Time
 	unlogged int64
 }
@@ -87,6 +90,8 @@ func existingParent(dir string) string {
 // measure updates the floor's state and logs its changes.
 func (s *Store) measure() {
 	d := &s.disk
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	was := d.full.Load()
 	now := checkFree(d.dir, d.floor)
 	d.full.Store(now)
