@@ -92,6 +92,10 @@ type Listener struct {
 
 	lastLog  time.Time // under mu
 	unlogged int
+	// lastRefusal is when the last refusal over the budget was logged,
+	// refusedLogged how many had been refused then (both under mu).
+	lastRefusal   time.Time
+	refusedLogged int64
 }
 
 // Listen wraps ln in the budget.
@@ -155,12 +159,28 @@ func (l *Listener) failed(err error, delay time.Duration) {
 		"open_connections", l.b.Open(), "fd_limit", l.b.limit)
 }
 
+// logRefusal logs refusals over the budget, at most every logEvery.
+func (l *Listener) logRefusal() {
+	l.mu.Lock()
+	if time.Since(l.lastRefusal) < logEvery {
+		l.mu.Unlock()
+		return
+	}
+	n := l.refusedBudget.Load()
+	since := n - l.refusedLogged
+	l.lastRefusal, l.refusedLogged = time.Now(), n
+	l.mu.Unlock()
+	l.cfg.Log.Warn("refusing connections: out of file descriptors for clients", "listener", l.cfg.Name,
+		"refused", since, "open_connections", l.b.Open(), "fd_limit", l.b.limit, "fd_reserve", l.b.reserve)
+}
+
 // admit counts c in, or closes it and counts the refusal.
 func (l *Listener) admit(c net.Conn) net.Conn {
 	src := sourceOf(c.RemoteAddr())
 	if !l.b.roomFor(l.cfg.Class) {
 		l.refusedBudget.Add(1)
 		_ = c.Close()
+		l.logRefusal()
 		return nil
 	}
 	if !l.cfg.Sources.take(src, l.cfg.PerSource) {
