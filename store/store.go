@@ -436,6 +436,12 @@ type DevicePage struct {
 // dispatcher's deliveries of what it read from a queue, the desired
 // document sent to a device) calls Barrier, once, between its reads and
 // the hand-off.
+//
+// Any write may fail with ErrFull while the storage is full. The embedded
+// store refuses only the writes that add data (CreateApp, CreateDevices,
+// SetDesired, PutSeq, CreateMessage, CreateMessages, CreateBroadcast,
+// ReportProperties, AppendEvents), so that presence, deliveries and their
+// records go on in the room its free-space floor keeps.
 type Store interface {
 	// CreateApp stores a new app; ErrAlreadyExists if the key is taken.
 	CreateApp(ctx context.Context, app App) error

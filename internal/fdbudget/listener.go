@@ -98,6 +98,8 @@ type Listener struct {
 	refusedLogged int64
 }
 
+var _ net.Listener = (*Listener)(nil)
+
 // Listen wraps ln in the budget.
 func (b *Budget) Listen(ln net.Listener, cfg Config) *Listener {
 	if cfg.Log == nil {

@@ -43,14 +43,17 @@ func TestDiskFloor(t *testing.T) {
 	if err := s.CreateApp(ctx, store.App{Key: "floor-2", Name: "f2", MasterSecret: "s"}); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("CreateApp under the floor: %v", err)
 	}
+	if _, err := s.AppendEvents(ctx, []store.Event{{AppKey: app.Key, Type: "device.up", DeviceName: "dev-1", Data: []byte(`{}`)}}); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("AppendEvents under the floor: %v", err)
+	}
 	if _, err := s.GetDevice(ctx, app.Key, "dev-1"); err != nil {
 		t.Fatalf("a read under the floor: %v", err)
 	}
 	if _, err := s.UpdateDevice(ctx, app.Key, "dev-1", func(d *store.Device) error { d.Status = 1; return nil }); err != nil {
 		t.Fatalf("presence under the floor: %v", err)
 	}
-	if s.WritesRefused() != 2 {
-		t.Errorf("WritesRefused() = %d, want 2", s.WritesRefused())
+	if s.WritesRefused() != 3 {
+		t.Errorf("WritesRefused() = %d, want 3", s.WritesRefused())
 	}
 
 	setFloor(s, 1) // space is back
