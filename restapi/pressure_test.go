@@ -8,8 +8,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/devmsg/devmsg/restapi"
 )
 
 // TestChunkedOversizedBodyAnswered: a body over 1 MiB (12 MiB) sent chunked (no
@@ -48,5 +51,33 @@ func TestChunkedOversizedBodyAnswered(t *testing.T) {
 				t.Errorf("got %d %s, want 400/1003 naming the limit", resp.StatusCode, body)
 			}
 		})
+	}
+}
+
+// TestLongPollCaps: past an app's cap on waiting long-polls, or while the
+// process has no file descriptors to spare, a pull with wait gets
+// 429/2002 and Retry-After; one without wait is not counted.
+func TestLongPollCaps(t *testing.T) {
+	var room atomic.Bool
+	room.Store(true)
+	e := newEnv(t, func(c *restapi.Config) {
+		c.MaxLongPollsPerApp = 1
+		c.LongPollRoom = room.Load
+	})
+	waiting := make(chan response, 1)
+	go func() { waiting <- e.call("GET", "/event/v1/events?wait=2", nil) }()
+	time.Sleep(500 * time.Millisecond) // the first is waiting
+	if r := e.call("GET", "/event/v1/events?wait=1", nil); r.status != 429 || !strings.Contains(string(r.body), `"code":2002`) || r.header.Get("Retry-After") == "" {
+		t.Errorf("a second long-poll of the app: %d %s", r.status, r.body)
+	}
+	if r := e.call("GET", "/event/v1/events", nil); r.status != 200 {
+		t.Errorf("a pull without wait: %d %s", r.status, r.body)
+	}
+	if r := <-waiting; r.status != 200 {
+		t.Errorf("the waiting long-poll: %d %s", r.status, r.body)
+	}
+	room.Store(false)
+	if r := e.call("GET", "/event/v1/events?wait=1", nil); r.status != 429 || !strings.Contains(string(r.body), "no room") {
+		t.Errorf("a long-poll with no descriptors to spare: %d %s", r.status, r.body)
 	}
 }
