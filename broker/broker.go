@@ -238,6 +238,10 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 	caps.RetainAvailable = 0
 	caps.SharedSubAvailable = 0
 	caps.MaximumQos = 1
+	// No topic aliases: the CONNACK announces none, so a PUBLISH with one
+	// is refused (DISCONNECT 0x94) rather than taken against mochi's
+	// unannounced default of 65,535, each alias a topic held in memory.
+	caps.TopicAliasMaximum = 0
 	b := &Broker{
 		cfg:      cfg,
 		handler:  h,

@@ -82,3 +82,24 @@ func TestAckWithoutPacketIDOrLongPingClose(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicAliasRefused: the CONNACK announces no Topic Alias Maximum, so
+// a device may send no topic alias [MQTT-3.2.2-17]; a PUBLISH with one
+// gets DISCONNECT 0x94 (topic alias invalid) and the close. It was taken.
+func TestTopicAliasRefused(t *testing.T) {
+	_, addr := startBroker(t, Config{}, &pubHandler{})
+	rc, _ := rawConnect(t, addr, 5, "app/dev", "secret")
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, ProtocolVersion: 5, PacketID: 1,
+		TopicName: "d/app/dev/up", Payload: []byte("p"), Properties: packets.Properties{TopicAlias: 1, TopicAliasFlag: true}}
+	var buf bytes.Buffer
+	if err := pk.PublishEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	rc.write(buf.Bytes())
+	if d := rc.read(packets.Disconnect); d.ReasonCode != packets.ErrTopicAliasInvalid.Code {
+		t.Errorf("DISCONNECT %#x, want %#x", d.ReasonCode, packets.ErrTopicAliasInvalid.Code)
+	}
+	if b := rc.readToClose(); len(b) != 0 {
+		t.Errorf("read % x after the DISCONNECT", b)
+	}
+}

@@ -412,6 +412,11 @@ func (g *API) deviceEvent(s *broker.Session, topic string, write func(context.Co
 	case errors.Is(err, events.ErrMalformed):
 		g.log.Debug("device event refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic, "err", err)
 		return fmt.Errorf("%w: %w", broker.ErrMalformed, err)
+	case errors.Is(err, store.ErrFull):
+		// Quota exceeded (MQTT 5 PUBACK 0x97): the device publishes it
+		// again later. Not logged per publish: the store logs its state.
+		g.log.Debug("device event refused: storage full", "app", s.AppKey, "device", s.DeviceName, "topic", topic, "err", err)
+		return fmt.Errorf("%w: %w", broker.ErrQuota, err)
 	default:
 		g.log.Error("store device event; publish refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic, "err", err)
 		return err

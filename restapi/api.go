@@ -82,6 +82,16 @@ type Config struct {
 	// EventWebhooks keeps the apps' event webhooks, which the admin API
 	// adds and deletes; nil: no webhook endpoints.
 	EventWebhooks *events.Webhooks
+
+	// MaxLongPollsPerApp caps the long-polls one app has waiting at once
+	// (http.max_long_polls_per_app); 0 takes DefaultMaxLongPollsPerApp,
+	// negative is no cap. LongPollRoom, when set, says whether the
+	// process can afford one more; nil: always.
+	MaxLongPollsPerApp int
+	LongPollRoom       func() bool
+	// Ready, when set, is asked by /readyz after the store: an error
+	// (a listener that cannot accept, a full disk) makes it answer 500.
+	Ready func() error
 }
 
 // CallbackEvents is told of admin actions the callback worker must act
@@ -114,6 +124,7 @@ type API struct {
 	throttle    *authThrottle
 	handler     http.Handler
 	now         func() time.Time
+	longPolls   *longPolls
 }
 
 // New builds the API. Its metrics are registered with reg, which /metrics
@@ -147,6 +158,9 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	}
 	if a.limits == nil {
 		a.limits = newLocalLimiter()
+	}
+	if a.longPolls, err = newLongPolls(cfg.MaxLongPollsPerApp, cfg.LongPollRoom, reg); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	a.throttle = newAuthThrottle(cmp.Or(cfg.AuthSourceFailures, AuthSourceFailures),
 		cmp.Or(cfg.AuthIdentityFailures, AuthIdentityFailures), cmp.Or(cfg.AuthWindow, AuthWindow), a.now)
@@ -255,6 +269,11 @@ func (bodyless) Write(p []byte) (int, error) { return len(p), nil }
 func (a *API) readyz(c *gin.Context) error {
 	if err := a.store.Ping(c.Request.Context()); err != nil {
 		return fmt.Errorf("store not ready: %w", err)
+	}
+	if a.cfg.Ready != nil {
+		if err := a.cfg.Ready(); err != nil {
+			return &apiError{http.StatusInternalServerError, CodeInternal, "not ready: " + err.Error(), 0}
+		}
 	}
 	c.Data(http.StatusOK, "application/json", []byte(`{"status":"ready"}`))
 	return nil

@@ -32,17 +32,38 @@ func readBody(c *gin.Context) (object, error) {
 	// does above 1 MiB) gets the 400 instead of sending the body into a
 	// connection closed behind the answer, which it often lost.
 	if c.Request.ContentLength > MaxBodyBytes {
+		discardBody(c)
 		return nil, errInvalid("request body exceeds %d bytes", MaxBodyBytes)
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
+			discardBody(c)
 			return nil, errInvalid("request body exceeds %d bytes", MaxBodyBytes)
 		}
 		return nil, errInvalid("read request body: %v", err)
 	}
 	return parseObject(raw, "request body")
+}
+
+// maxDiscardBytes bounds what discardBody reads of a body refused as too
+// large.
+const maxDiscardBytes = 16 << 20
+
+// discardBody reads and drops the rest of a body refused as too large, up
+// to maxDiscardBytes, before the 400 is written. A client that sends its
+// whole body before it reads the answer (a chunked body has no length to
+// refuse it by) would otherwise be sending into a connection closed with
+// its bytes unread, which the kernel resets, and lose the 400 with it. A
+// client waiting for 100 Continue has sent nothing, and is sent nothing to
+// go on. The connection is closed after the answer either way.
+func discardBody(c *gin.Context) {
+	c.Header("Connection", "close")
+	if strings.EqualFold(c.Request.Header.Get("Expect"), "100-continue") {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, c.Request.Body, maxDiscardBytes)
 }
 
 // parseObject decodes raw as exactly one JSON object.

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/store"
 )
 
 // Error codes of spec section 7.
@@ -79,6 +80,11 @@ func apiErrorOf(err error) *apiError {
 	var e *apiError
 	if errors.As(err, &e) {
 		return e
+	}
+	if errors.Is(err, store.ErrFull) {
+		// Not logged per request: the store logs the state, rate-limited.
+		return &apiError{http.StatusInternalServerError, CodeInternal,
+			"storage full: the service refuses writes until space is freed (reads go on); retry later", 0}
 	}
 	var (
 		nf *errdefs.NotFoundError

@@ -33,6 +33,11 @@ func (a *API) pullEvents(c *gin.Context) error {
 	}
 	q.AppKey = currentApp(c).Key
 	if q.Wait > 0 {
+		leave, err := a.enterWait(c)
+		if err != nil {
+			return err
+		}
+		defer leave()
 		// The server's read and write timeouts would cut a long wait
 		// short: a read deadline that passes cancels the request. The
 		// deadlines move for this request only; a writer that has none

@@ -174,6 +174,10 @@ func (s *Sync) report(ctx context.Context, app store.App, device string, payload
 			last = cur.LastReportedVersion
 		}
 		return ReportReply{Version: r.Version, Code: CodeVersionInvalid, Message: fmt.Sprintf("version invalid: %d is not above last_reported_version %d", r.Version, last)}
+	case errors.Is(err, store.ErrFull):
+		// Not logged per report: the store logs its state, rate-limited.
+		s.log.Debug("store report: storage full", "app", app.Key, "device", device, "err", err)
+		return ReportReply{Version: r.Version, Code: CodeInternal, Message: "storage full; report again later"}
 	case err != nil:
 		s.log.Error("store report", "app", app.Key, "device", device, "err", err)
 		return ReportReply{Version: r.Version, Code: CodeInternal, Message: "internal error; report again later"}

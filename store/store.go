@@ -28,6 +28,11 @@ var (
 	// this process cannot show that it still holds the claim its writes
 	// are fenced with (in cluster mode: its node_id; see package cluster).
 	ErrFenced = errors.New("fenced: this node does not hold its node_id")
+	// ErrFull means a write was refused, and nothing written, because the
+	// store's storage is full: the embedded store's disk is under its
+	// free-space floor, or Redis refuses writes (maxmemory, or a failed
+	// save). Reads go on; writes succeed again once space returns.
+	ErrFull = errors.New("store full")
 )
 
 // AllNodes makes ResetPresence reset the devices of every node.
@@ -431,6 +436,12 @@ type DevicePage struct {
 // dispatcher's deliveries of what it read from a queue, the desired
 // document sent to a device) calls Barrier, once, between its reads and
 // the hand-off.
+//
+// Any write may fail with ErrFull while the storage is full. The embedded
+// store refuses only the writes that add data (CreateApp, CreateDevices,
+// SetDesired, PutSeq, CreateMessage, CreateMessages, CreateBroadcast,
+// ReportProperties, AppendEvents), so that presence, deliveries and their
+// records go on in the room its free-space floor keeps.
 type Store interface {
 	// CreateApp stores a new app; ErrAlreadyExists if the key is taken.
 	CreateApp(ctx context.Context, app App) error

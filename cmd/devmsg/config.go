@@ -16,8 +16,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/devmsg/devmsg/events"
+	"github.com/devmsg/devmsg/internal/fdbudget"
 	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/internal/netguard"
+	"github.com/devmsg/devmsg/restapi"
 )
 
 // Config is the service configuration; docs/configuration.md lists its
@@ -35,6 +37,10 @@ type Config struct {
 	Callback  CallbackConfig  `yaml:"callback"`
 	Events    EventsConfig    `yaml:"events"`
 	Broadcast BroadcastConfig `yaml:"broadcast"`
+	// FDReserve is how many file descriptors are kept from client
+	// connections for the store, Redis, callbacks and webhooks (at most a
+	// quarter of the process's limit).
+	FDReserve int `yaml:"fd_reserve"`
 }
 
 // LogConfig chooses how much the service logs and in which format.
@@ -48,6 +54,12 @@ type LogConfig struct {
 type HTTPConfig struct {
 	Addr string    `yaml:"addr"`
 	TLS  TLSConfig `yaml:"tls"`
+	// MaxConnsPerSource caps the connections open from one IP address;
+	// 0 is no cap.
+	MaxConnsPerSource int `yaml:"max_conns_per_source"`
+	// MaxLongPollsPerApp caps the long-polls one app has waiting at once
+	// on this node; 0 is no cap.
+	MaxLongPollsPerApp int `yaml:"max_long_polls_per_app"`
 }
 
 // TLSConfig turns HTTPS on or off and names the certificate; with no files
@@ -63,12 +75,18 @@ type MQTTConfig struct {
 	TCPAddr string `yaml:"tcp_addr"`
 	TLSAddr string `yaml:"tls_addr"`
 	WSAddr  string `yaml:"ws_addr"`
+	// MaxConnsPerSource caps the device connections open from one IP
+	// address, over all three listeners; 0 is no cap.
+	MaxConnsPerSource int `yaml:"max_conns_per_source"`
 }
 
 // StoreConfig picks the storage backend.
 type StoreConfig struct {
 	Type  string      `yaml:"type"`
 	Redis RedisConfig `yaml:"redis"`
+	// MinFreeMB is the free space, in MiB, below which the embedded
+	// store refuses writes that add data; 0 turns the floor off.
+	MinFreeMB int `yaml:"min_free_mb"`
 }
 
 // RedisConfig is the connection of the redis backend (cluster mode).
@@ -168,11 +186,14 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 
 func defaultConfig() Config {
 	return Config{
-		DataDir:   "./data",
-		Log:       LogConfig{Level: "info", Format: "text"},
-		HTTP:      HTTPConfig{Addr: ":8443", TLS: TLSConfig{Enabled: true}},
-		MQTT:      MQTTConfig{TCPAddr: ":1883", TLSAddr: ":8883", WSAddr: ":8083"},
-		Store:     StoreConfig{Type: "embedded", Redis: RedisConfig{Addrs: []string{"127.0.0.1:6379"}}},
+		DataDir: "./data",
+		Log:     LogConfig{Level: "info", Format: "text"},
+		HTTP: HTTPConfig{Addr: ":8443", TLS: TLSConfig{Enabled: true},
+			MaxConnsPerSource: defaultConnsPerSource, MaxLongPollsPerApp: restapi.DefaultMaxLongPollsPerApp},
+		MQTT: MQTTConfig{TCPAddr: ":1883", TLSAddr: ":8883", WSAddr: ":8083", MaxConnsPerSource: defaultConnsPerSource},
+		Store: StoreConfig{Type: "embedded", Redis: RedisConfig{Addrs: []string{"127.0.0.1:6379"}},
+			MinFreeMB: defaultMinFreeMB},
+		FDReserve: fdbudget.DefaultReserve,
 		Admin:     AdminConfig{Username: "admin"},
 		RateLimit: RateLimitConfig{Default: 1000},
 		Callback: CallbackConfig{
@@ -461,7 +482,7 @@ func setScalar(v reflect.Value, s string) error {
 
 // Validate reports the first bad value, naming its key.
 func (c Config) Validate() error {
-	for _, check := range []func() error{c.validateServer, c.validateApps, c.validateCallback, c.validateEvents} {
+	for _, check := range []func() error{c.validateServer, c.validateApps, c.validateCallback, c.validateEvents, c.validateLimits} {
 		if err := check(); err != nil {
 			return err
 		}

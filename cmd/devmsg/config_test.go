@@ -59,14 +59,17 @@ func TestEveryKeyHasEnvAndFlag(t *testing.T) {
 	want := []string{
 		"data_dir", "log.level", "log.format",
 		"http.addr", "http.tls.enabled", "http.tls.cert_file", "http.tls.key_file",
-		"mqtt.tcp_addr", "mqtt.tls_addr", "mqtt.ws_addr",
+		"http.max_conns_per_source", "http.max_long_polls_per_app",
+		"mqtt.tcp_addr", "mqtt.tls_addr", "mqtt.ws_addr", "mqtt.max_conns_per_source",
 		"store.type", "store.redis.addrs", "store.redis.master_name", "store.redis.password", "store.redis.db",
+		"store.min_free_mb",
 		"node_id", "admin.username", "admin.password", "rate_limit.default",
 		"callback.batch_size", "callback.flush_interval", "callback.retry_interval",
 		"callback.max_retries", "callback.request_timeout", "callback.allow_custom_ports",
 		"callback.allowed_networks",
 		"events.retention", "events.max_per_app", "events.batch_size", "events.linger",
 		"broadcast.rate", "broadcast.yield_rate", "broadcast.chunk",
+		"fd_reserve",
 	}
 	cfg := defaultConfig()
 	var got []string

@@ -93,9 +93,18 @@ var (
 // until it listens. MQTT is off unless args turn a listener on.
 func startProc(t *testing.T, dataDir string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
+	return runProc(t, exec.Command(devmsgBinary(t), serveArgs(dataDir, args...)...))
+}
+
+// serveArgs are the arguments of startProc's `devmsg serve`.
+func serveArgs(dataDir string, args ...string) []string {
+	return append([]string{"serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
 		"--mqtt.tcp_addr=", "--mqtt.tls_addr=", "--mqtt.ws_addr="}, args...)
-	cmd := exec.Command(devmsgBinary(t), args...)
+}
+
+// runProc starts cmd, a `devmsg serve`, and waits until it listens.
+func runProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	cmd.Env = append(os.Environ(), "DEVMSG_ADMIN_PASSWORD=durability-admin", "DEVMSG_RATE_LIMIT_DEFAULT=0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

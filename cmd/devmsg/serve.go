@@ -29,6 +29,7 @@ import (
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/internal/fdbudget"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/internal/secret"
 	"github.com/devmsg/devmsg/message"
@@ -84,14 +85,17 @@ type Main struct {
 	Stdout io.Writer // the credentials shown once
 	Stderr io.Writer // the log
 
-	log       *slog.Logger
-	httpLn    net.Listener            // bound by listen, served by serveHTTP
-	mqttLns   map[string]net.Listener // bound by listen, served by the broker
-	cert      *tls.Certificate        // nil when neither HTTP nor MQTT uses TLS
-	store     store.Store             // fenced by the node in a cluster
-	redis     *redis.Store            // nil on the embedded store
-	node      *cluster.Node           // nil unless on Redis
-	adminHash [32]byte
+	log         *slog.Logger
+	httpLn      net.Listener            // bound by listen, served by serveHTTP
+	mqttLns     map[string]net.Listener // bound by listen, served by the broker
+	cert        *tls.Certificate        // nil when neither HTTP nor MQTT uses TLS
+	store       store.Store             // fenced by the node in a cluster
+	redis       *redis.Store            // nil on the embedded store
+	pebble      *pebble.Store           // nil on Redis
+	budget      *fdbudget.Budget        // the file descriptors of client connections
+	fdListeners []*fdbudget.Listener    // the bound ports, under the budget
+	node        *cluster.Node           // nil unless on Redis
+	adminHash   [32]byte
 
 	reg        *prometheus.Registry
 	dispatcher *delivery.Dispatcher
@@ -176,7 +180,11 @@ func (m *Main) listen(context.Context) error {
 	}
 	m.httpLn = ln
 	m.mqttLns, err = broker.Listen(broker.Config{TCPAddr: cfg.MQTT.TCPAddr, TLSAddr: cfg.MQTT.TLSAddr, WSAddr: cfg.MQTT.WSAddr})
-	return err
+	if err != nil {
+		return err
+	}
+	m.admitConnections()
+	return nil
 }
 
 // loadCert makes the data_dir and loads (or on the first start, makes)
@@ -203,6 +211,7 @@ func (m *Main) openStore(ctx context.Context) error {
 		return err
 	}
 	m.redis, _ = st.(*redis.Store)
+	m.pebble, _ = st.(*pebble.Store)
 	// Below everything that writes, cluster fencing included, so that
 	// every event appended is counted.
 	m.counted = events.Counted(st)
@@ -341,6 +350,10 @@ func (m *Main) buildServices(ctx context.Context) error {
 		Callbacks:                callbacks,
 		EventWebhooks:            m.webhooks,
 		Apps:                     appCache,
+
+		MaxLongPollsPerApp: m.maxLongPolls(),
+		LongPollRoom:       m.longPollRoom,
+		Ready:              m.ready,
 	}, st, log, m.reg)
 	if err != nil {
 		return err
@@ -397,6 +410,7 @@ func (m *Main) registerMetrics() {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_command_answers_dropped_total",
 		Help: "Command answers and progress reports acknowledged and dropped: late, repeated, or for a command that ended or is unknown."},
 		func() float64 { return float64(m.commands.Dropped()) }))
+	m.registerPressureMetrics()
 }
 
 // startServices starts the message expiry, the callback delivery, the
@@ -618,7 +632,7 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
 	switch cfg.Store.Type {
 	case "embedded":
-		st, err := pebble.Open(cfg.DataDir + "/store")
+		st, err := pebble.Open(cfg.DataDir+"/store", pebble.WithLogger(log), pebble.WithMinFree(uint64(cfg.Store.MinFreeMB)<<20))
 		if inUse := (*pebble.InUseError)(nil); errors.As(err, &inUse) {
 			by := "another devmsg process"
 			if inUse.PID > 0 {
@@ -627,7 +641,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 			return nil, fmt.Errorf("data_dir %s is in use by %s: stop it, or give this one another --data_dir", cfg.DataDir, by)
 		}
 		if err != nil {
-			return nil, err
+			return nil, diskFullStart(cfg.DataDir, err)
 		}
 		return st, nil
 	case "redis":

@@ -16,7 +16,7 @@ import (
 
 // CreateApp stores a new app; store.ErrAlreadyExists if the key is taken.
 func (s *Store) CreateApp(ctx context.Context, app store.App) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
 	defer s.exit()

@@ -84,7 +84,7 @@ func (s *Store) putBroadcast(batch *pebble.Batch, b store.Broadcast) error {
 
 // CreateBroadcast stores b, its targets and seq in one synced batch.
 func (s *Store) CreateBroadcast(ctx context.Context, b store.Broadcast, targets [][]string, seqNo int64, seq *store.SeqEntry) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
 	defer s.exit()

@@ -17,7 +17,7 @@ import (
 // CreateDevices stores the new devices, each with store.NewShadow, in one
 // batch; see store.Store for the per-device results.
 func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []store.Device) ([]error, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return nil, err
 	}
 	defer s.exit()

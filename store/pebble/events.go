@@ -256,7 +256,9 @@ func (s *Store) applyEvents(b *pebble.Batch, evs []store.Event) (map[*eventApp]i
 
 // AppendEvents appends evs in one synced batch.
 func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) ([]store.Event, error) {
-	if err := s.enter(ctx); err != nil {
+	// What devices publish (telemetry, event reports) is data like a send:
+	// refused under the free-space floor.
+	if err := s.enterWrite(ctx); err != nil {
 		return nil, err
 	}
 	defer s.exit()

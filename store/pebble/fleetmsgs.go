@@ -65,7 +65,7 @@ func (s *Store) markLazySynced(n int64) {
 // and of the seq_no (and bcMu with a step) while it checks and applies
 // it; see store.Store.
 func (s *Store) CreateMessages(ctx context.Context, appKey string, msgs []store.BatchMessage, seq *store.BatchSeq, step *store.BroadcastStep) ([]int, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return nil, err
 	}
 	defer s.exit()

@@ -18,7 +18,7 @@ import (
 // synced batch; see store.Store for the errors, which are checked in the
 // order ErrSeqUsed, ErrQueueFull.
 func (s *Store) CreateMessage(ctx context.Context, m store.Message, seqNo int64, seq *store.SeqEntry) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
 	defer s.exit()

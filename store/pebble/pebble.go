@@ -97,6 +97,8 @@ type Store struct {
 	// msgs holds the messages written last, for their next writer
 	// (msgcache.go).
 	msgs msgCache
+	// disk is the free-space floor (diskfloor.go).
+	disk diskFloor
 
 	log        *slog.Logger
 	now        func() time.Time
@@ -120,6 +122,7 @@ type config struct {
 	sweepEvery time.Duration
 	now        func() time.Time
 	fs         vfs.FS
+	minFree    uint64
 }
 
 // WithCacheSize sets the size in bytes of Pebble's block cache
@@ -148,6 +151,11 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	cfg := config{cacheSize: 128 << 20, logger: slog.Default(), sweepEvery: time.Minute, now: time.Now}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	// On a full disk Pebble cannot open (it writes a new log and
+	// manifest), and retries: fail at once, saying why.
+	if full := checkFree(dir, cfg.minFree); full != nil {
+		return nil, fmt.Errorf("open pebble %s: %w", dir, full)
 	}
 	cache := pebble.NewCache(cfg.cacheSize)
 	defer cache.Unref() // the DB holds its own reference
@@ -212,7 +220,11 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	s.disk.dir, s.disk.floor = dir, cfg.minFree
 	go s.sweep()
+	if cfg.minFree > 0 {
+		go s.watchDisk()
+	}
 	return s, nil
 }
 
@@ -231,6 +243,11 @@ func (l logger) Errorf(format string, args ...any) {
 // and the service would keep serving from a store that gave up.
 func (l logger) Fatalf(format string, args ...any) {
 	l.l.Error("pebble fatal: " + fmt.Sprintf(format, args...))
+	for _, a := range args {
+		if err, ok := a.(error); ok && isNoSpace(err) {
+			l.l.Error("the data directory's disk is full: exiting. Every write acknowledged is on disk; free space and start again (a start under the free-space floor is refused)")
+		}
+	}
 	os.Exit(1)
 }
 

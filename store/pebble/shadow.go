@@ -35,7 +35,7 @@ func (s *Store) getShadow(appKey, name string) (store.Shadow, error) {
 // SetDesired applies u and records seq under seqNo in one synced batch;
 // see store.Store for the errors, which are checked in that order.
 func (s *Store) SetDesired(ctx context.Context, u store.DesiredUpdate, seqNo int64, seq *store.SeqEntry) (store.Shadow, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return store.Shadow{}, err
 	}
 	defer s.exit()
@@ -128,7 +128,7 @@ func (s *Store) checkSeqFree(appKey string, seqNo int64, seq *store.SeqEntry) er
 // PutSeq records e unless the seq_no holds an unexpired entry
 // (store.ErrSeqUsed).
 func (s *Store) PutSeq(ctx context.Context, appKey string, seqNo int64, e store.SeqEntry) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
 	defer s.exit()
@@ -157,7 +157,7 @@ func putSeq(b *pebble.Batch, appKey string, seqNo int64, e *store.SeqEntry) erro
 
 // ReportProperties applies a device's report under the device's lock.
 func (s *Store) ReportProperties(ctx context.Context, r store.Report) (store.Shadow, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return store.Shadow{}, err
 	}
 	defer s.exit()

@@ -84,6 +84,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// retrying with the same seq_no gets the stored response.
 		MaxRetries: -1,
 	})
+	rdb.AddHook(fullHook{})
 	_, cluster := rdb.(*goredis.ClusterClient)
 	s := &Store{rdb: rdb, prefix: prefix, global: "{" + prefix + "g}", inline: !cluster, now: time.Now}
 	if err := s.check(ctx, opts.Addrs); err != nil {

@@ -812,7 +812,10 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 	}
 
 	if reason.Code >= packets.ErrUnspecifiedError.Code {
-		if cl.Properties.ProtocolVersion < 5 {
+		// Every CONNACK but MQTT 5's is written in the 3.1.1 format
+		// (ConnackEncode), so a protocol level the server does not know
+		// gets a 3.1.1 return code too.
+		if cl.Properties.ProtocolVersion != 5 {
 			if v3reason, ok := packets.V5CodesToV3[reason]; ok { // NB v3 3.2.2.3 Connack return codes
 				reason = v3reason
 			}

@@ -51,22 +51,12 @@ func (l *Net) Init(log *slog.Logger) error {
 }
 
 // Serve starts waiting for new TCP connections, and calls the establish
-// connection callback for any received.
+// connection callback for any received. A temporary failure to accept is
+// retried (acceptLoop).
 func (l *Net) Serve(establish EstablishFn) {
-	for {
-		if atomic.LoadUint32(&l.end) == 1 {
-			return
-		}
-
-		conn, err := l.listener.Accept()
-		if err != nil {
-			return
-		}
-
-		if atomic.LoadUint32(&l.end) == 0 {
-			go l.establish(establish, conn)
-		}
-	}
+	acceptLoop(l.id, l.listener, &l.end, l.log, func(conn net.Conn) {
+		go l.establish(establish, conn)
+	})
 }
 
 // establish runs establish for the connection, which lasts as long as the

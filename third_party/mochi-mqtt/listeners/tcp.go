@@ -68,27 +68,16 @@ func (l *TCP) Init(log *slog.Logger) error {
 }
 
 // Serve starts waiting for new TCP connections, and calls the establish
-// connection callback for any received.
+// connection callback for any received. A temporary failure to accept is
+// retried (acceptLoop).
 func (l *TCP) Serve(establish EstablishFn) {
-	for {
-		if atomic.LoadUint32(&l.end) == 1 {
-			return
-		}
-
-		conn, err := l.listen.Accept()
-		if err != nil {
-			return
-		}
-
-		if atomic.LoadUint32(&l.end) == 0 {
-			go func() {
-				err = establish(l.id, conn)
-				if err != nil {
-					l.log.Warn("", "error", err)
-				}
-			}()
-		}
-	}
+	acceptLoop(l.id, l.listen, &l.end, l.log, func(conn net.Conn) {
+		go func() {
+			if err := establish(l.id, conn); err != nil {
+				l.log.Warn("", "error", err)
+			}
+		}()
+	})
 }
 
 // Close closes the listener and any client connections.

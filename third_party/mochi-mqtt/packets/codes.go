@@ -147,5 +147,11 @@ var (
 		ErrMalformedUsername:          ErrMalformedUsernameOrPassword,
 		ErrMalformedPassword:          ErrMalformedUsernameOrPassword,
 		ErrBadUsernameOrPassword:      Err3NotAuthorized,
+		// MQTT 3.1.1 has no protocol-error code: a protocol level it does
+		// not support gets 0x01 [MQTT-3.1.2-2], and so does a protocol
+		// name it does not know (where it may also just close,
+		// [MQTT-3.1.2-1]).
+		ErrProtocolViolationProtocolName:    Err3UnsupportedProtocolVersion,
+		ErrProtocolViolationProtocolVersion: Err3UnsupportedProtocolVersion,
 	}
 )

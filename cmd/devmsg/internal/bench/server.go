@@ -263,7 +263,10 @@ func startServer(ctx context.Context, spec serverSpec) (*server, error) {
 		// The callback workloads' receiver listens on a loopback port, and
 		// holds its first request while a backlog builds.
 		"DEVMSG_CALLBACK_ALLOW_CUSTOM_PORTS=true", "DEVMSG_CALLBACK_ALLOWED_NETWORKS=127.0.0.0/8",
-		"DEVMSG_CALLBACK_REQUEST_TIMEOUT=5m")
+		"DEVMSG_CALLBACK_REQUEST_TIMEOUT=5m",
+		// The bench puts thousands of clients on each of a few loopback
+		// source addresses, past the default per-source caps.
+		"DEVMSG_MQTT_MAX_CONNS_PER_SOURCE=0", "DEVMSG_HTTP_MAX_CONNS_PER_SOURCE=0")
 	s.cmd.Env = append(s.cmd.Env, spec.env...)
 	// Stdout carries the first-start app credentials, of no use here;
 	// warnings and errors go to ours.
