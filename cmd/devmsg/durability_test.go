@@ -96,7 +96,7 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 	args = append([]string{"serve", "--data_dir", dataDir, "--http.addr", "127.0.0.1:0",
 		"--mqtt.tcp_addr=", "--mqtt.tls_addr=", "--mqtt.ws_addr="}, args...)
 	cmd := exec.Command(devmsgBinary(t), args...)
-	cmd.Env = append(os.Environ(), "DEVMSG_ADMIN_PASSWORD=durability-admin", "DEVMSG_RATE_LIMIT_DEFAULT=0")
+	cmd.Env = append(serveEnviron(), "DEVMSG_ADMIN_PASSWORD=durability-admin", "DEVMSG_RATE_LIMIT_DEFAULT=0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

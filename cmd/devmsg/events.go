@@ -42,7 +42,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	api := fs.String("api", "https://127.0.0.1:8443", "REST API base URL")
 	appKey := fs.String("app-key", "", "app key")
-	masterSecret := fs.String("master-secret", os.Getenv("DEVMSG_MASTER_SECRET"), "the app's master secret (env DEVMSG_MASTER_SECRET)")
+	masterSecret := fs.String("master-secret", os.Getenv(envMasterSecret), "the app's master secret (env DEVMSG_MASTER_SECRET)")
 	insecure := fs.Bool("insecure", false, "skip TLS certificate checks (the self-signed certificate of a test server)")
 	types := fs.String("types", "", "comma-separated event types to show (default: all), e.g. device.up,device.event")
 	device := fs.String("device", "", "show only this device's events")

@@ -40,7 +40,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	secretsFile := fs.String("secrets-file", "", "CSV of name,secret lines: simulate exactly these devices")
 	create := fs.Bool("create", false, "create the devices through the REST API first, reusing those that exist (needs --master-secret)")
 	api := fs.String("api", "https://127.0.0.1:8443", "REST API base URL, for --create")
-	masterSecret := fs.String("master-secret", os.Getenv("DEVMSG_MASTER_SECRET"), "the app's master secret, for --create (env DEVMSG_MASTER_SECRET)")
+	masterSecret := fs.String("master-secret", os.Getenv(envMasterSecret), "the app's master secret, for --create (env DEVMSG_MASTER_SECRET)")
 	insecure := fs.Bool("insecure", false, "skip TLS certificate checks (the self-signed certificate of a test server)")
 	reportEvery := fs.Duration("report-every", 30*time.Second, "report uptime_s every interval; 0 never")
 	telemetry := fs.Duration("telemetry", 0, `publish a reading {"temp":..,"seq":N} to up/telemetry at QoS 1 every interval; 0 never`)
