@@ -97,6 +97,9 @@ func (h *hook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return
 func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	app, dev, ok := parseUsername(string(cl.Properties.Username))
 	if !ok || !ownTopic(app, dev, topic) {
+		if !write {
+			h.b.subRefusedTopic.Add(1)
+		}
 		return false
 	}
 	if write {
@@ -107,8 +110,12 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return false
 	}
 	_, again := cl.State.Subscriptions.Get(topic) // replaces the one held
-	if s.subThrottled.Load() || (!again && cl.State.Subscriptions.Len() >= MaxSubscriptions) {
-		h.b.refused.Add(1)
+	switch {
+	case s.subThrottled.Load():
+		h.b.subRefusedRate.Add(1)
+		return false
+	case !again && cl.State.Subscriptions.Len() >= MaxSubscriptions:
+		h.b.subRefusedLimit.Add(1)
 		return false
 	}
 	return true
