@@ -195,6 +195,8 @@ type Broker struct {
 	refusedRate, refusedQuota, refusedMalformed, refusedTopic, refusedFailed atomic.Int64
 
 	logins *loginThrottle
+	// refusals logs refused publishes, rate-limited.
+	refusals *refusalLog
 
 	listeners []net.Listener // ours, closed first by Close
 }
@@ -240,6 +242,7 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 		sessions: make(map[*mqtt.Client]*Session),
 		devices:  make(map[string]*Session),
 		logins:   newLoginThrottle(cfg.SourceLoginLimit, cfg.IdentityLoginLimit),
+		refusals: newRefusalLog(log),
 	}
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
