@@ -78,7 +78,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	t := &eventTail{
 		client: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}},
-		api: strings.TrimRight(*api, "/"), key: *appKey, secret: *masterSecret,
+		api:    strings.TrimRight(*api, "/"), key: *appKey, secret: *masterSecret,
 		types: strings.Join(splitList(*types), ","), device: *device, limit: *limit, after: *after,
 		stderr: stderr,
 	}
