@@ -194,12 +194,16 @@ type Broker struct {
 	order [256]sync.Mutex
 
 	connected atomic.Int64
-	refused   atomic.Int64 // filters over MaxSubscriptions or the subscribe rate
-	throttled atomic.Int64 // logins refused over a failure budget
+	// Topic filters refused: outside the device's topics, over
+	// MaxSubscriptions, over the subscribe rate.
+	subRefusedTopic, subRefusedLimit, subRefusedRate atomic.Int64
+	throttled                                        atomic.Int64 // logins refused over a failure budget
 	// Publishes refused: over the publish rate, and by the handler.
 	refusedRate, refusedQuota, refusedMalformed, refusedTopic, refusedFailed atomic.Int64
 
 	logins *loginThrottle
+	// refusals logs refused publishes, rate-limited.
+	refusals *refusalLog
 
 	listeners []net.Listener // ours, closed first by Close
 }
@@ -249,6 +253,7 @@ func New(cfg Config, h Handler, log *slog.Logger) *Broker {
 		sessions: make(map[*mqtt.Client]*Session),
 		devices:  make(map[string]*Session),
 		logins:   newLoginThrottle(cfg.SourceLoginLimit, cfg.IdentityLoginLimit),
+		refusals: newRefusalLog(log),
 	}
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
@@ -389,9 +394,17 @@ func (b *Broker) PublishesRefused() PublishRefusals {
 // too many had failed before them (see throttle.go).
 func (b *Broker) LoginsThrottled() int64 { return b.throttled.Load() }
 
-// SubscriptionsRefused returns how many topic filters were refused over
-// MaxSubscriptions or the subscribe rate limit.
-func (b *Broker) SubscriptionsRefused() int64 { return b.refused.Load() }
+// SubscriptionRefusals counts the topic filters refused, by why.
+type SubscriptionRefusals struct {
+	// Topic: a filter outside the device's own topics. Limit: over
+	// MaxSubscriptions. Rate: over the subscribe rate.
+	Topic, Limit, Rate int64
+}
+
+// SubscriptionsRefused returns how many topic filters were refused.
+func (b *Broker) SubscriptionsRefused() SubscriptionRefusals {
+	return SubscriptionRefusals{Topic: b.subRefusedTopic.Load(), Limit: b.subRefusedLimit.Load(), Rate: b.subRefusedRate.Load()}
+}
 
 // Kick disconnects the device's current session, if any, telling it
 // "not authorized" (MQTT 5) before closing. It reports whether one was

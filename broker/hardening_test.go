@@ -319,7 +319,7 @@ func TestSubscriptionLimit(t *testing.T) {
 	}
 	c.Disconnect(0)
 	waitUntil(t, "the subscriptions to be dropped", func() bool { return atomic.LoadInt64(&b.server.Info.Subscriptions) == 0 })
-	if got := b.SubscriptionsRefused(); got != 1000-MaxSubscriptions {
+	if got := b.SubscriptionsRefused().Limit; got != 1000-MaxSubscriptions {
 		t.Errorf("SubscriptionsRefused = %d, want %d", got, 1000-MaxSubscriptions)
 	}
 }
@@ -329,7 +329,7 @@ func TestSubscriptionLimit(t *testing.T) {
 func TestSubscribeRefusals(t *testing.T) {
 	for _, version := range []byte{4, 5} {
 		t.Run(fmt.Sprint("version ", version), func(t *testing.T) {
-			_, addr := startBroker(t, Config{SubscribeRate: 1e-6, SubscribeBurst: 4}, &fakeHandler{})
+			b, addr := startBroker(t, Config{SubscribeRate: 1e-6, SubscribeBurst: 4}, &fakeHandler{})
 			rc, code := rawConnect(t, addr, version, "app/dev", "secret")
 			if code != 0 {
 				t.Fatalf("CONNACK %#x", code)
@@ -375,6 +375,11 @@ func TestSubscribeRefusals(t *testing.T) {
 			}
 			if got := rc.subscribe(own[0], own[1]); got[0] != v5(0x97) || got[1] != v5(0x97) {
 				t.Errorf("SUBSCRIBE over the rate: %#x, want %#x for both", got, v5(0x97))
+			}
+			// Every refusal is counted, by why.
+			wantN := SubscriptionRefusals{Topic: int64(len(outside)), Limit: 2, Rate: 2}
+			if got := b.SubscriptionsRefused(); got != wantN {
+				t.Errorf("SubscriptionsRefused = %+v, want %+v", got, wantN)
 			}
 		})
 	}

@@ -97,6 +97,11 @@ func (h *hook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return
 func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	app, dev, ok := parseUsername(string(cl.Properties.Username))
 	if !ok || !ownTopic(app, dev, topic) {
+		if write {
+			h.b.refusals.warn(app, dev, topic, "outside the device's topics d/"+app+"/"+dev+"/...")
+		} else {
+			h.b.subRefusedTopic.Add(1)
+		}
 		return false
 	}
 	if write {
@@ -107,8 +112,12 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return false
 	}
 	_, again := cl.State.Subscriptions.Get(topic) // replaces the one held
-	if s.subThrottled.Load() || (!again && cl.State.Subscriptions.Len() >= MaxSubscriptions) {
-		h.b.refused.Add(1)
+	switch {
+	case s.subThrottled.Load():
+		h.b.subRefusedRate.Add(1)
+		return false
+	case !again && cl.State.Subscriptions.Len() >= MaxSubscriptions:
+		h.b.subRefusedLimit.Add(1)
 		return false
 	}
 	return true
@@ -287,7 +296,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	topic := pk.TopicName[len(s.prefix):]
 	if !s.limiter.Allow() {
 		h.b.refusedRate.Add(1)
-		h.b.log.Debug("device publish over the rate limit refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic)
+		h.b.refusals.warn(s.AppKey, s.DeviceName, topic, "over the device's publish rate")
 		return pk, refuse(cl, pk, packets.ErrQuotaExceeded)
 	}
 	var err error
@@ -295,6 +304,9 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		err = ch.PublishedCorrelated(s, topic, pk.FixedHeader.Qos, pk.Payload, pk.Properties.CorrelationData)
 	} else {
 		err = h.b.handler.Published(s, topic, pk.FixedHeader.Qos, pk.Payload)
+	}
+	if err != nil {
+		h.b.refusals.warn(s.AppKey, s.DeviceName, topic, err.Error())
 	}
 	switch {
 	case err == nil:

@@ -1,6 +1,11 @@
 package callback
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the worker's Prometheus series, labelled by app key.
 type metrics struct {
@@ -11,6 +16,34 @@ type metrics struct {
 	requests                         *prometheus.CounterVec // app, outcome
 	lag                              *prometheus.HistogramVec
 	requestSeconds                   *prometheus.HistogramVec
+	apps                             sync.Map // app keys whose series exist
+}
+
+// dropReasons are the reason labels of devmsg_callback_records_dropped_total,
+// as route and the senders give them.
+var dropReasons = []string{"no app", "switch off", "type not selected", "no url"}
+
+// app makes every series of the app exist, at 0 until counted: a
+// dashboard's rate of failed POSTs then reads 0 rather than "no data"
+// until the first failure. Every label but the app has a known set of
+// values: record types 0 to 8, the drop reasons, ok and failed.
+func (m *metrics) app(key string) {
+	if _, seen := m.apps.LoadOrStore(key, true); seen {
+		return
+	}
+	for t := 0; t <= 8; t++ {
+		m.records.WithLabelValues(key, strconv.Itoa(t))
+	}
+	for _, r := range dropReasons {
+		m.dropped.WithLabelValues(key, r)
+	}
+	for _, o := range []string{"ok", "failed"} {
+		m.requests.WithLabelValues(key, o)
+	}
+	for _, c := range []*prometheus.CounterVec{m.queued, m.delivered, m.retried, m.dead} {
+		c.WithLabelValues(key)
+	}
+	m.backlog.WithLabelValues(key)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {

@@ -170,6 +170,11 @@ func (w *Worker) remember(appKey string, d Delivery) {
 	w.recent[appKey] = r
 }
 
+// Track makes the app's callback series exist at 0 before anything is
+// counted (cmd/devmsg passes the apps there are at start; an app created
+// later gets them with its first status record).
+func (w *Worker) Track(appKey string) { w.metrics.app(appKey) }
+
 // Start resumes the queues left from the last run and starts routing. A
 // stopped worker may start again (in cluster mode it runs while its node
 // holds the callback lease). It returns at once: counting a large backlog
@@ -373,6 +378,7 @@ func (w *Worker) routeOnce(ctx context.Context, after, high int64) (int, []int64
 		return 0, nil, err
 	}
 	for k, n := range made {
+		w.metrics.app(k.app)
 		w.metrics.records.WithLabelValues(k.app, strconv.Itoa(k.typ)).Add(float64(n))
 	}
 	for k, n := range dropped {

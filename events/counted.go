@@ -23,10 +23,14 @@ var _ store.Store = (*CountedStore)(nil)
 // Counted returns st counting the events it appends; register Collector
 // to export the count.
 func Counted(st store.Store) *CountedStore {
-	return &CountedStore{Store: st, appended: prometheus.NewCounterVec(prometheus.CounterOpts{
+	appended := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "devmsg_events_appended_total",
 		Help: "Events appended to the apps' event logs by this node, by type.",
-	}, []string{"type"})}
+	}, []string{"type"})
+	for _, t := range Types { // every type at 0 until its first event
+		appended.WithLabelValues(t)
+	}
+	return &CountedStore{Store: st, appended: appended}
 }
 
 // Collector exports devmsg_events_appended_total{type}.

@@ -119,6 +119,14 @@ func TestCountedStore(t *testing.T) {
 		inLog[e.Type]++
 	}
 	got := appended(t, reg)
+	for _, typ := range events.Types { // every type is exported, at 0 until its first event
+		if _, ok := got[typ]; !ok {
+			t.Errorf("type %s not exported", typ)
+		}
+		if got[typ] == 0 {
+			delete(got, typ)
+		}
+	}
 	if !maps.Equal(got, inLog) {
 		t.Errorf("counted %v, the log holds %v", got, inLog)
 	}

@@ -212,6 +212,7 @@ func (w *Webhooks) reload(ctx context.Context) {
 			if _, ok := w.loops[k]; ok {
 				continue
 			}
+			w.metrics.app(app.Key)
 			lctx, cancel := context.WithCancel(ctx)
 			w.loops[k] = cancel
 			w.wg.Add(1)
@@ -615,6 +616,15 @@ type webhookMetrics struct {
 	requests             *prometheus.CounterVec // app, outcome
 	lag, requestSeconds  *prometheus.HistogramVec
 	webhooks             prometheus.Gauge
+}
+
+// app makes the app's webhook counters exist at 0 (both outcomes) once
+// it has a webhook, so a rate of failed POSTs reads 0 until the first.
+func (m *webhookMetrics) app(key string) {
+	m.delivered.WithLabelValues(key)
+	m.overtaken.WithLabelValues(key)
+	m.requests.WithLabelValues(key, "ok")
+	m.requests.WithLabelValues(key, "failed")
 }
 
 func newWebhookMetrics(reg prometheus.Registerer) (*webhookMetrics, error) {

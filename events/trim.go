@@ -126,10 +126,8 @@ func (t *Trimmer) Trim(ctx context.Context) (int, error) {
 	var first error
 	for _, app := range apps {
 		n, err := t.st.TrimEvents(ctx, app.Key, olderThan, t.cfg.MaxPerApp)
-		if n > 0 {
-			total += n
-			t.trimmed.WithLabelValues(app.Key).Add(float64(n))
-		}
+		total += n
+		t.trimmed.WithLabelValues(app.Key).Add(float64(n)) // 0 too: the series exists from the first trim
 		if err != nil {
 			if ctx.Err() != nil {
 				return total, ctx.Err()

@@ -238,7 +238,7 @@ func (a *API) putRateLimits(c *gin.Context) error {
 	changes := make(map[string]int64, len(obj))
 	for field := range obj {
 		if !slices.Contains(apps.RateCategories, field) {
-			return errInvalid("unknown rate-limit category %q (want create, property, message or query)", field)
+			return errInvalid("unknown field %q in the request body: it takes the rate-limit categories create, property, message and query", field)
 		}
 		n, ok, err := obj.int64Field(field, false)
 		if err != nil {

@@ -123,6 +123,7 @@ type API struct {
 	verifier    *http.Client // for callback URL verification
 	throttle    *authThrottle
 	handler     http.Handler
+	routes      []Route
 	now         func() time.Time
 	longPolls   *longPolls
 }
@@ -219,9 +220,21 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	prof.GET("/trace", gin.WrapF(pprof.Trace))
 	prof.GET("/:name", gin.WrapF(pprof.Index))
 
+	for _, ri := range r.Routes() {
+		a.routes = append(a.routes, Route{Method: ri.Method, Path: ri.Path})
+	}
 	a.handler = headAsGet(r)
 	return a, nil
 }
+
+// Route is one method and path pattern the API serves; ":name" in Path
+// stands for a path parameter.
+type Route struct{ Method, Path string }
+
+// Routes lists every route the API serves, so tests can hold each one to
+// a rule (documented in docs/openapi.yaml, strict about its body) without
+// a list of their own that a new route could be missing from.
+func (a *API) Routes() []Route { return a.routes }
 
 // checkServices refuses a Config without one of the domain services.
 func (cfg Config) checkServices() error {

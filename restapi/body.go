@@ -25,7 +25,9 @@ const MaxBodyBytes = 1 << 20
 // error names its field.
 type object map[string]json.RawMessage
 
-// readBody reads the request body and decodes it as one JSON object.
+// readBody reads the request body and decodes it as one JSON object,
+// refusing a field that the route's type in requestBodies does not
+// declare.
 func readBody(c *gin.Context) (object, error) {
 	// A body declared too large is refused before any of it is read, so
 	// net/http sends no 100 Continue: a client that waits for one (curl
@@ -44,7 +46,15 @@ func readBody(c *gin.Context) (object, error) {
 		}
 		return nil, errInvalid("read request body: %v", err)
 	}
-	return parseObject(raw, "request body")
+	obj, err := parseObject(raw, "request body")
+	if err != nil {
+		return nil, err
+	}
+	f, err := bodyFields(c)
+	if err != nil {
+		return nil, err
+	}
+	return obj, f.checkFields(obj, "")
 }
 
 // maxDiscardBytes bounds what discardBody reads of a body refused as too

@@ -3,6 +3,7 @@ package restapi
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -73,6 +74,10 @@ func parseNewDevice(raw json.RawMessage, i int) (devices.NewDevice, int, string)
 	obj, err := parseObject(raw, "device element")
 	if err != nil {
 		return devices.NewDevice{}, CodeInvalidParam, "device element must be a JSON object"
+	}
+	if err := fieldsOf(reflect.TypeFor[apitypes.NewDevice]()).checkFields(obj, fmt.Sprintf("device[%d].", i)); err != nil {
+		name, _, _ := obj.stringField("name", false)
+		return devices.NewDevice{Name: name}, CodeInvalidParam, err.Error()
 	}
 	name, ok, err := obj.stringField("name", true)
 	if err != nil {

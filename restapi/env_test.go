@@ -42,6 +42,8 @@ type env struct {
 	deviceEvents devices.Events
 	// handler is the API's, for tests that serve it themselves.
 	handler http.Handler
+	// api is the API itself, for tests that go through its routes.
+	api *restapi.API
 	// fanout, when set, paces the broadcasts' fan-out instead of the
 	// default.
 	fanout *message.FanoutConfig
@@ -99,7 +101,7 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
-	e.st, e.handler = st, api.Handler()
+	e.st, e.handler, e.api = st, api.Handler(), api
 	if err := cfg.Broadcasts.Start(); err != nil {
 		t.Fatalf("start fan-out: %v", err)
 	}

@@ -533,6 +533,7 @@ func TestClusterFirstStart(t *testing.T) {
 		cmd := exec.Command(bin, "serve", "--data_dir", t.TempDir(), "--http.addr", "127.0.0.1:0", "--http.tls.enabled=false",
 			"--mqtt.tcp_addr=", "--mqtt.tls_addr=", "--mqtt.ws_addr=", "--store.type=redis", "--store.redis.addrs="+rdb.Addr,
 			fmt.Sprintf("--node_id=%d", id), "--admin.password=")
+		cmd.Env = serveEnviron()
 		cmd.Stdout = &lockedWriter{&stdout, &mu}
 		stderr, err := cmd.StderrPipe()
 		if err != nil {

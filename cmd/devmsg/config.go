@@ -253,6 +253,9 @@ func loadConfig(args []string, env []string) (Config, error) {
 			envs[k] = v
 		}
 	}
+	if err := checkEnvNames(leaves, envs); err != nil {
+		return cfg, err
+	}
 	for _, l := range leaves {
 		if v, ok := envs[l.env]; ok {
 			if err := l.set(v); err != nil {
@@ -287,8 +290,36 @@ func readConfigFile(path string, cfg *Config) error {
 	case errors.As(err, &te):
 		return fmt.Errorf("config %s: %s", path, nameKeys(data, te))
 	default:
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("config %s: %s", path, syntaxLine(data, err))
 	}
+}
+
+var syntaxRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxLine puts the line at fault in a YAML syntax error. yaml.v3 gives
+// the line where the block around the fault began (a key indented one
+// space too far on line 9 is "line 7: did not find expected key", line 7
+// opening its mapping), or the end of the document. The first run of
+// whole lines from the top that fails with the same problem ends at the
+// line at fault; a shorter run failing otherwise (a flow mapping not yet
+// closed) is passed over.
+func syntaxLine(data []byte, err error) string {
+	m := syntaxRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for n := 1; n <= len(lines); n++ {
+		var node yaml.Node
+		e := yaml.Unmarshal(bytes.Join(lines[:n], nil), &node)
+		if pm := syntaxRE.FindStringSubmatch(fmt.Sprint(e)); pm != nil && pm[2] == m[2] {
+			if m[2] == "found unexpected end of stream" {
+				return fmt.Sprintf("line %d: a quote or bracket opened here is never closed (%s)", n, m[2])
+			}
+			return fmt.Sprintf("line %d: %s", n, m[2])
+		}
+	}
+	return err.Error()
 }
 
 var (

@@ -105,7 +105,7 @@ func serveArgs(dataDir string, args ...string) []string {
 // runProc starts cmd, a `devmsg serve`, and waits until it listens.
 func runProc(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	cmd.Env = append(os.Environ(), "DEVMSG_ADMIN_PASSWORD=durability-admin", "DEVMSG_RATE_LIMIT_DEFAULT=0")
+	cmd.Env = append(serveEnviron(), "DEVMSG_ADMIN_PASSWORD=durability-admin", "DEVMSG_RATE_LIMIT_DEFAULT=0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -42,8 +41,9 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	api := fs.String("api", "https://127.0.0.1:8443", "REST API base URL")
 	appKey := fs.String("app-key", "", "app key")
-	masterSecret := fs.String("master-secret", os.Getenv("DEVMSG_MASTER_SECRET"), "the app's master secret (env DEVMSG_MASTER_SECRET)")
+	masterSecret := fs.String("master-secret", os.Getenv(envMasterSecret), "the app's master secret (env DEVMSG_MASTER_SECRET)")
 	insecure := fs.Bool("insecure", false, "skip TLS certificate checks (the self-signed certificate of a test server)")
+	cacert := fs.String("cacert", "", cacertUsage)
 	types := fs.String("types", "", "comma-separated event types to show (default: all), e.g. device.up,device.event")
 	device := fs.String("device", "", "show only this device's events")
 	after := fs.String("after", "", "start after this event id (default: the oldest kept event)")
@@ -72,11 +72,13 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("events: --types: unknown event type %q (want %s)", typ, strings.Join(events.Types, ", "))
 		}
 	}
+	tlsConf, err := clientTLS(*cacert, *insecure)
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
 	t := &eventTail{
-		client: &http.Client{Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: *insecure}, //nolint:gosec // only when asked for
-		}},
-		api: strings.TrimRight(*api, "/"), key: *appKey, secret: *masterSecret,
+		client: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}},
+		api:    strings.TrimRight(*api, "/"), key: *appKey, secret: *masterSecret,
 		types: strings.Join(splitList(*types), ","), device: *device, limit: *limit, after: *after,
 		stderr: stderr,
 	}
@@ -95,7 +97,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !*quiet || t.forward == nil {
 		t.print = func(raw json.RawMessage) { printEvent(stdout, raw, *asJSON) }
 	}
-	err := t.run(ctx)
+	err = t.run(ctx)
 	if t.after != "" {
 		fmt.Fprintf(stderr, "events: stopped after event %s; resume with --after %s\n", t.after, t.after)
 	}
@@ -132,6 +134,8 @@ func (t *eventTail) run(ctx context.Context) error {
 			continue
 		case errors.Is(err, errEventsRefused):
 			return err
+		case isCertError(err):
+			return fmt.Errorf("events: %w\n%s", err, certHint)
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil

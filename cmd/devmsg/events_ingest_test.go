@@ -294,3 +294,51 @@ func TestOnlineTransportAndProtocol(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedPublishLogged: a publish the service refuses (a malformed
+// event report, a topic it takes nothing on, another device's topic) is
+// logged at warn with the device, the topic and why, so an operator sees
+// what a device doing it wrong is told only in a v5 reason code.
+func TestRefusedPublishLogged(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
+		t.Skip("mosquitto_pub not installed (Debian package mosquitto-clients; CI installs it)")
+	}
+	f := newFleet(t)
+	secret := f.createDevice("mosq-bad")
+	host, port, _ := strings.Cut(f.s.mqtt["tcp"], ":")
+	prefix := "d/" + demoKey + "/mosq-bad/"
+	v5 := []string{"-V", "mqttv5", "-q", "1", "-h", host, "-p", port, "-u", demoKey + "/mosq-bad", "-P", secret}
+	for _, c := range []struct{ topic, payload, reason string }{
+		{prefix + "event", `{"name":""}`, "payload format invalid"},
+		{prefix + "nothing-here", `{}`, `takes nothing on`},
+		{"d/" + demoKey + "/someone-else/up", `{}`, "outside the device's topics"},
+	} {
+		mosquittoPub(t, c.payload, append(v5, "-t", c.topic, "-s")...)
+		want := []string{"level=WARN", `msg="device publish refused"`, "device=mosq-bad", "topic=" + strings.TrimPrefix(c.topic, prefix), c.reason}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			line := logLine(f.s.stderr.String(), want)
+			if line != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no warning %q for the publish to %s; the log:\n%s", want, c.topic, f.s.stderr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// logLine returns the first line of log holding every fragment, or "".
+func logLine(log string, fragments []string) string {
+	for _, line := range strings.Split(log, "\n") {
+		ok := true
+		for _, f := range fragments {
+			ok = ok && strings.Contains(line, f)
+		}
+		if ok {
+			return line
+		}
+	}
+	return ""
+}

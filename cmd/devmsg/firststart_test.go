@@ -82,6 +82,7 @@ func TestFirstStartBadCert(t *testing.T) {
 func failedStart(t *testing.T, bin string, args []string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = serveEnviron()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := make(chan error, 1)
@@ -111,6 +112,7 @@ func failedStart(t *testing.T, bin string, args []string) string {
 func startProcQuiet(t *testing.T, bin string, args []string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = serveEnviron()
 	p := &proc{cmd: cmd, out: &strings.Builder{}, mu: &sync.Mutex{}}
 	cmd.Stdout = &lockedWriter{p.out, p.mu}
 	errOut := &lockedWriter{&strings.Builder{}, p.mu}

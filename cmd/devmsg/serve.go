@@ -305,6 +305,13 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	m.callbacks = callbacks
+	existing, err := st.ListApps(ctx)
+	if err != nil {
+		return fmt.Errorf("list apps: %w", err)
+	}
+	for _, a := range existing {
+		callbacks.Track(a.Key)
+	}
 	m.webhooks, err = events.NewWebhooks(events.WebhookConfig{
 		BatchSize:       cfg.Events.BatchSize,
 		Linger:          time.Duration(cfg.Events.Linger),
@@ -774,6 +781,11 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *deliv
 			Help:        "Device publishes refused (no PUBACK, or an MQTT 5 PUBACK with a reason code), by reason: quota (over the per-device publish rate), malformed, topic (a topic the service takes nothing on), or error (not stored).",
 			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(f(mq.PublishesRefused())) })
 	}
+	subRefused := func(reason string, f func(broker.SubscriptionRefusals) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_mqtt_subscriptions_refused_total",
+			Help:        "Topic filters refused (SUBACK 0x80, v5 0x87 or 0x97), by reason: topic (outside the device's own topics), limit (over the filters one connection may hold) or rate (over the subscribe rate).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(f(mq.SubscriptionsRefused())) })
+	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devmsg_mqtt_connected_devices", Help: "Devices connected over MQTT."},
 			func() float64 { return float64(mq.Connected()) }),
@@ -783,7 +795,9 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *deliv
 		refused("malformed", func(r broker.PublishRefusals) int64 { return r.Malformed }),
 		refused("topic", func(r broker.PublishRefusals) int64 { return r.Topic }),
 		refused("error", func(r broker.PublishRefusals) int64 { return r.Failed }),
-		counter("devmsg_mqtt_subscriptions_refused_total", "Topic filters refused over the per-connection subscription limits.", mq.SubscriptionsRefused),
+		subRefused("topic", func(r broker.SubscriptionRefusals) int64 { return r.Topic }),
+		subRefused("limit", func(r broker.SubscriptionRefusals) int64 { return r.Limit }),
+		subRefused("rate", func(r broker.SubscriptionRefusals) int64 { return r.Rate }),
 		counter("devmsg_mqtt_logins_throttled_total", "Device logins refused unchecked after too many failed ones.", mq.LoginsThrottled),
 		counter("devmsg_messages_published_total", "Messages written to devices, redeliveries included.", func() int64 { return d.Stats().Published }),
 		counter("devmsg_messages_delivered_total", "Messages acknowledged by their device (record 4).", func() int64 { return d.Stats().Delivered }),

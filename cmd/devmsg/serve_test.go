@@ -57,7 +57,7 @@ var testArgs = []string{"--http.addr", "127.0.0.1:0", "--log.level", "warn",
 // args, its data in t.TempDir() unless args name a data_dir.
 func testConfig(t *testing.T, args ...string) Config {
 	t.Helper()
-	cfg, err := loadConfig(append(append([]string{"--data_dir", t.TempDir()}, testArgs...), args...), os.Environ())
+	cfg, err := loadConfig(append(append([]string{"--data_dir", t.TempDir()}, testArgs...), args...), serveEnviron())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,8 +40,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	secretsFile := fs.String("secrets-file", "", "CSV of name,secret lines: simulate exactly these devices")
 	create := fs.Bool("create", false, "create the devices through the REST API first, reusing those that exist (needs --master-secret)")
 	api := fs.String("api", "https://127.0.0.1:8443", "REST API base URL, for --create")
-	masterSecret := fs.String("master-secret", os.Getenv("DEVMSG_MASTER_SECRET"), "the app's master secret, for --create (env DEVMSG_MASTER_SECRET)")
+	masterSecret := fs.String("master-secret", os.Getenv(envMasterSecret), "the app's master secret, for --create (env DEVMSG_MASTER_SECRET)")
 	insecure := fs.Bool("insecure", false, "skip TLS certificate checks (the self-signed certificate of a test server)")
+	cacert := fs.String("cacert", "", cacertUsage)
 	reportEvery := fs.Duration("report-every", 30*time.Second, "report uptime_s every interval; 0 never")
 	telemetry := fs.Duration("telemetry", 0, `publish a reading {"temp":..,"seq":N} to up/telemetry at QoS 1 every interval; 0 never`)
 	quiet := fs.Bool("quiet", false, "do not print received messages and properties")
@@ -54,9 +55,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *appKey == "" {
 		return errors.New("sim: --app-key is required")
 	}
-	tlsConf := &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // only when asked for
+	tlsConf, err := clientTLS(*cacert, *insecure)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
 	var devs [][2]string
-	var err error
 	switch {
 	case *secretsFile != "":
 		devs, err = readSecrets(*secretsFile)
@@ -64,6 +67,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		devs, err = createSimDevices(ctx, *api, *appKey, *masterSecret, *prefix, *count, tlsConf)
 	default:
 		return errors.New("sim: give --secrets-file, or --create with --master-secret")
+	}
+	if isCertError(err) {
+		return fmt.Errorf("%w\n%s", err, certHint)
 	}
 	if err != nil {
 		return err
@@ -109,11 +115,22 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}()
 	}
 	var failed int
+	var certErr error
 	for range devs {
 		if err := <-connected; err != nil {
 			failed++
+			if isCertError(err) {
+				certErr = err // said once below, not once per device
+				continue
+			}
 			fmt.Fprintln(stderr, "sim:", err)
 		}
+	}
+	if certErr != nil && failed == len(devs) {
+		return fmt.Errorf("sim: %w\n%s", certErr, certHint)
+	}
+	if certErr != nil {
+		fmt.Fprintf(stderr, "sim: %v\n%s\n", certErr, certHint)
 	}
 	fmt.Fprintf(stderr, "sim: %d devices connected, %d failed\n", len(devs)-failed, failed)
 	wg.Wait()
