@@ -226,6 +226,9 @@ func (d *Device) onCancel(payload []byte) {
 func (d *Device) runCommand(ctx context.Context, cancel context.CancelFunc, cmd *Command) {
 	defer cancel()
 	ans := d.callHandler(ctx, cmd)
+	if d.ctx.Err() != nil {
+		return // closed: the answer cannot go, and the service sends the command again
+	}
 	a := &answered{topic: cmd.replyTopic, corr: cmd.corr, reply: encodeAnswer(cmd.ID, ans)}
 	d.cmds.mu.Lock()
 	_, still := d.cmds.running[cmd.ID]
@@ -275,6 +278,22 @@ func encodeAnswer(id int64, ans Answer) []byte {
 	}
 	b, _ := json.Marshal(p) // only strings, numbers and valid JSON
 	return b
+}
+
+// Answer answers command id outside its handler, on cmd/reply: for a
+// device that restarts to carry out a command (a reboot, a firmware
+// update that ends in one) and answers once it is back. Such a device
+// keeps the id of the command it restarted for; the Device after the
+// restart cannot know it. The answer is also kept like a handler's, so a
+// delivery of the same command that arrives after it is answered with it
+// rather than run. It returns once the service has stored the answer;
+// the first answer to a command wins, a later one is dropped.
+func (d *Device) Answer(ctx context.Context, id int64, ans Answer) error {
+	a := &answered{topic: d.prefix + "cmd/reply", reply: encodeAnswer(id, ans)}
+	d.cmds.mu.Lock()
+	d.cmds.keep(id, a)
+	d.cmds.mu.Unlock()
+	return d.publishAcked(ctx, "cmd/reply", a.reply, 1)
 }
 
 // sendAnswer publishes an answer at QoS 1. A QoS 1 PUBACK on it means the
