@@ -42,7 +42,9 @@ type Command struct {
 	Params json.RawMessage // null when the command had none
 	// Timeout is how long the service waits for the answer, counted from
 	// the delivery; each Progress report starts it again. The SDK does
-	// not enforce it: an answer after it is dropped by the service.
+	// not enforce it: an answer after it is dropped by the service. It
+	// also bounds how long the SDK tries to send the answer across
+	// reconnects (at least a minute).
 	Timeout time.Duration
 	// ExpireTime is when the command's ttl ends (Unix seconds).
 	ExpireTime int64
@@ -183,7 +185,7 @@ func (d *Device) onCommand(m inbound) {
 		d.cmds.mu.Unlock()
 		m.ack()
 		if a.reply != nil {
-			go d.sendAnswer(a) // the first one may have been lost
+			go d.sendAnswer(a, 0) // the first one may have been lost
 		}
 		return
 	}
@@ -238,7 +240,7 @@ func (d *Device) runCommand(ctx context.Context, cancel context.CancelFunc, cmd 
 	}
 	d.cmds.mu.Unlock()
 	if still {
-		d.sendAnswer(a)
+		d.sendAnswer(a, cmd.Timeout)
 	}
 }
 
@@ -296,15 +298,29 @@ func (d *Device) Answer(ctx context.Context, id int64, ans Answer) error {
 	return d.publishAcked(ctx, "cmd/reply", a.reply, 1)
 }
 
-// sendAnswer publishes an answer at QoS 1. A QoS 1 PUBACK on it means the
-// service has stored it. An answer that is not acknowledged before the
-// Device closes is not retried here: paho sends an in-flight publish
-// again after a reconnect, and the service sends an unanswered command
-// again, which finds the stored answer.
-func (d *Device) sendAnswer(a *answered) {
-	ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+// sendAnswer publishes an answer at QoS 1 until the service acknowledges
+// it (the PUBACK means it is stored), for up to within: the service does
+// not send a command again once the device has acknowledged it, so an
+// answer lost with a connection would leave the command to time out.
+// The service keeps the first answer and drops a repeat.
+func (d *Device) sendAnswer(a *answered, within time.Duration) {
+	ctx, cancel := context.WithTimeout(d.ctx, max(within, time.Minute))
 	defer cancel()
-	_ = d.conn.publish(ctx, a.topic, 1, a.reply, a.corr)
+	for {
+		// paho.mqtt.golang keeps a QoS 1 publish across a reconnect and
+		// sends it again; paho.golang fails it, and it is sent again here.
+		pctx, pcancel := context.WithTimeout(ctx, 15*time.Second)
+		err := d.conn.publish(pctx, a.topic, 1, a.reply, a.corr)
+		pcancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // keep stores a command's answer, forgetting the oldest beyond
