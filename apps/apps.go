@@ -62,7 +62,7 @@ type Config struct {
 }
 
 // RateCategories are the categories of requests rate-limited per app.
-var RateCategories = []string{store.CategoryCreate, store.CategoryProperty, store.CategoryMessage, store.CategoryQuery}
+var RateCategories = []string{store.CategoryCreate, store.CategoryProperty, store.CategoryMessage, store.CategoryQuery, store.CategoryCommand}
 
 // MaxRateLimit bounds a category's limit, in requests per second.
 const MaxRateLimit = 1_000_000

@@ -86,7 +86,7 @@ func TestRateLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{store.CategoryCreate: 0, store.CategoryProperty: 10, store.CategoryMessage: 10, store.CategoryQuery: 5}
+	want := map[string]int{store.CategoryCreate: 0, store.CategoryProperty: 10, store.CategoryMessage: 10, store.CategoryQuery: 5, store.CategoryCommand: 10}
 	if !maps.Equal(got, want) {
 		t.Fatalf("limits %v, want %v", got, want)
 	}

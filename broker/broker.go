@@ -168,6 +168,13 @@ type Handler interface {
 	Acked(s *Session, packetID uint16)
 }
 
+// CorrelatedHandler is a Handler that also takes the MQTT 5 Correlation
+// Data of what devices publish: the broker calls PublishedCorrelated in
+// place of Published, with correlation nil when the publish carries none.
+type CorrelatedHandler interface {
+	PublishedCorrelated(s *Session, topic string, qos byte, payload, correlation []byte) error
+}
+
 // Broker is the embedded MQTT broker.
 type Broker struct {
 	cfg     Config

@@ -290,7 +290,12 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		h.b.log.Debug("device publish over the rate limit refused", "app", s.AppKey, "device", s.DeviceName, "topic", topic)
 		return pk, refuse(cl, pk, packets.ErrQuotaExceeded)
 	}
-	err := h.b.handler.Published(s, topic, pk.FixedHeader.Qos, pk.Payload)
+	var err error
+	if ch, ok := h.b.handler.(CorrelatedHandler); ok {
+		err = ch.PublishedCorrelated(s, topic, pk.FixedHeader.Qos, pk.Payload, pk.Properties.CorrelationData)
+	} else {
+		err = h.b.handler.Published(s, topic, pk.FixedHeader.Qos, pk.Payload)
+	}
 	switch {
 	case err == nil:
 		return pk, packets.CodeSuccessIgnore

@@ -127,6 +127,38 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 	return ids[0], nil
 }
 
+// PublishRequest is Publish at QoS 1 of a request the device answers:
+// to an MQTT 5 device it also sets Response Topic (responseTopic, relative
+// to the device's prefix) and Correlation Data; to an MQTT 3.1.1 device,
+// which has neither, it is Publish.
+func (s *Session) PublishRequest(topic string, payload []byte, responseTopic string, correlation []byte) (uint16, error) {
+	if s.ProtocolVersion < 5 {
+		return s.Publish(topic, payload, 1)
+	}
+	id, err := s.takePacketID()
+	if err != nil {
+		return 0, err
+	}
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName:   s.prefix + topic,
+		Payload:     payload,
+		PacketID:    id,
+	}
+	pk.Properties.ResponseTopic = s.prefix + responseTopic
+	pk.Properties.CorrelationData = correlation
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.holding {
+		s.held = append(s.held, pk)
+		return id, nil
+	}
+	if err := s.writeAll([]packets.Packet{pk}); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
 // ReceiveMaximum is how many QoS 1 publishes the device takes
 // unacknowledged at once, as its MQTT 5 CONNECT declared (Receive
 // Maximum, at most the broker's inflight limit); 0 when it declared

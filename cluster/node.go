@@ -76,6 +76,13 @@ const (
 	KindDesired = "desired"
 	// KindKick: close the device's connection (Conn, or any when "").
 	KindKick = "kick"
+	// KindCommand: the device has a new queued command.
+	KindCommand = "cmd"
+	// KindCommandCancel: tell the device command ID was cancelled.
+	KindCommandCancel = "cmdcancel"
+	// KindCommandDone: command ID ended (sent to every node, for the
+	// calls waiting for it).
+	KindCommandDone = "cmddone"
 )
 
 // Event is what one node asks of the node holding a device.
@@ -84,6 +91,8 @@ type Event struct {
 	App    string `json:"a"`
 	Device string `json:"d"`
 	Conn   string `json:"c,omitempty"`
+	// ID is the command of the command kinds.
+	ID int64 `json:"i,omitempty"`
 }
 
 // Handler acts on what reaches this node. Its methods must not block for
@@ -144,6 +153,7 @@ func (n *Node) heartbeatKey(id int) string { return n.key("node", strconv.Itoa(i
 func (n *Node) fenceKey(id int) string     { return n.key("fence", strconv.Itoa(id)) }
 func (n *Node) nodesKey() string           { return n.key("nodes") }
 func (n *Node) channel(id int) string      { return n.key("events", strconv.Itoa(id)) }
+func (n *Node) allChannel() string         { return n.key("events", "all") }
 
 // Join claims cfg.NodeID for this process. A node_id whose heartbeat is
 // held by another process is waited for up to the heartbeat TTL, so a node
@@ -468,7 +478,7 @@ func (n *Node) checkNodes() {
 // lost connection), as events sent meanwhile are gone.
 func (n *Node) subscribe(h Handler) {
 	defer n.wg.Done()
-	ps := n.rdb.Subscribe(n.ctx, n.channel(n.cfg.NodeID))
+	ps := n.rdb.Subscribe(n.ctx, n.channel(n.cfg.NodeID), n.allChannel())
 	go func() {
 		<-n.ctx.Done()
 		ps.Close() // ends the range below
@@ -476,7 +486,7 @@ func (n *Node) subscribe(h Handler) {
 	for msg := range ps.ChannelWithSubscriptions(goredis.WithChannelSize(4096)) {
 		switch m := msg.(type) {
 		case *goredis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "subscribe" && m.Channel == n.channel(n.cfg.NodeID) {
 				// Off the event loop: it reads the store per device.
 				n.wg.Add(1)
 				go func() {
@@ -503,6 +513,18 @@ func (n *Node) Send(ctx context.Context, node int, ev Event) error {
 	}
 	if err := n.rdb.Publish(ctx, n.channel(node), data).Err(); err != nil {
 		return fmt.Errorf("cluster: send %s to node %d: %w", ev.Kind, node, err)
+	}
+	return nil
+}
+
+// SendAll publishes ev to every node, this one included.
+func (n *Node) SendAll(ctx context.Context, ev Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if err := n.rdb.Publish(ctx, n.allChannel(), data).Err(); err != nil {
+		return fmt.Errorf("cluster: send %s to every node: %w", ev.Kind, err)
 	}
 	return nil
 }

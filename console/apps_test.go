@@ -89,7 +89,7 @@ func TestRateLimits(t *testing.T) {
 	p.want(t, 200, "Rate limits saved")
 	var got map[string]int
 	e.apiCall("admin", adminPassword, "GET", "/admin/v1/apps/"+a.Key+"/ratelimits", nil, &got)
-	if want := map[string]int{"create": 10, "property": 0, "message": 1000, "query": 250}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := map[string]int{"create": 10, "property": 0, "message": 1000, "query": 250, "command": 1000}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("limits %v, want %v", got, want)
 	}
 	if !strings.Contains(p.body, `id="ratelimit-create" name="create" type="number" min="0" max="1000000" step="1" value="10"`) {

@@ -21,11 +21,15 @@ const (
 	TypeDeleted  = "device.deleted"
 	TypeEnabled  = "device.enabled"
 	TypeDisabled = "device.disabled"
+	// TypeCommandProgress and TypeCommandDone are made by the command
+	// domain (package command).
+	TypeCommandProgress = "command.progress"
+	TypeCommandDone     = "command.done"
 )
 
 // Types lists every event type, in the order the docs give them.
 var Types = []string{TypeUp, TypeEvent, TypeOnline, TypeOffline, TypeReported,
-	TypeCreated, TypeDeleted, TypeEnabled, TypeDisabled}
+	TypeCreated, TypeDeleted, TypeEnabled, TypeDisabled, TypeCommandProgress, TypeCommandDone}
 
 // KnownType reports whether t is an event type.
 func KnownType(t string) bool {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/cluster"
+	"github.com/devmsg/devmsg/command"
 	"github.com/devmsg/devmsg/delivery"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/secret"
@@ -23,7 +24,7 @@ import (
 )
 
 // Service topics: what the service publishes under a device's prefix.
-var ServiceTopics = []string{delivery.TopicMsg, shadow.TopicDesired, shadow.TopicReportReply}
+var ServiceTopics = []string{delivery.TopicMsg, shadow.TopicDesired, shadow.TopicReportReply, command.TopicCmd, command.TopicCancel}
 
 // Topics a device publishes to.
 const TopicClick = "msg/click"
@@ -43,6 +44,8 @@ type Peers interface {
 	Token() string
 	// Send asks the node with node_id node to act on ev.
 	Send(ctx context.Context, node int, ev cluster.Event) error
+	// SendAll tells every node, this one included, of ev.
+	SendAll(ctx context.Context, ev cluster.Event) error
 }
 
 // Store is what the MQTT API needs of the store: devices' credentials and
@@ -69,6 +72,10 @@ type API struct {
 	log      *slog.Logger
 	now      func() time.Time
 	broker   *broker.Broker
+	// commands and cmds are the command domain and its sender; nil
+	// until SetCommands.
+	commands *command.Service
+	cmds     *delivery.CommandSender
 
 	// node and token name this node's connections; peers is nil on a
 	// single node.
@@ -111,6 +118,10 @@ var (
 	_ broker.Handler  = (*API)(nil)
 	_ message.Router  = (*API)(nil)
 	_ cluster.Handler = (*API)(nil)
+	_ command.Router  = (*API)(nil)
+	_ command.Waker   = (*API)(nil)
+
+	_ broker.CorrelatedHandler = (*API)(nil)
 )
 
 // New returns an API; SetBroker must be called before devices connect,
@@ -218,6 +229,9 @@ func (g *API) login(s *broker.Session) error {
 func (g *API) Disconnected(s *broker.Session) {
 	g.recorded.Delete(s)
 	g.dispatch.Detach(s, s.AppKey, s.DeviceName)
+	if g.cmds != nil {
+		g.cmds.Detach(s)
+	}
 	defer g.lock(s.AppKey, s.DeviceName)()
 	defer g.presence.Forget(g.connID(s))
 	if !s.Current() {
@@ -315,6 +329,10 @@ func (g *API) Subscribed(s *broker.Session, topic string) {
 		}
 	case shadow.TopicDesired:
 		g.sync.SendDesired(context.Background(), s, s.AppKey, s.DeviceName, true)
+	case command.TopicCmd:
+		if g.cmds != nil {
+			go g.cmds.Attach(context.Background(), s, s.AppKey, s.DeviceName, false)
+		}
 	}
 }
 
@@ -412,8 +430,11 @@ func parseMsgID(raw json.RawMessage) (int64, error) {
 	return n, err
 }
 
-// Acked passes a PUBACK to message delivery.
+// Acked passes a PUBACK to command or message delivery.
 func (g *API) Acked(s *broker.Session, pid uint16) {
+	if g.cmds != nil && g.cmds.Acked(s, s.AppKey, s.DeviceName, pid) {
+		return
+	}
 	g.dispatch.Acked(s, s.AppKey, s.DeviceName, pid)
 }
 
@@ -429,6 +450,11 @@ func (g *API) DesiredChanged(ctx context.Context, appKey, device string, sh stor
 // Disabled disconnects the device and fails its pending messages (5/3003).
 func (g *API) Disabled(ctx context.Context, appKey, device string) {
 	g.kick(ctx, appKey, device)
+	if g.commands != nil {
+		if err := g.commands.DeviceGone(ctx, appKey, device, store.CodeDeviceDisabled); err != nil {
+			g.log.Error("reject the commands of a disabled device", "app", appKey, "device", device, "err", err)
+		}
+	}
 	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDisabled, "device disabled"); err != nil {
 		g.log.Error("fail pending messages of a disabled device", "app", appKey, "device", device, "err", err)
 	}
@@ -440,6 +466,11 @@ func (g *API) Disabled(ctx context.Context, appKey, device string) {
 // caller does not delete the device then: its queue would be lost.
 func (g *API) Deleted(ctx context.Context, appKey, device string) error {
 	g.kick(ctx, appKey, device)
+	if g.commands != nil {
+		if err := g.commands.DeviceGone(ctx, appKey, device, store.CodeDeviceDeleted); err != nil {
+			return fmt.Errorf("reject the commands of %s/%s: %w", appKey, device, err)
+		}
+	}
 	if err := g.dispatch.FailPending(ctx, appKey, device, message.ErrCodeDeviceDeleted, "device deleted"); err != nil {
 		return fmt.Errorf("fail pending messages of %s/%s: %w", appKey, device, err)
 	}
@@ -528,6 +559,8 @@ func (g *API) HandleEvent(ctx context.Context, ev cluster.Event) {
 	switch ev.Kind {
 	case cluster.KindWake:
 		g.dispatch.Wake(ev.App, ev.Device)
+	case cluster.KindCommand, cluster.KindCommandCancel, cluster.KindCommandDone:
+		g.commandEvent(ctx, ev)
 	case cluster.KindDesired:
 		s := g.broker.Session(ev.App, ev.Device)
 		if s == nil {
@@ -575,6 +608,9 @@ func (g *API) Resync(resubscribed bool) {
 		case d.Status == 1 && d.Conn != g.connID(s) && s.Live():
 			go s.TakenOver()
 			continue
+		}
+		if g.cmds != nil && s.Subscribed(command.TopicCmd) {
+			go g.cmds.Attach(ctx, s, s.AppKey, s.DeviceName, true)
 		}
 		if resubscribed && s.Subscribed(shadow.TopicDesired) {
 			// Under the device's lock, as pushes from events are.

@@ -134,7 +134,7 @@ func TestAdminGetApp(t *testing.T) {
 			r.wantOK(t)
 			var got appDetail
 			r.decode(t, &got)
-			want := map[string]int{"create": 1000, "property": 1000, "message": 50, "query": 0}
+			want := map[string]int{"create": 1000, "property": 1000, "message": 50, "query": 0, "command": 1000}
 			if got.Name != "test-app" || got.Key != e.app.Key || got.MasterSecret != e.app.MasterSecret ||
 				got.CreatedAt < before-60 || got.CreatedAt > time.Now().Unix() || !maps.Equal(got.RateLimits, want) {
 				t.Errorf("app %+v", got)
@@ -145,7 +145,7 @@ func TestAdminGetApp(t *testing.T) {
 		var got appDetail
 		c := credsOf(other)
 		e.do("GET", "/admin/v1/apps/"+other.Key, nil, &c).decode(t, &got)
-		if want := map[string]int{"create": 1000, "property": 1000, "message": 1000, "query": 1000}; !maps.Equal(got.RateLimits, want) {
+		if want := map[string]int{"create": 1000, "property": 1000, "message": 1000, "query": 1000, "command": 1000}; !maps.Equal(got.RateLimits, want) {
 			t.Errorf("rate limits %v, want %v", got.RateLimits, want)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/command"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
@@ -58,6 +59,8 @@ type Config struct {
 	// Broadcasts accepts, reports and cancels broadcasts; its fan-out
 	// runs apart from the API (started by cmd/devmsg).
 	Broadcasts *message.Broadcaster
+	// Commands sends, reports and cancels device commands.
+	Commands *command.Service
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
 	Apps *appcache.Cache
@@ -104,6 +107,7 @@ type API struct {
 	deadLetters *callback.DeadLetters
 	events      *events.Service
 	broadcasts  *message.Broadcaster
+	commands    *command.Service
 	limits      Limiter
 	apps        *appcache.Cache
 	verifier    *http.Client // for callback URL verification
@@ -136,6 +140,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		deadLetters: cfg.DeadLetters,
 		events:      cfg.Events,
 		broadcasts:  cfg.Broadcasts,
+		commands:    cfg.Commands,
 		limits:      cfg.RateLimiter,
 		apps:        cfg.Apps,
 		now:         time.Now,
@@ -185,6 +190,12 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	msg.GET("/broadcast", a.limit(store.CategoryQuery), a.wrap(a.getBroadcast))
 	msg.DELETE("/broadcast", a.limit(store.CategoryMessage), a.wrap(a.cancelBroadcast))
 
+	cmd := r.Group("/cmd/v1", a.authApp)
+	cmd.POST("/cmd", a.limit(store.CategoryCommand), a.wrap(a.sendCommand))
+	cmd.GET("/cmd", a.limit(store.CategoryQuery), a.wrap(a.getCommand))
+	cmd.DELETE("/cmd", a.limit(store.CategoryCommand), a.wrap(a.cancelCommand))
+	cmd.POST("/cmds", a.wrap(a.sendCommands)) // one command token per command
+
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
 
 	// Profiles for operators, behind the admin account.
@@ -206,6 +217,7 @@ func (cfg Config) checkServices() error {
 	}{
 		{"Messages", cfg.Messages == nil}, {"Shadows", cfg.Shadows == nil}, {"DeviceService", cfg.DeviceService == nil},
 		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil}, {"Events", cfg.Events == nil}, {"Broadcasts", cfg.Broadcasts == nil},
+		{"Commands", cfg.Commands == nil},
 	} {
 		if s.missing {
 			return fmt.Errorf("restapi: Config.%s is nil: cmd/devmsg builds every service (tests: restapi/restapitest)", s.name)

@@ -637,6 +637,9 @@ type Store interface {
 	// Fleet holds tags, batch sends and broadcasts.
 	Fleet
 
+	// Commands keeps device commands.
+	Commands
+
 	// Ping reports whether the store can serve requests.
 	Ping(ctx context.Context) error
 	// Close releases the store; pending writes are already durable.

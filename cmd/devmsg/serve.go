@@ -23,6 +23,7 @@ import (
 	"github.com/devmsg/devmsg/broker"
 	"github.com/devmsg/devmsg/callback"
 	"github.com/devmsg/devmsg/cluster"
+	"github.com/devmsg/devmsg/command"
 	"github.com/devmsg/devmsg/console"
 	"github.com/devmsg/devmsg/delivery"
 	"github.com/devmsg/devmsg/devices"
@@ -101,9 +102,12 @@ type Main struct {
 	trimmer    *events.Trimmer
 	counted    *events.CountedStore // the store, counting the events appended
 	broadcasts *message.Broadcaster
-	api        *restapi.API
-	broker     *broker.Broker
-	console    *console.Console
+	commands   *command.Service
+	// stopCommands ends the command sweep.
+	stopCommands context.CancelFunc
+	api          *restapi.API
+	broker       *broker.Broker
+	console      *console.Console
 
 	callbacksStarted bool // on a single node; in a cluster the node's lease runs them
 	webhooksStarted  bool // likewise
@@ -312,6 +316,9 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	messages := message.NewService(st, ids, m.mqttAPI)
+	if m.commands, err = newCommands(ctx, st, ids, m.mqttAPI, m.node != nil, log); err != nil {
+		return err
+	}
 	m.broadcasts = message.NewBroadcaster(messages, st, message.FanoutConfig{Rate: cfg.Broadcast.Rate, YieldRate: cfg.Broadcast.YieldRate, Chunk: cfg.Broadcast.Chunk}, log)
 	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
@@ -320,6 +327,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		AdminPasswordSHA256: m.adminHash,
 		Messages:            messages,
 		Broadcasts:          m.broadcasts,
+		Commands:            m.commands,
 		Shadows:             shadow.NewService(st, ids, m.mqttAPI),
 		AppService:          apps.NewService(apps.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, appCache),
 		DeviceService:       devices.NewService(st, m.mqttAPI),
@@ -386,6 +394,9 @@ func (m *Main) registerMetrics() {
 		}))
 	}
 	registerDeviceMetrics(m.reg, m.broker, m.dispatcher)
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_command_answers_dropped_total",
+		Help: "Command answers and progress reports acknowledged and dropped: late, repeated, or for a command that ended or is unknown."},
+		func() float64 { return float64(m.commands.Dropped()) }))
 }
 
 // startServices starts the message expiry, the callback delivery, the
@@ -393,6 +404,9 @@ func (m *Main) registerMetrics() {
 // only once everything they reach is running.
 func (m *Main) startServices(ctx context.Context) error {
 	m.dispatcher.Start()
+	cmdCtx, stop := context.WithCancel(context.Background())
+	m.stopCommands = stop
+	go m.commands.Run(cmdCtx)
 	m.trimmer.Start()
 	m.trimmerStarted = true
 	// One node at a time delivers callbacks: the one holding the lease.
@@ -520,6 +534,9 @@ func (m *Main) close() error {
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()
+	}
+	if m.stopCommands != nil {
+		m.stopCommands()
 	}
 	if m.trimmerStarted {
 		m.trimmer.Stop()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/devmsg/devmsg/apps"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/command"
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
@@ -43,6 +44,13 @@ func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 		if cfg.Shadows == nil {
 			cfg.Shadows = shadow.NewService(st, ids, noDevices{})
 		}
+	}
+	if cfg.Commands == nil {
+		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Commands = command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
 	if cfg.Broadcasts == nil {
 		cfg.Broadcasts = message.NewBroadcaster(cfg.Messages, st, message.FanoutConfig{Poll: 100 * time.Millisecond},

@@ -78,6 +78,12 @@ type Store struct {
 	broadcasts map[bcKey]store.Broadcast
 	// targets holds the chunks of targets of broadcasts fanning out.
 	targets map[chunkKey][]string
+
+	// cmds holds every command; cmdOpen each device's open commands in
+	// id order.
+	cmds      map[int64]store.Command
+	cmdOpen   map[devKey][]int64
+	lastCmdID int64
 }
 
 // New returns an empty store.
@@ -102,6 +108,8 @@ func New() *Store {
 
 		broadcasts: map[bcKey]store.Broadcast{},
 		targets:    map[chunkKey][]string{},
+		cmds:       map[int64]store.Command{},
+		cmdOpen:    map[devKey][]int64{},
 	}
 }
 

@@ -59,7 +59,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ResetPresence", testResetPresence},
 		{"ResetPresenceOfNode", testResetPresenceOfNode},
 	}
-	for _, tc := range append(append(append(tests, eventTests...), fleetTests...), updateTests...) {
+	for _, tc := range append(append(append(append(tests, eventTests...), fleetTests...), updateTests...), commandTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))
 		})

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCommandRoundTrip sends commands that the HTTP call waits on to a
+// real device: an answer, a failing answer, progress, and the events
+// the log keeps of them.
+func TestCommandRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-rt")
+	f.connectCmdDevice("cmd-rt", secret, false, func(c devCmd) string {
+		if c.Name == "fail" {
+			return fmt.Sprintf(`{"cmd_id":%q,"code":1,"message":"cannot"}`, c.CmdID)
+		}
+		return echo(c)
+	})
+
+	v := f.command(`{"seq_no":1,"device_name":"cmd-rt","name":"ping","params":{"n":1},"wait":10}`)
+	if v.State != "succeeded" || v.Code == nil || *v.Code != 0 || string(v.Result) != `{"n":1}` || v.Message != "ok" {
+		t.Fatalf("round trip: %+v", v)
+	}
+	if v.TimeCreate == 0 || v.TimeSent < v.TimeCreate || v.TimeDelivered < v.TimeSent || v.TimeDone < v.TimeDelivered {
+		t.Fatalf("times out of order: %+v", v)
+	}
+	v = f.command(`{"seq_no":2,"device_name":"cmd-rt","name":"fail","wait":10}`)
+	if v.State != "failed" || v.Code == nil || *v.Code != 1 || v.Message != "cannot" {
+		t.Fatalf("failing answer: %+v", v)
+	}
+	if got := f.getCommand(v.CmdID, 0); got.State != "failed" {
+		t.Fatalf("GET after the answer: %+v", got)
+	}
+
+	var evs struct {
+		Events []struct {
+			Type       string         `json:"type"`
+			DeviceName string         `json:"device_name"`
+			Data       map[string]any `json:"data"`
+		} `json:"events"`
+	}
+	f.restOK("GET", "/event/v1/events?types=command.done&device_name=cmd-rt", "", &evs)
+	if len(evs.Events) != 2 || evs.Events[0].Data["state"] != "succeeded" || evs.Events[1].Data["state"] != "failed" ||
+		evs.Events[1].Data["cmd_id"] != fmt.Sprint(v.CmdID) || evs.Events[1].Data["name"] != "fail" {
+		t.Fatalf("command.done events: %+v", evs.Events)
+	}
+}
+
+// TestCommandProgressAndTimeout: a device that reports progress and
+// never answers; the command times out on the server's clock, and a
+// late answer is dropped.
+func TestCommandProgressAndTimeout(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-slow")
+	d := f.connectCmdDevice("cmd-slow", secret, false, nil)
+
+	v := f.command(`{"seq_no":1,"device_name":"cmd-slow","name":"ota","timeout":2,"wait":0}`)
+	waitFor(t, 10*time.Second, "the device to get the command", func() bool { return len(d.received()) == 1 })
+	id := d.received()[0].CmdID
+	if id != fmt.Sprint(v.CmdID) || d.received()[0].Timeout != 2 {
+		t.Fatalf("device got %+v for command %d", d.received(), v.CmdID)
+	}
+	if tok := d.c.Publish(d.prefix+"cmd/progress", 1, false, `{"cmd_id":"`+id+`","progress":40,"details":{"step":"download"}}`); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	if got := f.getCommand(v.CmdID, 0); got.State != "in_progress" || got.Progress != 40 {
+		t.Fatalf("after progress: %+v", got)
+	}
+	got := f.getCommand(v.CmdID, 10)
+	if got.State != "timed_out" || got.TimeDone == 0 {
+		t.Fatalf("unanswered command: %+v, want timed_out", got)
+	}
+	d.reply(t, `{"cmd_id":"`+id+`","code":0}`) // acknowledged, dropped
+	if got := f.getCommand(v.CmdID, 0); got.State != "timed_out" {
+		t.Fatalf("a late answer changed the command: %+v", got)
+	}
+	var evs struct {
+		Events []struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		} `json:"events"`
+	}
+	f.restOK("GET", "/event/v1/events?types=command.progress,command.done&device_name=cmd-slow", "", &evs)
+	if len(evs.Events) != 2 || evs.Events[0].Type != "command.progress" || evs.Events[0].Data["progress"] != 40.0 ||
+		evs.Events[1].Data["state"] != "timed_out" {
+		t.Fatalf("events: %+v", evs.Events)
+	}
+	if !strings.Contains(f.metrics(), "devmsg_command_answers_dropped_total 1") {
+		t.Fatal("the late answer is not counted in devmsg_command_answers_dropped_total")
+	}
+}
+
+// TestCommandOfflineDevice: ttl 0 to an offline device ends offline at
+// once; ttl > 0 waits and is delivered when the device connects.
+func TestCommandOfflineDevice(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-off")
+	v := f.command(`{"seq_no":1,"device_name":"cmd-off","name":"ping","wait":30}`)
+	if v.State != "offline" || v.TimeDone == 0 {
+		t.Fatalf("ttl 0 to an offline device: %+v", v)
+	}
+	v = f.command(`{"seq_no":2,"device_name":"cmd-off","name":"ping","ttl":60,"wait":0}`)
+	if v.State != "queued" {
+		t.Fatalf("ttl 60 to an offline device: %+v", v)
+	}
+	f.connectCmdDevice("cmd-off", secret, false, echo)
+	if got := f.getCommand(v.CmdID, 10); got.State != "succeeded" {
+		t.Fatalf("queued command after the device connected: %+v", got)
+	}
+}
+
+// TestCommandCancel cancels a command before delivery (never sent) and
+// after (the device is told, and its answer is dropped).
+func TestCommandCancel(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-cancel")
+	v := f.command(`{"seq_no":1,"device_name":"cmd-cancel","name":"reboot","ttl":60,"wait":0}`)
+	var c cmdView
+	f.restOK("DELETE", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d", v.CmdID), "", &c)
+	if c.State != "cancelled" {
+		t.Fatalf("cancel before delivery: %+v", c)
+	}
+	d := f.connectCmdDevice("cmd-cancel", secret, false, nil)
+	v2 := f.command(`{"seq_no":2,"device_name":"cmd-cancel","name":"reboot","ttl":60,"wait":0}`)
+	waitFor(t, 10*time.Second, "the second command", func() bool { return len(d.received()) == 1 })
+	if got := d.received(); got[0].CmdID != fmt.Sprint(v2.CmdID) {
+		t.Fatalf("the device got %+v; the cancelled command %d must never be sent", got, v.CmdID)
+	}
+	waitFor(t, 10*time.Second, "delivered", func() bool { return f.getCommand(v2.CmdID, 0).State == "delivered" })
+	f.restOK("DELETE", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d", v2.CmdID), "", &c)
+	if c.State != "cancelled" {
+		t.Fatalf("cancel after delivery: %+v", c)
+	}
+	waitFor(t, 10*time.Second, "cmd/cancel", func() bool { return len(d.cancelled()) == 1 })
+	d.reply(t, fmt.Sprintf(`{"cmd_id":"%d","code":0}`, v2.CmdID))
+	if got := f.getCommand(v2.CmdID, 0); got.State != "cancelled" {
+		t.Fatalf("an answer after the cancel: %+v", got)
+	}
+}
+
+// TestCommandRedeliveredOnce: a command the device did not acknowledge
+// is sent again on its next connection with the same cmd_id, and only
+// the first answer counts.
+func TestCommandRedeliveredOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-dup")
+	d := f.connectCmdDevice("cmd-dup", secret, true, nil)
+	v := f.command(`{"seq_no":1,"device_name":"cmd-dup","name":"ping","ttl":60,"wait":0}`)
+	waitFor(t, 10*time.Second, "the first delivery", func() bool { return len(d.received()) == 1 })
+	if got := f.getCommand(v.CmdID, 0); got.State != "sent" {
+		t.Fatalf("published without PUBACK: %+v, want sent", got)
+	}
+	d.c.Disconnect(0)
+	d2 := f.connectCmdDevice("cmd-dup", secret, false, echo)
+	waitFor(t, 10*time.Second, "the second delivery", func() bool { return len(d2.received()) == 1 })
+	if d2.received()[0].CmdID != fmt.Sprint(v.CmdID) {
+		t.Fatalf("sent again as %s, want the same cmd_id %d", d2.received()[0].CmdID, v.CmdID)
+	}
+	got := f.getCommand(v.CmdID, 10)
+	if got.State != "succeeded" {
+		t.Fatalf("after the answer: %+v", got)
+	}
+	d2.reply(t, fmt.Sprintf(`{"cmd_id":"%d","code":7}`, v.CmdID))
+	if again := f.getCommand(v.CmdID, 0); again.State != "succeeded" || *again.Code != 0 {
+		t.Fatalf("a second answer changed the command: %+v", again)
+	}
+}

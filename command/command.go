@@ -1,0 +1,359 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/devmsg/devmsg/errdefs"
+	"github.com/devmsg/devmsg/events"
+	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/store"
+)
+
+// Limits of a command request, as docs/api.md ("Device commands")
+// states them.
+const (
+	MaxNameBytes    = 64
+	MaxParamsBytes  = 256 << 10
+	MaxResultBytes  = 256 << 10
+	MaxDetailsBytes = 4 << 10
+	MaxTTL          = 604800
+	DefaultTTL      = 0
+	MinTimeout      = 1
+	MaxTimeout      = 3600
+	DefaultTimeout  = 30
+	MaxWait         = 300
+	DefaultWait     = 30
+	MaxBatch        = 1000
+)
+
+// Event types the command domain appends to the event log.
+const (
+	EventProgress = events.TypeCommandProgress
+	EventDone     = events.TypeCommandDone
+)
+
+// Request is a validated command.
+type Request struct {
+	Name    string
+	Params  json.RawMessage
+	TTL     int64
+	Timeout int64
+}
+
+// ValidName reports whether name is 1 to MaxNameBytes letters, digits
+// and - _ . :.
+func ValidName(name string) bool {
+	if len(name) == 0 || len(name) > MaxNameBytes {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-' || c == '_' || c == '.' || c == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Router is what the Service needs of delivery: whether a device can
+// take a command now, word that one was queued for it, and word that a
+// command it may hold was cancelled. Each is given the device as read
+// before the call.
+type Router interface {
+	CommandOnline(dev store.Device) bool
+	NotifyCommand(c store.Command, dev store.Device)
+	CancelCommand(c store.Command)
+}
+
+// Waker tells the other nodes of a cluster that a command ended, so the
+// calls waiting for it there wake (nil on a single node).
+type Waker interface {
+	CommandEnded(ctx context.Context, appKey string, id int64)
+}
+
+// Store is what the Service needs of the store.
+type Store interface {
+	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
+	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
+	store.Commands
+}
+
+var _ Store = store.Store(nil)
+
+// Service accepts commands, keeps their states and wakes their waiters.
+type Service struct {
+	store   Store
+	ids     *idgen.Generator
+	router  Router
+	waker   Waker
+	log     *slog.Logger
+	now     func() time.Time
+	waiters waiters
+
+	// dropped counts answers and progress reports dropped: late,
+	// repeated, or for a command that is unknown or ended.
+	dropped atomic.Int64
+}
+
+// NewService returns a Service that stores in st and numbers commands
+// with ids (shared with messages, so the ids of both never meet).
+func NewService(st Store, ids *idgen.Generator, log *slog.Logger) *Service {
+	return &Service{store: st, ids: ids, router: offline{}, log: log, now: time.Now}
+}
+
+// SetRouter gives the Service its delivery; call before use.
+func (s *Service) SetRouter(r Router) { s.router = r }
+
+// SetWaker puts the Service in cluster mode; call before use.
+func (s *Service) SetWaker(w Waker) { s.waker = w }
+
+// SetClock has s take the time from now; for tests.
+func (s *Service) SetClock(now func() time.Time) { s.now = now }
+
+// Dropped counts the answers and progress reports dropped since start.
+func (s *Service) Dropped() int64 { return s.dropped.Load() }
+
+type offline struct{}
+
+func (offline) CommandOnline(store.Device) bool           { return false }
+func (offline) NotifyCommand(store.Command, store.Device) {}
+func (offline) CancelCommand(store.Command)               {}
+
+// Result is one device's outcome of a send: the command, or Code and
+// Message when the name was refused (unknown or repeated, 1003).
+type Result struct {
+	Command    store.Command
+	DeviceName string
+	Code       int
+	Message    string
+}
+
+// Refused reports whether r is a refused name rather than a command.
+func (r Result) Refused() bool { return r.Code != 0 && r.Command.ID == 0 }
+
+// CodeInvalid is the code of a refused name in a batch.
+const CodeInvalid = 1003
+
+// Send accepts req for each named device of app, in one durable write
+// with the seq_no entry seq builds. single: one device, whose unknown
+// name is an *errdefs.NotFoundError rather than a refused result.
+// Errors are the store's (store.ErrSeqUsed when the seq_no was recorded
+// meanwhile).
+func (s *Service) Send(ctx context.Context, app store.App, names []string, req Request, single bool, seqNo int64, seq store.CommandSeq) ([]Result, error) {
+	devs, err := s.store.GetDevices(ctx, app.Key, names)
+	if err != nil {
+		return nil, fmt.Errorf("read devices: %w", err)
+	}
+	byName := make(map[string]store.Device, len(devs))
+	for _, d := range devs {
+		byName[d.Name] = d
+	}
+	now := s.now().UnixMilli()
+	results := make([]Result, len(names))
+	var cmds []store.Command
+	var at []int
+	seen := make(map[string]bool, len(names))
+	for i, name := range names {
+		dev, ok := byName[name]
+		switch {
+		case !ok && single:
+			return nil, errdefs.NotFound("device", name)
+		case !ok:
+			results[i] = Result{DeviceName: name, Code: CodeInvalid, Message: "device " + strconv.Quote(name) + " not found"}
+			continue
+		case seen[name]:
+			results[i] = Result{DeviceName: name, Code: CodeInvalid, Message: "device " + strconv.Quote(name) + " repeated in device_names"}
+			continue
+		}
+		seen[name] = true
+		cmds = append(cmds, s.newCommand(app.Key, dev, req, now))
+		at = append(at, i)
+	}
+	stored, err := s.store.CreateCommands(ctx, app.Key, cmds, seqNo, func(cs []store.Command) *store.SeqEntry {
+		if seq == nil {
+			return nil
+		}
+		rs := make([]Result, len(results))
+		copy(rs, results)
+		for j, c := range cs {
+			rs[at[j]] = Result{Command: c, DeviceName: c.DeviceName}
+		}
+		return seq(commandsOf(rs))
+	})
+	if err != nil {
+		return nil, err
+	}
+	for j, c := range stored {
+		results[at[j]] = Result{Command: c, DeviceName: c.DeviceName}
+		if c.State == store.CmdQueued {
+			s.router.NotifyCommand(c, byName[c.DeviceName])
+		}
+	}
+	return results, nil
+}
+
+// commandsOf flattens results for a CommandSeq: refused names become
+// commands with ID 0, DeviceName, Code and Message.
+func commandsOf(rs []Result) []store.Command {
+	out := make([]store.Command, len(rs))
+	for i, r := range rs {
+		if r.Refused() {
+			out[i] = store.Command{DeviceName: r.DeviceName, Code: r.Code, Message: r.Message}
+		} else {
+			out[i] = r.Command
+		}
+	}
+	return out
+}
+
+// ResultsOf is the reverse of commandsOf, for building an answer from
+// what a CommandSeq is given.
+func ResultsOf(cs []store.Command) []Result {
+	out := make([]Result, len(cs))
+	for i, c := range cs {
+		if c.ID == 0 {
+			out[i] = Result{DeviceName: c.DeviceName, Code: c.Code, Message: c.Message}
+		} else {
+			out[i] = Result{Command: c, DeviceName: c.DeviceName}
+		}
+	}
+	return out
+}
+
+// newCommand is req for dev: queued, or already ended when dev is
+// disabled (rejected, 3003) or, with ttl 0, not online (offline).
+func (s *Service) newCommand(appKey string, dev store.Device, req Request, now int64) store.Command {
+	c := store.Command{
+		ID: s.ids.Next(), AppKey: appKey, DeviceName: dev.Name, Name: req.Name, Params: req.Params,
+		TTL: req.TTL, Timeout: req.Timeout, State: store.CmdQueued, TimeCreate: now,
+	}
+	switch {
+	case dev.Flag == store.FlagDisabled:
+		c.State, c.Code, c.Message = store.CmdRejected, store.CodeDeviceDisabled, "device disabled"
+	case req.TTL == 0 && !s.router.CommandOnline(dev):
+		c.State, c.Message = store.CmdOffline, "device offline and ttl is 0"
+	default:
+		return c
+	}
+	c.TimeDone = now
+	c.Emit = []store.Event{doneEvent(c, now)}
+	return c
+}
+
+// Get returns the app's command id; a *errdefs.NotFoundError if the app
+// has none.
+func (s *Service) Get(ctx context.Context, appKey string, id int64) (store.Command, error) {
+	c, err := s.store.GetCommand(ctx, appKey, id)
+	return c, commandErr(id, err)
+}
+
+func commandErr(id int64, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return errdefs.NotFound("command", id)
+	}
+	return fmt.Errorf("command %d: %w", id, err)
+}
+
+// Cancel ends the app's command id as cancelled if it is open; a
+// command that reached its device is told so (cmd/cancel). An ended
+// command is returned as it is.
+func (s *Service) Cancel(ctx context.Context, appKey string, id int64) (store.Command, error) {
+	var was string
+	c, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
+		was = c.State
+		if !c.Open() {
+			return false
+		}
+		s.finish(c, store.CmdCancelled, 0, nil, "cancelled", now)
+		return true
+	})
+	if err != nil {
+		return c, commandErr(id, err)
+	}
+	if store.CmdOpen(was) && was != store.CmdQueued {
+		s.router.CancelCommand(c)
+	}
+	return c, nil
+}
+
+// errUnchanged makes UpdateCommand write nothing.
+var errUnchanged = errors.New("command unchanged")
+
+// update applies fn, which reports whether it changed the command, and
+// wakes the command's waiters when it ended. A command fn leaves alone
+// is returned as it is.
+func (s *Service) update(ctx context.Context, appKey string, id int64, fn func(c *store.Command, now int64) bool) (store.Command, error) {
+	var before store.Command
+	c, err := s.store.UpdateCommand(ctx, appKey, id, func(c *store.Command) error {
+		before = *c
+		if !fn(c, s.now().UnixMilli()) {
+			return errUnchanged
+		}
+		return nil
+	})
+	if errors.Is(err, errUnchanged) {
+		return before, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	if before.Open() && !c.Open() {
+		s.ended(ctx, c)
+	}
+	return c, nil
+}
+
+// finish ends c in state with its answer, and emits command.done.
+func (s *Service) finish(c *store.Command, state string, code int, result json.RawMessage, msg string, now int64) {
+	c.State, c.Code, c.Result, c.Message, c.TimeDone = state, code, result, msg, now
+	c.Emit = append(c.Emit, doneEvent(*c, now))
+}
+
+// ended wakes the calls waiting for c, here and on the other nodes.
+func (s *Service) ended(ctx context.Context, c store.Command) {
+	s.waiters.wake(c.ID)
+	if s.waker != nil {
+		s.waker.CommandEnded(ctx, c.AppKey, c.ID)
+	}
+}
+
+// Woken wakes the calls here waiting for command id, which ended on
+// another node.
+func (s *Service) Woken(id int64) { s.waiters.wake(id) }
+
+func doneEvent(c store.Command, now int64) store.Event {
+	data := struct {
+		CmdID   string          `json:"cmd_id"`
+		Name    string          `json:"name"`
+		State   string          `json:"state"`
+		Code    int             `json:"code"`
+		Result  json.RawMessage `json:"result,omitempty"`
+		Message string          `json:"message"`
+	}{strconv.FormatInt(c.ID, 10), c.Name, c.State, c.Code, c.Result, c.Message}
+	b, _ := json.Marshal(data)
+	return store.Event{Type: EventDone, AppKey: c.AppKey, DeviceName: c.DeviceName, Time: now, Data: b}
+}
+
+func progressEvent(c store.Command, details json.RawMessage, now int64) store.Event {
+	data := struct {
+		CmdID    string          `json:"cmd_id"`
+		Name     string          `json:"name"`
+		Progress int             `json:"progress"`
+		Details  json.RawMessage `json:"details,omitempty"`
+	}{strconv.FormatInt(c.ID, 10), c.Name, c.Progress, details}
+	b, _ := json.Marshal(data)
+	return store.Event{Type: EventProgress, AppKey: c.AppKey, DeviceName: c.DeviceName, Time: now, Data: b}
+}

@@ -1,0 +1,272 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// ErrMalformed refuses what a device published on a command topic that
+// breaks the topic's rules.
+var ErrMalformed = errors.New("malformed command payload")
+
+// Topics under a device's prefix.
+const (
+	TopicCmd      = "cmd"
+	TopicReply    = "cmd/reply"
+	TopicProgress = "cmd/progress"
+	TopicCancel   = "cmd/cancel"
+)
+
+// Payload is what the device receives on cmd for c (docs/device-protocol.md).
+func Payload(c store.Command) []byte {
+	params := c.Params
+	if len(params) == 0 {
+		params = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(struct {
+		CmdID      string          `json:"cmd_id"`
+		Name       string          `json:"name"`
+		Params     json.RawMessage `json:"params"`
+		Timeout    int64           `json:"timeout"`
+		ExpireTime int64           `json:"expire_time"`
+	}{strconv.FormatInt(c.ID, 10), c.Name, params, c.Timeout, c.TimeCreate/1000 + c.TTL})
+	return b
+}
+
+// CancelPayload is what the device receives on cmd/cancel.
+func CancelPayload(id int64) []byte {
+	return []byte(`{"cmd_id":"` + strconv.FormatInt(id, 10) + `"}`)
+}
+
+// Deliverable reports whether c may still be sent to its device at now
+// (Unix ms): undelivered, and its ttl not passed.
+func Deliverable(c store.Command, now int64) bool {
+	return c.Undelivered() && now <= c.TimeCreate+c.TTL*1000+store.CmdExpiryGrace
+}
+
+// Sent records that c was published to its device.
+func (s *Service) Sent(ctx context.Context, appKey string, id int64) error {
+	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
+		if c.State != store.CmdQueued {
+			return false
+		}
+		c.State, c.TimeSent = store.CmdSent, now
+		return true
+	})
+	return err
+}
+
+// Delivered records the device's PUBACK of command id: its answer is
+// due within the command's timeout from now.
+func (s *Service) Delivered(ctx context.Context, appKey, device string, id int64) error {
+	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
+		if c.DeviceName != device || !c.Undelivered() {
+			return false
+		}
+		if c.TimeSent == 0 {
+			c.TimeSent = now
+		}
+		c.State, c.TimeDelivered, c.Deadline = store.CmdDelivered, now, now+c.Timeout*1000
+		return true
+	})
+	return err
+}
+
+// Reply is an answer a device published on cmd/reply.
+type Reply struct {
+	ID      int64
+	Code    int
+	Result  json.RawMessage
+	Message string
+}
+
+// ParseReply reads a cmd/reply payload; correlation is the MQTT 5
+// Correlation Data, which gives the id when the payload does not.
+func ParseReply(payload, correlation []byte) (Reply, error) {
+	var p struct {
+		CmdID   json.RawMessage `json:"cmd_id"`
+		Code    *int            `json:"code"`
+		Result  json.RawMessage `json:"result"`
+		Message *string         `json:"message"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return Reply{}, fmt.Errorf("%w: not a JSON object: %v", ErrMalformed, err)
+	}
+	id, err := parseID(p.CmdID, correlation)
+	if err != nil {
+		return Reply{}, err
+	}
+	r := Reply{ID: id, Result: p.Result}
+	if p.Code != nil {
+		r.Code = *p.Code
+	}
+	if p.Message != nil {
+		r.Message = *p.Message
+	}
+	if len(r.Result) > MaxResultBytes {
+		return Reply{}, fmt.Errorf("%w: result over %d bytes", ErrMalformed, MaxResultBytes)
+	}
+	if string(r.Result) == "null" {
+		r.Result = nil
+	}
+	return r, nil
+}
+
+// parseID reads a cmd_id given as a decimal string or a number, or from
+// correlation when raw is absent.
+func parseID(raw json.RawMessage, correlation []byte) (int64, error) {
+	var text string
+	switch {
+	case len(raw) > 0 && raw[0] == '"':
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return 0, fmt.Errorf("%w: cmd_id", ErrMalformed)
+		}
+	case len(raw) > 0 && string(raw) != "null":
+		text = string(raw)
+	case len(correlation) > 0:
+		text = string(correlation)
+	default:
+		return 0, fmt.Errorf("%w: cmd_id missing", ErrMalformed)
+	}
+	id, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("%w: cmd_id %q is not a command id", ErrMalformed, text)
+	}
+	return id, nil
+}
+
+// Answer stores the device's answer r: the first answer of an open
+// command of the device ends it (succeeded with code 0, failed with any
+// other); any other answer is dropped and counted, and reports false.
+// It returns once the answer is durable.
+func (s *Service) Answer(ctx context.Context, appKey, device string, r Reply) (bool, error) {
+	took := false
+	_, err := s.update(ctx, appKey, r.ID, func(c *store.Command, now int64) bool {
+		if c.DeviceName != device || !c.Open() {
+			return false
+		}
+		state := store.CmdSucceeded
+		if r.Code != 0 {
+			state = store.CmdFailed
+		}
+		if c.TimeSent == 0 {
+			c.TimeSent = now
+		}
+		if c.TimeDelivered == 0 {
+			c.TimeDelivered = now
+		}
+		c.Answered = true
+		s.finish(c, state, r.Code, r.Result, r.Message, now)
+		took = true
+		return true
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		err = nil
+	}
+	if err == nil && !took {
+		s.dropped.Add(1)
+	}
+	return took, err
+}
+
+// Progress is a progress report a device published on cmd/progress.
+type Progress struct {
+	ID       int64
+	Progress int
+	Details  json.RawMessage
+}
+
+// ParseProgress reads a cmd/progress payload.
+func ParseProgress(payload, correlation []byte) (Progress, error) {
+	var p struct {
+		CmdID    json.RawMessage `json:"cmd_id"`
+		Progress *int            `json:"progress"`
+		Details  json.RawMessage `json:"details"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return Progress{}, fmt.Errorf("%w: not a JSON object: %v", ErrMalformed, err)
+	}
+	id, err := parseID(p.CmdID, correlation)
+	if err != nil {
+		return Progress{}, err
+	}
+	if p.Progress == nil || *p.Progress < 0 || *p.Progress > 100 {
+		return Progress{}, fmt.Errorf("%w: progress must be 0 to 100", ErrMalformed)
+	}
+	if len(p.Details) > MaxDetailsBytes {
+		return Progress{}, fmt.Errorf("%w: details over %d bytes", ErrMalformed, MaxDetailsBytes)
+	}
+	if string(p.Details) == "null" {
+		p.Details = nil
+	}
+	return Progress{ID: id, Progress: *p.Progress, Details: p.Details}, nil
+}
+
+// ReportProgress stores a progress report of an open command of the
+// device: it is in progress, and its answer is due a whole timeout from
+// now. A report for any other command is dropped and counted.
+func (s *Service) ReportProgress(ctx context.Context, appKey, device string, p Progress) (bool, error) {
+	took := false
+	_, err := s.update(ctx, appKey, p.ID, func(c *store.Command, now int64) bool {
+		if c.DeviceName != device || !c.Open() {
+			return false
+		}
+		if c.TimeSent == 0 {
+			c.TimeSent = now
+		}
+		if c.TimeDelivered == 0 {
+			c.TimeDelivered = now
+		}
+		c.State, c.Progress, c.Deadline = store.CmdInProgress, p.Progress, now+c.Timeout*1000
+		c.Emit = append(c.Emit, progressEvent(*c, p.Details, now))
+		took = true
+		return true
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		err = nil
+	}
+	if err == nil && !took {
+		s.dropped.Add(1)
+	}
+	return took, err
+}
+
+// DeviceGone rejects the device's commands not yet delivered, with
+// code (store.CodeDeviceDisabled or store.CodeDeviceDeleted): the device
+// was disabled or is about to be deleted.
+func (s *Service) DeviceGone(ctx context.Context, appKey, device string, code int) error {
+	msg := "device disabled"
+	if code == store.CodeDeviceDeleted {
+		msg = "device deleted"
+	}
+	for {
+		open, err := s.store.OpenCommands(ctx, appKey, device, store.MaxOpenCommands)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, c := range open {
+			if !c.Undelivered() {
+				continue
+			}
+			if _, err := s.update(ctx, appKey, c.ID, func(c *store.Command, now int64) bool {
+				if !c.Undelivered() {
+					return false
+				}
+				s.finish(c, store.CmdRejected, code, nil, msg, now)
+				return true
+			}); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			n++
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package command
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// waiters holds, per command id, the channel closed when it ends. A
+// waiting call costs a channel and a map entry; nothing polls.
+type waiters struct {
+	mu sync.Mutex
+	m  map[int64]*waiter
+}
+
+type waiter struct {
+	ch chan struct{}
+	n  int // calls watching
+}
+
+// watch returns the channel closed when command id ends, and the
+// function that stops watching.
+func (w *waiters) watch(id int64) (<-chan struct{}, func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[int64]*waiter{}
+	}
+	e := w.m[id]
+	if e == nil {
+		e = &waiter{ch: make(chan struct{})}
+		w.m[id] = e
+	}
+	e.n++
+	return e.ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		e.n--
+		if e.n == 0 && w.m[id] == e {
+			delete(w.m, id)
+		}
+	}
+}
+
+// wake closes the channel of command id, if a call watches it.
+func (w *waiters) wake(id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.m[id]; e != nil {
+		close(e.ch)
+		delete(w.m, id)
+	}
+}
+
+// Wait returns cmds, the app's commands as last read, once each has
+// ended, d has passed or ctx is done, whichever comes first: the open
+// ones are read again after they end. Refused results (ID 0) stay as
+// they are.
+func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command, d time.Duration) ([]store.Command, error) {
+	if d <= 0 {
+		return cmds, nil
+	}
+	type watched struct {
+		i       int
+		ch      <-chan struct{}
+		release func()
+	}
+	var open []watched
+	defer func() {
+		for _, w := range open {
+			w.release()
+		}
+	}()
+	for i, c := range cmds {
+		if c.ID != 0 && c.Open() {
+			ch, release := s.waiters.watch(c.ID)
+			open = append(open, watched{i, ch, release})
+		}
+	}
+	if len(open) == 0 {
+		return cmds, nil
+	}
+	out := append([]store.Command(nil), cmds...)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	// Read once after watching: a command that ended between its last
+	// read and the watch woke nobody.
+	for _, w := range open {
+		c, err := s.store.GetCommand(ctx, appKey, out[w.i].ID)
+		if err != nil {
+			return nil, commandErr(out[w.i].ID, err)
+		}
+		out[w.i] = c
+	}
+	for _, w := range open {
+		if !out[w.i].Open() {
+			continue
+		}
+		select {
+		case <-w.ch:
+		case <-timer.C:
+			return out, nil
+		case <-ctx.Done():
+			return out, nil
+		}
+		c, err := s.store.GetCommand(ctx, appKey, out[w.i].ID)
+		if err != nil {
+			return nil, commandErr(out[w.i].ID, err)
+		}
+		out[w.i] = c
+	}
+	return out, nil
+}

@@ -1,0 +1,280 @@
+package pebble
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+// Device commands.
+//
+// Keys: o/<id> → Command (JSON); O/<app>\0<device>\0<id> → empty, the
+// device's open commands in id order; D/<due ms><id> → the app key, the
+// open commands by when they are due (store.Command.Due). Every write
+// of a command holds its device's stripe across the synced commit, as
+// message writes do, so a reader under the stripe sees durable state
+// only.
+const (
+	pCmd     = "o/"
+	pCmdOpen = "O/"
+	pCmdDue  = "D/"
+)
+
+func cmdKey(id int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte(pCmd), uint64(id))
+}
+
+func cmdOpenPrefix(app, device string) []byte {
+	return append(key(pCmdOpen, app, device), 0)
+}
+
+func cmdOpenKey(app, device string, id int64) []byte {
+	return binary.BigEndian.AppendUint64(cmdOpenPrefix(app, device), uint64(id))
+}
+
+func cmdDueKey(due, id int64) []byte {
+	b := binary.BigEndian.AppendUint64([]byte(pCmdDue), uint64(due))
+	return binary.BigEndian.AppendUint64(b, uint64(id))
+}
+
+// deviceExists reads whether the device exists; under its stripe.
+func (s *Store) deviceExists(app, name string) (bool, error) {
+	if _, ok := s.devices.get(app, name); ok {
+		return true, nil
+	}
+	return s.exists(key(pDevice, app, name))
+}
+
+// openCount counts the device's open commands; under its stripe.
+func (s *Store) openCount(app, device string) (int, error) {
+	p := cmdOpenPrefix(app, device)
+	n := 0
+	err := s.scan(p, prefixEnd(p), func(_, _ []byte) (bool, error) {
+		n++
+		return true, nil
+	})
+	return n, err
+}
+
+// putCommand adds c, and its index entries, to b.
+func putCommand(b *pebble.Batch, c store.Command) error {
+	if err := setJSON(b, cmdKey(c.ID), c); err != nil {
+		return err
+	}
+	if !c.Open() {
+		return nil
+	}
+	if err := set(b, cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
+		return err
+	}
+	return set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
+}
+
+// CreateCommands stores cmds with seq in one synced write; see
+// store.Commands.
+func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.Command, seqNo int64, seq store.CommandSeq) ([]store.Command, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	stripes := make([]int, 0, len(cmds)+1)
+	for _, c := range cmds {
+		stripes = append(stripes, deviceStripe(appKey, c.DeviceName))
+	}
+	if seq != nil {
+		stripes = append(stripes, seqStripe(appKey, seqNo))
+	}
+	defer s.lockStripes(stripes)()
+	if seq != nil {
+		if err := s.checkSeqFree(appKey, seqNo, &store.SeqEntry{}); err != nil {
+			return nil, err
+		}
+	}
+	out := slices.Clone(cmds)
+	opened := map[string]int{}
+	for i := range out {
+		c := &out[i]
+		c.AppKey = appKey
+		if c.State != store.CmdQueued {
+			continue
+		}
+		exists, err := s.deviceExists(appKey, c.DeviceName)
+		if err != nil {
+			return nil, fmt.Errorf("create command %d: %w", c.ID, err)
+		}
+		n := 0
+		if exists {
+			if n, err = s.openCount(appKey, c.DeviceName); err != nil {
+				return nil, fmt.Errorf("create command %d: %w", c.ID, err)
+			}
+		}
+		if store.AdmitCommand(c, exists, n+opened[c.DeviceName]) {
+			opened[c.DeviceName]++
+		}
+	}
+	var e *store.SeqEntry
+	if seq != nil {
+		e = seq(out)
+	}
+	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+		var evs []store.Event
+		for i := range out {
+			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
+			out[i].Emit = nil
+			if err := putCommand(b, out[i]); err != nil {
+				return nil, err
+			}
+		}
+		return evs, putSeq(b, appKey, seqNo, e)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create commands: %w", err)
+	}
+	return out, nil
+}
+
+// getCommand reads command id of appKey.
+func (s *Store) getCommand(appKey string, id int64) (store.Command, error) {
+	var c store.Command
+	if err := s.getJSON(cmdKey(id), &c); err != nil {
+		return store.Command{}, err
+	}
+	if c.AppKey != appKey {
+		return store.Command{}, store.ErrNotFound
+	}
+	return c, nil
+}
+
+// GetCommand returns the app's command, or store.ErrNotFound.
+func (s *Store) GetCommand(ctx context.Context, appKey string, id int64) (store.Command, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Command{}, err
+	}
+	defer s.exit()
+	return s.getCommand(appKey, id)
+}
+
+// UpdateCommand applies fn to the app's command under its device's
+// stripe; see store.Commands.
+func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Command{}, err
+	}
+	defer s.exit()
+	c, err := s.getCommand(appKey, id)
+	if err != nil {
+		return store.Command{}, err
+	}
+	i := deviceStripe(appKey, c.DeviceName) // a command never changes device
+	s.locks[i].Lock()
+	defer s.locks[i].Unlock()
+	if c, err = s.getCommand(appKey, id); err != nil {
+		return store.Command{}, err
+	}
+	oldDue, wasOpen := c.Due(), c.Open()
+	if _, err := store.ApplyCommandUpdate(&c, id, appKey, fn); err != nil {
+		return store.Command{}, err
+	}
+	evs := c.Emit
+	c.Emit = nil
+	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+		if wasOpen && (!c.Open() || c.Due() != oldDue) {
+			if err := b.Delete(cmdDueKey(oldDue, id), nil); err != nil {
+				return nil, err
+			}
+		}
+		if wasOpen && !c.Open() {
+			if err := b.Delete(cmdOpenKey(appKey, c.DeviceName, id), nil); err != nil {
+				return nil, err
+			}
+		}
+		return evs, putCommand(b, c)
+	})
+	if err != nil {
+		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
+	}
+	return c, nil
+}
+
+// OpenCommands returns the device's open commands in id order.
+func (s *Store) OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	p := cmdOpenPrefix(appKey, device)
+	var ids []int64
+	err := s.scan(p, prefixEnd(p), func(k, _ []byte) (bool, error) {
+		ids = append(ids, int64(binary.BigEndian.Uint64(k[len(p):])))
+		return len(ids) < limit, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Command, 0, len(ids))
+	for _, id := range ids {
+		c, err := s.getCommand(appKey, id)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// DueCommands returns open commands due at or before before, earliest
+// first.
+func (s *Store) DueCommands(ctx context.Context, before int64, limit int) ([]store.Command, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	type ref struct {
+		app string
+		id  int64
+	}
+	var refs []ref
+	lo := []byte(pCmdDue)
+	hi := cmdDueKey(before+1, 0)
+	err := s.scan(lo, hi, func(k, v []byte) (bool, error) {
+		if len(k) != len(pCmdDue)+16 {
+			return false, fmt.Errorf("due commands: malformed key %q", k)
+		}
+		refs = append(refs, ref{string(v), int64(binary.BigEndian.Uint64(k[len(pCmdDue)+8:]))})
+		return len(refs) < limit, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Command, 0, len(refs))
+	for _, r := range refs {
+		c, err := s.getCommand(r.app, r.id)
+		if err != nil || !c.Open() {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// LastCommandID returns the highest command id stored (command keys
+// sort by id).
+func (s *Store) LastCommandID(ctx context.Context) (int64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	k, err := s.lastKey(pCmd)
+	if err != nil || k == nil {
+		return 0, err
+	}
+	if len(k) != len(pCmd)+8 {
+		return 0, fmt.Errorf("last command id: malformed key %q", k)
+	}
+	return int64(binary.BigEndian.Uint64(k[len(pCmd):])), nil
+}
