@@ -146,13 +146,13 @@ func testCommandsSDK(t *testing.T, f *fleet, version byte) {
 	// A duplicate: the connection is cut after the command reaches the
 	// device and before its PUBACK reaches the service, so the service
 	// sends it again, with the same cmd_id, after the reconnect.
-	px.cutAfter([]byte("/cmd"))
+	px.cutAfter([]byte(`"name":"slow"`), []byte(`"name":"slow"`))
 	v = f.sendCmd(name, "slow", "", 0)
-	waitFor(t, 20*time.Second, "the command delivered again after the reconnect", func() bool {
+	waitFor(t, 30*time.Second, "the command delivered again after the reconnect", func() bool {
 		return f.cmdState(v.CmdID, 0).State == "delivered"
 	})
-	if !px.didCut() {
-		t.Fatal("the proxy never cut the connection")
+	if cut, n := px.state(); !cut || n != 2 {
+		t.Fatalf("the proxy cut %v, and passed the command %d times; want a cut and 2", cut, n)
 	}
 	close(release)
 	if c = f.cmdState(v.CmdID, 10); c.State != "succeeded" || string(c.Result) != `"once"` {
@@ -164,9 +164,10 @@ func testCommandsSDK(t *testing.T, f *fleet, version byte) {
 }
 
 // cutProxy forwards one MQTT connection at a time to the server; armed
-// with cutAfter, it forwards the first server → device chunk holding a
-// pattern and then closes both sides without forwarding anything more
-// from the device, so the device's PUBACK of it is lost.
+// with cutAfter, it ends the server side's sending half on the first
+// server → device chunk holding a pattern (so nothing the device sends
+// after it, its PUBACK included, reaches the server), forwards the chunk,
+// and closes both sides. It counts the chunks holding seen.
 type cutProxy struct {
 	t       *testing.T
 	ln      net.Listener
@@ -174,6 +175,8 @@ type cutProxy struct {
 	mu      sync.Mutex
 	pattern []byte
 	cut     bool
+	seen    []byte
+	count   int
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -189,16 +192,19 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 
 func (p *cutProxy) addr() string { return p.ln.Addr().String() }
 
-func (p *cutProxy) cutAfter(pattern []byte) {
+// cutAfter arms the cut on pattern and counts the chunks holding seen
+// from now on.
+func (p *cutProxy) cutAfter(pattern, seen []byte) {
 	p.mu.Lock()
-	p.pattern = pattern
+	p.pattern, p.seen, p.count = pattern, seen, 0
 	p.mu.Unlock()
 }
 
-func (p *cutProxy) didCut() bool {
+// state reports whether the cut happened, and how many chunks held seen.
+func (p *cutProxy) state() (bool, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cut
+	return p.cut, p.count
 }
 
 func (p *cutProxy) accept() {
@@ -212,48 +218,43 @@ func (p *cutProxy) accept() {
 			dev.Close()
 			continue
 		}
-		var closed atomic.Bool
-		closeBoth := func() {
-			if closed.CompareAndSwap(false, true) {
-				dev.Close()
-				srv.Close()
+		go func() { // device → server
+			_, _ = io.Copy(srv, dev)
+			srv.Close()
+		}()
+		go p.down(srv.(*net.TCPConn), dev)
+	}
+}
+
+// down forwards server → device.
+func (p *cutProxy) down(srv *net.TCPConn, dev net.Conn) {
+	defer dev.Close()
+	defer srv.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := srv.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			if p.seen != nil && bytes.Contains(buf[:n], p.seen) {
+				p.count++
+			}
+			cut := p.pattern != nil && bytes.Contains(buf[:n], p.pattern)
+			if cut {
+				p.pattern, p.cut = nil, true
+				_ = srv.CloseWrite() // nothing more from the device
+			}
+			p.mu.Unlock()
+			if _, werr := dev.Write(buf[:n]); werr != nil {
+				return
+			}
+			if cut {
+				time.Sleep(200 * time.Millisecond) // the device reads it and acknowledges, in vain
+				return
 			}
 		}
-		go func() { // device → server
-			defer closeBoth()
-			_, _ = io.Copy(srv, dev)
-		}()
-		go func() { // server → device
-			defer closeBoth()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := srv.Read(buf)
-				if n > 0 {
-					p.mu.Lock()
-					cut := p.pattern != nil && bytes.Contains(buf[:n], p.pattern)
-					if cut {
-						p.pattern, p.cut = nil, true
-						// Nothing more from the device reaches the server.
-						_ = srv.(*net.TCPConn).CloseRead()
-						closed.Store(true)
-					}
-					p.mu.Unlock()
-					if _, werr := dev.Write(buf[:n]); werr != nil {
-						return
-					}
-					if cut {
-						// Let the device read it, then end both sides.
-						time.Sleep(200 * time.Millisecond)
-						srv.Close()
-						dev.Close()
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
+		if err != nil {
+			return
+		}
 	}
 }
 
