@@ -40,7 +40,9 @@ var CommandWorkloads = []string{"command-latency", "command-batch"}
 const DefaultCommandRate = 2000
 
 // commandWait is the wait of the bench's commands, in seconds: far above
-// any answer's time, below the HTTP client's 30 s timeout.
+// any answer's time, below the HTTP client's 30 s timeout. Their ttl is
+// 30 s, so a command that waits behind others to be sent is measured,
+// not ended expired.
 const commandWait = 20
 
 // commandAnswer is what a bench device answers, to either broker.
@@ -167,7 +169,7 @@ func (b *runner) commandLatencyDevmsg(ctx context.Context, workload string) (Res
 // the device's.
 func (b *runner) command(ctx context.Context, c *conn, i int) (bool, string) {
 	seq := b.seqBase + b.seq.Add(1)
-	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"name":"ping","params":{"seq":%d},"timeout":10,"wait":%d}`, seq, deviceName(i), seq, commandWait)
+	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"name":"ping","params":{"seq":%d},"ttl":30,"timeout":10,"wait":%d}`, seq, deviceName(i), seq, commandWait)
 	st, resp, err := do(ctx, c.c, http.MethodPost, c.base+"/cmd/v1/cmd", b.key, b.secret, body)
 	if err != nil || st != http.StatusOK {
 		return false, failure(st, resp, err)
@@ -230,7 +232,7 @@ func quotedGroups(n int) [][]string {
 // many succeeded, and why the call failed ("" when every command did).
 func (b *runner) commandBatch(ctx context.Context, c *conn, names []string) (int, string) {
 	seq := b.seqBase + b.seq.Add(1)
-	body := fmt.Appendf(nil, `{"seq_no":%d,"device_names":[%s],"name":"ping","params":{"seq":%d},"timeout":10,"wait":%d}`,
+	body := fmt.Appendf(nil, `{"seq_no":%d,"device_names":[%s],"name":"ping","params":{"seq":%d},"ttl":30,"timeout":10,"wait":%d}`,
 		seq, strings.Join(names, ","), seq, commandWait)
 	st, resp, err := do(ctx, c.c, http.MethodPost, c.base+"/cmd/v1/cmds", b.key, b.secret, body)
 	if err != nil || st != http.StatusOK {
