@@ -203,6 +203,7 @@ type devicePageData struct {
 	Device     apitypes.AdminDevice
 	ModelNames []string
 	Disabled   bool
+	Commands   deviceCommands
 }
 
 // MaxBodyBytes is the API's limit on msg_body in UTF-8 bytes, which the
@@ -224,6 +225,10 @@ func (c *Console) devicePage(q *req) error {
 		d.ModelNames = append(d.ModelNames, p.Name)
 	}
 	d.Disabled = d.Device.Device.Flag == 1
+	var err error
+	if d.Commands, err = c.deviceCommands(q, name); err != nil {
+		return err
+	}
 	return q.render(http.StatusOK, "device", "Device "+name, "devices", d)
 }
 

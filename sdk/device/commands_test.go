@@ -42,33 +42,102 @@ type reply struct {
 	Topic   string          `json:"-"`
 }
 
+// cmdHarness is the service's side of the cmd topics for one device, on
+// a backend client of Mosquitto.
+type cmdHarness struct {
+	t          *testing.T
+	ctx        context.Context
+	version    byte
+	prefix     string
+	replyTopic string
+	backend    *autopaho.ConnectionManager
+	replies    chan reply
+	progress   chan string
+}
+
+func newCmdHarness(t *testing.T, ctx context.Context, addr, name string, version byte) *cmdHarness {
+	h := &cmdHarness{
+		t: t, ctx: ctx, version: version, prefix: "d/app/" + name + "/",
+		replies: make(chan reply, 16), progress: make(chan string, 16),
+	}
+	h.replyTopic = h.prefix + "cmd/reply"
+	if version == 5 {
+		// The answer goes where the Response Topic says.
+		h.replyTopic = "backend/" + name + "/replies"
+	}
+	h.backend = backendClient(t, ctx, addr, h.received, h.prefix+"cmd/reply", h.prefix+"cmd/progress", h.replyTopic)
+	return h
+}
+
+// received sorts what the backend gets into replies and progress.
+func (h *cmdHarness) received(p *paho.Publish) {
+	if p.Topic == h.prefix+"cmd/progress" {
+		h.progress <- string(p.Payload)
+		return
+	}
+	var r reply
+	if err := json.Unmarshal(p.Payload, &r); err != nil {
+		h.t.Errorf("reply %s: %v", p.Payload, err)
+	}
+	r.Topic = p.Topic
+	if p.Properties != nil {
+		r.Corr = string(p.Properties.CorrelationData)
+	}
+	h.replies <- r
+}
+
+// send publishes payload on the device's topic, with MQTT 5 the Response
+// Topic and corr as Correlation Data when corr is not empty.
+func (h *cmdHarness) send(topic, payload, corr string) {
+	h.t.Helper()
+	p := &paho.Publish{Topic: h.prefix + topic, QoS: 1, Payload: []byte(payload)}
+	if h.version == 5 && corr != "" {
+		p.Properties = &paho.PublishProperties{ResponseTopic: h.replyTopic, CorrelationData: []byte(corr)}
+	}
+	if _, err := h.backend.Publish(h.ctx, p); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// command sends command id.
+func (h *cmdHarness) command(id int, name, params string) {
+	h.t.Helper()
+	h.send("cmd", fmt.Sprintf(`{"cmd_id":"%d","name":%q,"params":%s,"timeout":30,"expire_time":0}`, id, name, params), strconv.Itoa(id))
+}
+
+// next returns the next reply, checked for where it came.
+func (h *cmdHarness) next() reply {
+	h.t.Helper()
+	select {
+	case r := <-h.replies:
+		if r.Topic != h.replyTopic {
+			h.t.Errorf("reply on %s, want %s", r.Topic, h.replyTopic)
+		}
+		if h.version == 5 && r.Corr != r.ID {
+			h.t.Errorf("correlation data %q, want %q", r.Corr, r.ID)
+		}
+		return r
+	case <-h.ctx.Done():
+		h.t.Fatal("no reply")
+		return reply{}
+	}
+}
+
+// expect checks the next reply's id, code and result ("" for none).
+func (h *cmdHarness) expect(id, code int, result string) reply {
+	h.t.Helper()
+	r := h.next()
+	if r.ID != strconv.Itoa(id) || r.Code != code || string(r.Result) != result {
+		h.t.Fatalf("reply %+v, want cmd_id %d code %d result %s", r, id, code, result)
+	}
+	return r
+}
+
 func testCommands(t *testing.T, addr string, version byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := fmt.Sprintf("dev-v%d", version)
-	prefix := "d/app/" + name + "/"
-	replyTopic := prefix + "cmd/reply"
-	if version == 5 {
-		// The answer goes where the Response Topic says.
-		replyTopic = "backend/" + name + "/replies"
-	}
-	replies := make(chan reply, 16)
-	progress := make(chan string, 16)
-	backend := backendClient(t, ctx, addr, func(p *paho.Publish) {
-		if p.Topic == prefix+"cmd/progress" {
-			progress <- string(p.Payload)
-			return
-		}
-		var r reply
-		if err := json.Unmarshal(p.Payload, &r); err != nil {
-			t.Errorf("reply %s: %v", p.Payload, err)
-		}
-		r.Topic = p.Topic
-		if p.Properties != nil {
-			r.Corr = string(p.Properties.CorrelationData)
-		}
-		replies <- r
-	}, prefix+"cmd/reply", prefix+"cmd/progress", replyTopic)
+	h := newCmdHarness(t, ctx, addr, name, version)
 
 	var pings atomic.Int32
 	blocked := make(chan struct{})
@@ -97,65 +166,27 @@ func testCommands(t *testing.T, addr string, version byte) {
 	}
 	defer d.Close()
 
-	send := func(topic, payload, corr string) {
-		t.Helper()
-		p := &paho.Publish{Topic: prefix + topic, QoS: 1, Payload: []byte(payload)}
-		if version == 5 && corr != "" {
-			p.Properties = &paho.PublishProperties{ResponseTopic: replyTopic, CorrelationData: []byte(corr)}
-		}
-		if _, err := backend.Publish(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	next := func() reply {
-		t.Helper()
-		select {
-		case r := <-replies:
-			if r.Topic != replyTopic {
-				t.Errorf("reply on %s, want %s", r.Topic, replyTopic)
-			}
-			if version == 5 && r.Corr != r.ID {
-				t.Errorf("correlation data %q, want %q", r.Corr, r.ID)
-			}
-			return r
-		case <-ctx.Done():
-			t.Fatal("no reply")
-			return reply{}
-		}
-	}
-	cmd := func(id int, name, params string) string {
-		return fmt.Sprintf(`{"cmd_id":"%d","name":%q,"params":%s,"timeout":30,"expire_time":0}`, id, name, params)
-	}
-
-	send("cmd", cmd(1, "ping", `{"n":[1,2]}`), "1")
-	if r := next(); r.ID != "1" || r.Code != 0 || string(r.Result) != `{"n":[1,2]}` {
-		t.Fatalf("ping answer %+v", r)
-	}
+	h.command(1, "ping", `{"n":[1,2]}`)
+	h.expect(1, 0, `{"n":[1,2]}`)
 	// Sent again (as after a reconnect): the stored answer, the handler
 	// not run again.
-	send("cmd", cmd(1, "ping", `{"n":[1,2]}`), "1")
-	if r := next(); r.ID != "1" || r.Code != 0 || string(r.Result) != `{"n":[1,2]}` {
-		t.Fatalf("duplicate answer %+v", r)
-	}
+	h.command(1, "ping", `{"n":[1,2]}`)
+	h.expect(1, 0, `{"n":[1,2]}`)
 	if n := pings.Load(); n != 1 {
 		t.Fatalf("ping handler ran %d times", n)
 	}
-	send("cmd", cmd(2, "fail", `null`), "2")
-	if r := next(); r.ID != "2" || r.Code != 1 || r.Message != "failed as asked" || r.Result != nil {
+	h.command(2, "fail", `null`)
+	if r := h.expect(2, 1, ""); r.Message != "failed as asked" {
 		t.Fatalf("fail answer %+v", r)
 	}
-	send("cmd", cmd(3, "no-such", `null`), "3")
-	if r := next(); r.ID != "3" || r.Code != CodeUnknownCommand {
-		t.Fatalf("unknown command answer %+v", r)
-	}
-	send("cmd", cmd(4, "panic", `null`), "4")
-	if r := next(); r.ID != "4" || r.Code != CodeHandlerFailed {
-		t.Fatalf("panicking handler answer %+v", r)
-	}
+	h.command(3, "no-such", `null`)
+	h.expect(3, CodeUnknownCommand, "")
+	h.command(4, "panic", `null`)
+	h.expect(4, CodeHandlerFailed, "")
 
-	send("cmd", cmd(5, "block", `null`), "5")
+	h.command(5, "block", `null`)
 	select {
-	case p := <-progress:
+	case p := <-h.progress:
 		if p != `{"cmd_id":"5","progress":50,"details":{"step":"half"}}` {
 			t.Fatalf("progress %s", p)
 		}
@@ -163,19 +194,17 @@ func testCommands(t *testing.T, addr string, version byte) {
 		t.Fatal("no progress")
 	}
 	<-blocked
-	send("cmd", cmd(5, "block", `null`), "5") // while running: ignored
-	send("cmd/cancel", `{"cmd_id":"5"}`, "")
+	h.command(5, "block", `null`) // while running: ignored
+	h.send("cmd/cancel", `{"cmd_id":"5"}`, "")
 	select {
 	case <-cancelled:
 	case <-ctx.Done():
 		t.Fatal("cancel did not end the handler's context")
 	}
 	// A cancelled command is not answered, and not run again.
-	send("cmd", cmd(5, "block", `null`), "5")
-	send("cmd", cmd(6, "ping", `"after"`), "6")
-	if r := next(); r.ID != "6" || string(r.Result) != `"after"` {
-		t.Fatalf("after cancel: %+v, want the answer to 6 only", r)
-	}
+	h.command(5, "block", `null`)
+	h.command(6, "ping", `"after"`)
+	h.expect(6, 0, `"after"`)
 }
 
 // backendClient is an MQTT 5 client subscribed to topics that hands every
