@@ -1,4 +1,4 @@
-.PHONY: run build test test-mochi test-race lint bench crash-loop crash-loop-events crash-fanout churn
+.PHONY: run build test test-mochi test-race lint bench crash-loop crash-loop-commands crash-loop-events crash-fanout churn
 
 # `devmsg version` prints this; without git (a source tarball) it stays "dev".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -45,6 +45,13 @@ churn:
 # message devmsg no longer knows, a retried seq_no never makes a copy).
 crash-loop:
 	DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-200} go test -count=1 -timeout 60m -run TestCrashLoop -v ./cmd/devmsg
+
+# The long kill -9 run of device commands (CI runs 20 cycles): every command
+# answered 200 exists after the restarts and ends with its device's answer,
+# none reaches a device under a cmd_id devmsg no longer knows or under two
+# ids, and every answer devmsg PUBACKed is kept (docs/api.md, "Device commands").
+crash-loop-commands:
+	DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-100} go test -count=1 -timeout 60m -run 'TestCommandCrashLoop$$' -v ./cmd/devmsg
 
 # The long kill -9 runs of device events (CI runs 4 cycles of each): devices
 # publishing QoS 1 telemetry, every acknowledged event found in the log

@@ -252,3 +252,28 @@ func (f *fenced) Ping(ctx context.Context) error {
 	}
 	return f.Store.Ping(ctx)
 }
+
+func (f *fenced) CreateCommands(ctx context.Context, appKey string, cmds []store.Command, seqNo int64, seq store.CommandSeq) ([]store.Command, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	out, err := f.Store.CreateCommands(ctx, appKey, cmds, seqNo, seq)
+	return out, f.done(err)
+}
+
+func (f *fenced) UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error) {
+	if err := f.check(); err != nil {
+		return store.Command{}, err
+	}
+	c, err := f.Store.UpdateCommand(ctx, appKey, id, fn)
+	return c, f.done(err)
+}
+
+// OpenCommands is fenced as PendingMessages is: what it returns is sent
+// to devices.
+func (f *fenced) OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f.Store.OpenCommands(ctx, appKey, device, limit)
+}

@@ -147,6 +147,7 @@ func parseID(raw json.RawMessage, correlation []byte) (int64, error) {
 func (s *Service) Answer(ctx context.Context, appKey, device string, r Reply) (bool, error) {
 	took := false
 	_, err := s.update(ctx, appKey, r.ID, func(c *store.Command, now int64) bool {
+		took = false // fn runs again when a store retries the write
 		if c.DeviceName != device || !c.Open() {
 			return false
 		}
@@ -213,6 +214,7 @@ func ParseProgress(payload, correlation []byte) (Progress, error) {
 func (s *Service) ReportProgress(ctx context.Context, appKey, device string, p Progress) (bool, error) {
 	took := false
 	_, err := s.update(ctx, appKey, p.ID, func(c *store.Command, now int64) bool {
+		took = false // fn runs again when a store retries the write
 		if c.DeviceName != device || !c.Open() {
 			return false
 		}

@@ -41,6 +41,7 @@ func (s *Service) Sweep(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		ended := 0
 		for _, c := range due {
 			if _, err := s.update(ctx, c.AppKey, c.ID, func(c *store.Command, now int64) bool {
 				switch {
@@ -51,12 +52,13 @@ func (s *Service) Sweep(ctx context.Context) error {
 				default:
 					return false
 				}
+				ended++
 				return true
 			}); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
 		}
-		if len(due) < sweepBatch {
+		if len(due) < sweepBatch || ended == 0 {
 			return nil
 		}
 	}

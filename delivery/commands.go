@@ -78,6 +78,12 @@ func (cs *CommandSender) lock(app, dev string) func() {
 // PUBACKs and this read are serialised, so what it reads is not
 // overtaken by a send or PUBACK of the same command.
 func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, queued bool) {
+	var sent []store.Command
+	defer func() {
+		for _, cmd := range sent {
+			cs.recordSent(ctx, cmd)
+		}
+	}()
 	defer cs.lock(app, dev)()
 	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
 	if err != nil {
@@ -95,27 +101,36 @@ func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, qu
 		if queued && cmd.State != store.CmdQueued {
 			continue
 		}
-		cs.send(ctx, c, cmd)
+		if cs.publish(c, cmd) {
+			sent = append(sent, cmd)
+		}
 	}
 }
 
 // Send publishes cmd, which is durable, on c unless it is in flight on c
 // already or can no longer be delivered, and records it sent.
 func (cs *CommandSender) Send(ctx context.Context, c Conn, cmd store.Command) {
-	defer cs.lock(cmd.AppKey, cmd.DeviceName)()
-	cs.send(ctx, c, cmd)
+	unlock := cs.lock(cmd.AppKey, cmd.DeviceName)
+	sent := cs.publish(c, cmd)
+	unlock()
+	if sent {
+		cs.recordSent(ctx, cmd)
+	}
 }
 
-// send is Send under the device's lock.
-func (cs *CommandSender) send(ctx context.Context, c Conn, cmd store.Command) {
+// publish puts cmd on c and records its packet id, under the device's
+// lock; it reports whether it did. The sent state is written after the
+// lock is released (recordSent), so the PUBACK's delivered write need
+// not wait for it: either order ends delivered.
+func (cs *CommandSender) publish(c Conn, cmd store.Command) bool {
 	if !command.Deliverable(cmd, cs.now().UnixMilli()) {
-		return
+		return false
 	}
 	cs.mu.Lock()
 	for _, ref := range cs.inflight[c] {
 		if ref.id == cmd.ID {
 			cs.mu.Unlock()
-			return
+			return false
 		}
 	}
 	cs.mu.Unlock()
@@ -131,7 +146,7 @@ func (cs *CommandSender) send(ctx context.Context, c Conn, cmd store.Command) {
 	if err != nil {
 		cs.active.Add(-1)
 		cs.log.Debug("publish a command", "app", cmd.AppKey, "device", cmd.DeviceName, "cmd_id", cmd.ID, "err", err)
-		return
+		return false
 	}
 	cs.mu.Lock()
 	m := cs.inflight[c]
@@ -141,6 +156,11 @@ func (cs *CommandSender) send(ctx context.Context, c Conn, cmd store.Command) {
 	}
 	m[pid] = cmdRef{cmd.AppKey, cmd.DeviceName, cmd.ID}
 	cs.mu.Unlock()
+	return true
+}
+
+// recordSent writes that cmd was published (queued to sent).
+func (cs *CommandSender) recordSent(ctx context.Context, cmd store.Command) {
 	if err := cs.svc.Sent(ctx, cmd.AppKey, cmd.ID); err != nil {
 		cs.log.Error("record a command sent", "app", cmd.AppKey, "cmd_id", cmd.ID, "err", err)
 	}

@@ -61,6 +61,12 @@ func TestCommandBadInput(t *testing.T) {
 		}
 	}
 
+	commandSeqAndScope(t, f)
+}
+
+// commandSeqAndScope: a reused seq_no, another app's lookups, the limit
+// of waiting commands and a disabled device, on device cmd-bad.
+func commandSeqAndScope(t *testing.T, f *fleet) {
 	// seq_no: the same body answers the same command; another is refused.
 	a := f.command(`{"seq_no":50,"device_name":"cmd-bad","name":"a","ttl":60,"wait":0}`)
 	b := f.command(`{"seq_no":50,"device_name":"cmd-bad","name":"a","ttl":60,"wait":0}`)

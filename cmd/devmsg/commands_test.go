@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // TestCommandRoundTrip sends commands that the HTTP call waits on to a
@@ -171,5 +175,47 @@ func TestCommandRedeliveredOnce(t *testing.T) {
 	d2.reply(t, fmt.Sprintf(`{"cmd_id":"%d","code":7}`, v.CmdID))
 	if again := f.getCommand(v.CmdID, 0); again.State != "succeeded" || *again.Code != 0 {
 		t.Fatalf("a second answer changed the command: %+v", again)
+	}
+}
+
+// TestCommandAheadOfMessages: a device whose message window is full of
+// unacknowledged messages, with more queued behind them, still gets a
+// command at once and answers it.
+func TestCommandAheadOfMessages(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-busy")
+	var msgs atomic.Int64
+	prefix := "d/" + demoKey + "/cmd-busy/"
+	opts := paho.NewClientOptions().AddBroker("tcp://"+f.s.mqtt["tcp"]).SetClientID(demoKey+"/cmd-busy").
+		SetUsername(demoKey+"/cmd-busy").SetPassword(secret).SetCleanSession(true).SetAutoReconnect(false).
+		SetAutoAckDisabled(true).SetOrderMatters(false)
+	c := paho.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer c.Disconnect(0)
+	sub := func(topic string, h paho.MessageHandler) {
+		if tok := c.Subscribe(prefix+topic, 1, h); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+	}
+	sub("msg", func(_ paho.Client, m paho.Message) { msgs.Add(1) }) // never acknowledged
+	sub("cmd", func(_ paho.Client, m paho.Message) {
+		m.Ack()
+		var p devCmd
+		_ = json.Unmarshal(m.Payload(), &p)
+		go c.Publish(prefix+"cmd/reply", 1, false, `{"cmd_id":"`+p.CmdID+`","code":0}`)
+	})
+	for i := range 80 {
+		f.send("cmd-busy", fmt.Sprint("m", i), 3600)
+	}
+	waitFor(t, 10*time.Second, "the message window to fill", func() bool { return msgs.Load() >= 64 })
+	v := f.command(`{"seq_no":9001,"device_name":"cmd-busy","name":"ping","ttl":60,"wait":10}`)
+	if v.State != "succeeded" {
+		t.Fatalf("a command behind a message backlog: %+v", v)
+	}
+	if n := msgs.Load(); n >= 80 {
+		t.Fatalf("the device got all %d messages; the backlog was not there", n)
 	}
 }

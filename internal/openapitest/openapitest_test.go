@@ -53,6 +53,7 @@ func TestEveryRouteDocumented(t *testing.T) {
 		"GET /event/v1/events",
 		"POST /device/v1/tags", "POST /msg/v1/msgs",
 		"POST /msg/v1/broadcast", "GET /msg/v1/broadcast", "DELETE /msg/v1/broadcast",
+		"POST /cmd/v1/cmd", "GET /cmd/v1/cmd", "DELETE /cmd/v1/cmd", "POST /cmd/v1/cmds",
 	}
 	admin := []string{
 		"POST /admin/v1/apps", "GET /admin/v1/apps",
@@ -223,7 +224,7 @@ func TestCheck(t *testing.T) {
 		{"patch device", "PATCH", "/admin/v1/apps/k3Jd8Q2mZx7LpA9vTn4bWc1R/devices/dev-0001", `{"flag":1,"mark":null}`, 200, json,
 			`{"name":"dev-0001","mark":"","flag":1,"status":0,"time_create":1,"time_active":0,"tags":[]}`, ""},
 		{"rate limits null leaves a category unchanged", "PUT", "/admin/v1/apps/k/ratelimits", `{"create":null}`, 200, json,
-			`{"create":1000,"property":1000,"message":1000,"query":1000}`, ""},
+			`{"create":1000,"property":1000,"message":1000,"query":1000,"command":1000}`, ""},
 		{"rate limits missing category", "GET", "/admin/v1/apps/k/ratelimits", "", 200, json,
 			`{"create":0,"property":1000,"message":1000}`, "query"},
 

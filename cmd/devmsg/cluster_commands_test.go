@@ -1,0 +1,128 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// clusterCmdDevice is a device of a cluster test that takes commands,
+// remembers them, and answers them when answering is on.
+type clusterCmdDevice struct {
+	mu     sync.Mutex
+	got    []string // cmd_ids in arrival order
+	answer bool
+	// delay holds an answer back, so the call waiting for it is
+	// waiting when it arrives.
+	delay  time.Duration
+	c      paho.Client
+	prefix string
+}
+
+func (d *clusterCmdDevice) connect(t *testing.T, addr, appKey, name, secret string) {
+	t.Helper()
+	d.prefix = "d/" + appKey + "/" + name + "/"
+	c := connectCmdCrashDevice(t, addr, appKey, name, secret, func(m paho.Message) {
+		var p struct {
+			CmdID string `json:"cmd_id"`
+		}
+		_ = json.Unmarshal(m.Payload(), &p)
+		d.mu.Lock()
+		d.got = append(d.got, p.CmdID)
+		answer, c := d.answer, d.c
+		d.mu.Unlock()
+		if answer {
+			go func() {
+				time.Sleep(d.delay)
+				c.Publish(d.prefix+"cmd/reply", 1, false, `{"cmd_id":"`+p.CmdID+`","code":0,"result":"ok"}`)
+			}()
+		}
+	})
+	d.mu.Lock()
+	d.c = c
+	d.mu.Unlock()
+	t.Cleanup(func() { c.Disconnect(0) })
+}
+
+func (d *clusterCmdDevice) received() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.got...)
+}
+
+// TestClusterCommands runs two nodes on one Redis: a call waiting on one
+// node wakes when the device's answer arrives on the other, and when
+// the node holding a device is killed with SIGKILL, the command the
+// device holds is answered after it reconnects to the other node, where
+// a call waits for it, and a command sent meanwhile reaches it there.
+func TestClusterCommands(t *testing.T) {
+	rdb := redisForTest(t, "--appendfsync", "always")
+	c := &testCluster{t: t, acked: map[string]string{}}
+	c.nodes = []*proc{startNode(t, rdb, 1), startNode(t, rdb, 2)}
+	c.createApp(0)
+	secrets := c.createDevices(0, []string{"ccmd-a", "ccmd-b"})
+
+	// The device answers on node 1; the call waits on node 2.
+	a := &clusterCmdDevice{answer: true, delay: 500 * time.Millisecond}
+	a.connect(t, c.nodes[0].mqtt, c.key, "ccmd-a", secrets[0])
+	waitFor(t, 10*time.Second, "ccmd-a online", func() bool { return c.status(1, "ccmd-a") == 1 })
+	var v cmdView
+	if err := json.Unmarshal(c.ok(1, "POST", "/cmd/v1/cmd", `{"seq_no":1,"device_name":"ccmd-a","name":"ping","ttl":10,"wait":20}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.State != "succeeded" || string(v.Result) != `"ok"` {
+		t.Fatalf("a call on node 2 for a device on node 1: %+v", v)
+	}
+
+	// The device holds a command on node 1, which is killed.
+	b := &clusterCmdDevice{}
+	b.connect(t, c.nodes[0].mqtt, c.key, "ccmd-b", secrets[1])
+	waitFor(t, 10*time.Second, "ccmd-b online", func() bool { return c.status(1, "ccmd-b") == 1 })
+	if err := json.Unmarshal(c.ok(1, "POST", "/cmd/v1/cmd", `{"seq_no":2,"device_name":"ccmd-b","name":"reboot","ttl":60,"timeout":60,"wait":0}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	held := v.CmdID
+	waitFor(t, 10*time.Second, "ccmd-b to get the command", func() bool { return len(b.received()) == 1 })
+	waited := make(chan cmdView, 1)
+	go func() {
+		var w cmdView
+		_ = json.Unmarshal(c.ok(1, "GET", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d&wait=60", held), ""), &w)
+		waited <- w
+	}()
+	if err := c.nodes[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.nodes[0].cmd.Wait()
+	b.c.Disconnect(0)
+	// Sent while the device is away: kept for it.
+	if err := json.Unmarshal(c.ok(1, "POST", "/cmd/v1/cmd", `{"seq_no":3,"device_name":"ccmd-b","name":"reboot","ttl":60,"wait":0}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	later := v.CmdID
+
+	// The device comes back on node 2 and answers what it holds.
+	b2 := &clusterCmdDevice{answer: true}
+	b2.connect(t, c.nodes[1].mqtt, c.key, "ccmd-b", secrets[1])
+	b2.c.Publish(b2.prefix+"cmd/reply", 1, false, `{"cmd_id":"`+strconv.FormatInt(held, 10)+`","code":0,"result":"held"}`).Wait()
+	select {
+	case w := <-waited:
+		if w.State != "succeeded" || string(w.Result) != `"held"` {
+			t.Fatalf("the waiting call for the held command: %+v", w)
+		}
+	case <-time.After(70 * time.Second):
+		t.Fatal("the waiting call did not return")
+	}
+	var got cmdView
+	if err := json.Unmarshal(c.ok(1, "GET", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d&wait=20", later), ""), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "succeeded" {
+		t.Fatalf("the command sent while the device was away: %+v (the device got %v)", got, b2.received())
+	}
+}

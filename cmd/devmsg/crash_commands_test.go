@@ -1,0 +1,295 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// cmdCrashLedger is what the clients and devices saw of commands,
+// across every kill -9 cycle.
+type cmdCrashLedger struct {
+	mu       sync.Mutex
+	reqs     map[string]*crashReq      // by tag (each request's params)
+	answered map[string]map[int64]bool // tag → cmd_ids a 200 gave it
+	received map[int64]map[string]bool // cmd_id → tags a device got under it
+	acked    map[int64]string          // cmd_id → tag of an answer the server PUBACKed
+	// unacked holds, per device prefix, the answers not PUBACKed yet:
+	// the device publishes them again when it reconnects, as a device
+	// keeping QoS 1 publishes across connections does.
+	unacked map[string]map[int64]string
+}
+
+func newCmdCrashLedger() *cmdCrashLedger {
+	return &cmdCrashLedger{reqs: map[string]*crashReq{}, answered: map[string]map[int64]bool{},
+		received: map[int64]map[string]bool{}, acked: map[int64]string{}, unacked: map[string]map[int64]string{}}
+}
+
+// answer records the cmd_id of a 200; another id for the same request
+// is an error.
+func (l *cmdCrashLedger) answer(t *testing.T, r *crashReq, id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.msgid != 0 && r.msgid != id {
+		t.Errorf("command %s answered %d, then %d", r.body, r.msgid, id)
+	}
+	r.msgid = id
+	if l.answered[r.body] == nil {
+		l.answered[r.body] = map[int64]bool{}
+	}
+	l.answered[r.body][id] = true
+}
+
+// device returns the handler of a device that answers every command at
+// QoS 1 with its tag as the result, and records the answers PUBACKed.
+func (l *cmdCrashLedger) device(c func() paho.Client, prefix string) func(paho.Message) {
+	return func(m paho.Message) {
+		var p struct {
+			CmdID  string `json:"cmd_id"`
+			Params string `json:"params"`
+		}
+		if json.Unmarshal(m.Payload(), &p) != nil {
+			return
+		}
+		id, err := strconv.ParseInt(p.CmdID, 10, 64)
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		if l.received[id] == nil {
+			l.received[id] = map[string]bool{}
+		}
+		l.received[id][p.Params] = true
+		l.mu.Unlock()
+		go l.reply(c(), prefix, id, p.Params)
+	}
+}
+
+// reply publishes a device's answer and records whether it was PUBACKed.
+func (l *cmdCrashLedger) reply(c paho.Client, prefix string, id int64, tag string) {
+	l.mu.Lock()
+	if l.unacked[prefix] == nil {
+		l.unacked[prefix] = map[int64]string{}
+	}
+	l.unacked[prefix][id] = tag
+	l.mu.Unlock()
+	tok := c.Publish(prefix+"cmd/reply", 1, false, fmt.Sprintf(`{"cmd_id":"%d","code":0,"result":%q}`, id, tag))
+	if tok.WaitTimeout(10*time.Second) && tok.Error() == nil {
+		l.mu.Lock()
+		l.acked[id] = tag
+		delete(l.unacked[prefix], id)
+		l.mu.Unlock()
+	}
+}
+
+// resend publishes again the device's answers not PUBACKed.
+func (l *cmdCrashLedger) resend(c paho.Client, prefix string) {
+	l.mu.Lock()
+	var ids []int64
+	var tags []string
+	for id, tag := range l.unacked[prefix] {
+		ids, tags = append(ids, id), append(tags, tag)
+	}
+	l.mu.Unlock()
+	for i := range ids {
+		go l.reply(c, prefix, ids[i], tags[i])
+	}
+}
+
+// TestCommandCrashLoop sends commands from several REST clients (each
+// with a seq_no, kept with the body through every retry) to devices that
+// answer each at once, kills the server with SIGKILL at random moments
+// and restarts it on the same data dir. At the end, with every client's
+// unanswered sends retried and the devices online, it counts:
+//   - lost: a cmd_id answered 200 that the server does not know, or
+//     that never ends (its device answers every command it gets);
+//   - phantom: a cmd_id a device got that the server does not know
+//     (a state a crash took back), or got with two different requests;
+//   - duplicated: one request known under two cmd_ids;
+//   - answers lost: an answer the server PUBACKed that the command
+//     does not hold.
+//
+// All must be 0. DEVMSG_CRASH_CYCLES sets the cycles (default 20).
+func TestCommandCrashLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	cycles := envInt(t, envCrashCycles, 20)
+	clients, devices := 8, 4
+
+	dir := t.TempDir()
+	args := []string{"--mqtt.tcp_addr", "127.0.0.1:0"}
+	p := startProc(t, dir, args...)
+	app := p.createApp(t, "cmdcrash")
+	names, secrets := createDevices(t, p, app, "cmdcrash-", devices)
+
+	l := newCmdCrashLedger()
+	send := func(p *proc, r *crashReq) bool {
+		st, b, err := p.tryCall(app.Key, app.MasterSecret, "POST", "/cmd/v1/cmd",
+			fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"name":"crash","params":%q,"ttl":3600,"timeout":3600,"wait":0}`, r.seq, r.device, r.body))
+		if err != nil {
+			return false
+		}
+		var resp struct {
+			CmdID int64 `json:"cmd_id"`
+		}
+		if st != 200 || json.Unmarshal(b, &resp) != nil || resp.CmdID == 0 {
+			t.Errorf("command %s: %d %s", r.body, st, b)
+			return false
+		}
+		l.answer(t, r, resp.CmdID)
+		return true
+	}
+	connect := func(p *proc) []paho.Client {
+		cs := make([]paho.Client, devices)
+		for i := range cs {
+			prefix := "d/" + app.Key + "/" + names[i] + "/"
+			var c paho.Client
+			var mu sync.Mutex
+			get := func() paho.Client { mu.Lock(); defer mu.Unlock(); return c }
+			mu.Lock()
+			c = connectCmdCrashDevice(t, p.mqtt, app.Key, names[i], secrets[i], l.device(get, prefix))
+			mu.Unlock()
+			l.resend(c, prefix)
+			cs[i] = c
+		}
+		return cs
+	}
+	disconnect := func(cs []paho.Client) {
+		for _, c := range cs {
+			c.Disconnect(0)
+		}
+	}
+	pending := make([][]*crashReq, clients)
+	nextSeq := make([]int64, clients)
+	var totalSends, retries int
+	for cycle := range cycles {
+		if cycle > 0 {
+			p = startProc(t, dir, args...)
+		}
+		devs := connect(p)
+		s, r := crashClients(t, p, pending, send, func(c int) *crashReq {
+			nextSeq[c]++
+			r := &crashReq{seq: int64(c)*1_000_000 + nextSeq[c], device: names[rand.IntN(devices)]}
+			r.body = fmt.Sprintf("c%d-s%d", c, r.seq)
+			l.mu.Lock()
+			l.reqs[r.body] = r
+			l.mu.Unlock()
+			return r
+		})
+		totalSends += s
+		retries += r
+		disconnect(devs)
+		if t.Failed() {
+			return
+		}
+	}
+
+	p = startProc(t, dir, args...)
+	devs := connect(p)
+	defer disconnect(devs)
+	retries += retryPending(t, p, pending, send, func(r *crashReq) string { return r.body })
+
+	lost, phantom, duplicated, answersLost := l.check(t, p, app)
+	t.Logf("%d cycles, %d clients, %d devices: %d sends, %d retries; lost %d, phantom %d, duplicated %d, answers lost %d",
+		cycles, clients, devices, totalSends, retries, len(lost), len(phantom), len(duplicated), len(answersLost))
+	reportProblems(t, lost, phantom, duplicated, answersLost)
+}
+
+// check asks the restarted server about each cmd_id the ledger holds,
+// waiting for it to end, and lists what the crashes broke.
+func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phantom, duplicated, answersLost []string) {
+	state := map[int64]cmdView{}
+	get := func(id int64) (cmdView, bool) {
+		if v, ok := state[id]; ok {
+			return v, v.CmdID != 0
+		}
+		st, b := p.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d&wait=5", id), "")
+		var v cmdView
+		if st == 200 {
+			_ = json.Unmarshal(b, &v)
+		} else if st != 400 {
+			t.Fatalf("GET command %d: %d %s", id, st, b)
+		}
+		state[id] = v
+		return v, v.CmdID != 0
+	}
+	l.mu.Lock()
+	answered := maps.Clone(l.answered)
+	received := map[int64]map[string]bool{}
+	for id, tags := range l.received {
+		received[id] = maps.Clone(tags)
+	}
+	l.mu.Unlock()
+	for tag, ids := range answered {
+		for id := range ids {
+			v, ok := get(id)
+			switch {
+			case !ok:
+				lost = append(lost, fmt.Sprintf("%s: cmd_id %d answered 200, not found", tag, id))
+			case v.State != "succeeded" || string(v.Result) != strconv.Quote(tag):
+				lost = append(lost, fmt.Sprintf("%s: cmd_id %d answered 200, now %s with %s", tag, id, v.State, v.Result))
+			}
+		}
+	}
+	under := map[string]map[int64]bool{}
+	for tag, ids := range answered {
+		under[tag] = map[int64]bool{}
+		for id := range ids {
+			under[tag][id] = true
+		}
+	}
+	for id, tags := range received {
+		if _, ok := get(id); !ok {
+			phantom = append(phantom, fmt.Sprintf("cmd_id %d reached a device, not found", id))
+		}
+		if len(tags) > 1 {
+			phantom = append(phantom, fmt.Sprintf("cmd_id %d reached a device with %d requests", id, len(tags)))
+		}
+		for tag := range tags {
+			if under[tag] == nil {
+				under[tag] = map[int64]bool{}
+			}
+			under[tag][id] = true
+		}
+	}
+	for tag, ids := range under {
+		if len(ids) > 1 {
+			duplicated = append(duplicated, fmt.Sprintf("%s under %d cmd_ids", tag, len(ids)))
+		}
+	}
+	l.mu.Lock()
+	for id, tag := range l.acked {
+		if v, ok := get(id); !ok || v.State != "succeeded" || string(v.Result) != strconv.Quote(tag) {
+			answersLost = append(answersLost, fmt.Sprintf("cmd_id %d: answer %s PUBACKed, command now %+v", id, tag, v))
+		}
+	}
+	t.Logf("%d cmd_ids received, %d answers PUBACKed", len(received), len(l.acked))
+	l.mu.Unlock()
+	return lost, phantom, duplicated, answersLost
+}
+
+// connectCmdCrashDevice connects a device subscribed to cmd, handing
+// each command to h.
+func connectCmdCrashDevice(t *testing.T, addr, appKey, device, secret string, h func(paho.Message)) paho.Client {
+	t.Helper()
+	opts := paho.NewClientOptions().AddBroker("tcp://" + addr).
+		SetClientID(appKey + "/" + device).SetUsername(appKey + "/" + device).SetPassword(secret).
+		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false)
+	c := paho.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect %s: %v", device, tok.Error())
+	}
+	topic := "d/" + appKey + "/" + device + "/cmd"
+	if tok := c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) { h(m) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe %s: %v", topic, tok.Error())
+	}
+	return c
+}

@@ -1,0 +1,87 @@
+package restapi_test
+
+import (
+	"fmt"
+	"testing"
+)
+
+type commandView struct {
+	CmdID      int64  `json:"cmd_id"`
+	DeviceName string `json:"device_name"`
+	State      string `json:"state"`
+	Code       *int   `json:"code"`
+	TimeDone   int64  `json:"time_done"`
+}
+
+// TestCommandEndpoints drives every command endpoint through the
+// OpenAPI checker of newEnv: each answer, errors included, must match
+// docs/openapi.yaml. No device is online here, so commands end offline
+// or wait queued.
+func TestCommandEndpoints(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("cmd-0001", "cmd-0002")
+
+	var v commandView
+	r := e.call("POST", "/cmd/v1/cmd", `{"seq_no":1,"device_name":"cmd-0001","name":"ping","params":{"a":[1,2]},"wait":1}`)
+	r.wantOK(t)
+	r.decode(t, &v)
+	if v.State != "offline" || v.TimeDone == 0 || v.DeviceName != "cmd-0001" {
+		t.Fatalf("ttl 0 with no device online: %+v", v)
+	}
+	r = e.call("POST", "/cmd/v1/cmd", `{"seq_no":2,"device_name":"cmd-0001","name":"reboot","ttl":60,"wait":0}`)
+	r.wantOK(t)
+	r.decode(t, &v)
+	if v.State != "queued" {
+		t.Fatalf("ttl 60: %+v", v)
+	}
+	queued := v.CmdID
+	// The same seq_no and body: the same command, as it is now.
+	r = e.call("POST", "/cmd/v1/cmd", `{"seq_no":2,"device_name":"cmd-0001","name":"reboot","ttl":60,"wait":0}`)
+	r.wantOK(t)
+	r.decode(t, &v)
+	if v.CmdID != queued {
+		t.Fatalf("repeat answered %d, want %d", v.CmdID, queued)
+	}
+	e.call("POST", "/cmd/v1/cmd", `{"seq_no":2,"device_name":"cmd-0001","name":"other","ttl":60}`).wantError(t, 400, 1003)
+
+	r = e.call("GET", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d&wait=1", queued), nil)
+	r.wantOK(t)
+	r.decode(t, &v)
+	if v.State != "queued" {
+		t.Fatalf("GET: %+v", v)
+	}
+	r = e.call("DELETE", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d", queued), nil)
+	r.wantOK(t)
+	r.decode(t, &v)
+	if v.State != "cancelled" {
+		t.Fatalf("DELETE: %+v", v)
+	}
+
+	var batch struct {
+		Resp []commandView `json:"resp"`
+	}
+	r = e.call("POST", "/cmd/v1/cmds", `{"seq_no":3,"device_names":["cmd-0001","nobody","cmd-0002","cmd-0001"],"name":"ping","wait":1}`)
+	r.wantOK(t)
+	r.decode(t, &batch)
+	if len(batch.Resp) != 4 || batch.Resp[0].State != "offline" || batch.Resp[1].CmdID != 0 || *batch.Resp[1].Code != 1003 ||
+		batch.Resp[2].State != "offline" || *batch.Resp[3].Code != 1003 {
+		t.Fatalf("batch: %+v", batch.Resp)
+	}
+	r = e.call("POST", "/cmd/v1/cmds", `{"seq_no":3,"device_names":["cmd-0001","nobody","cmd-0002","cmd-0001"],"name":"ping","wait":1}`)
+	r.wantOK(t)
+	var again struct {
+		Resp []commandView `json:"resp"`
+	}
+	r.decode(t, &again)
+	if again.Resp[0].CmdID != batch.Resp[0].CmdID || again.Resp[2].CmdID != batch.Resp[2].CmdID {
+		t.Fatalf("batch repeat: %+v, want %+v", again.Resp, batch.Resp)
+	}
+
+	e.call("POST", "/cmd/v1/cmd", `{"seq_no":4,"device_name":"cmd-0001"}`).wantError(t, 400, 1002)
+	e.call("POST", "/cmd/v1/cmd", `{"seq_no":4,"device_name":"cmd-0001","name":"no spaces"}`).wantError(t, 400, 1003)
+	e.call("POST", "/cmd/v1/cmd", `{"seq_no":4,"device_name":"nobody","name":"a"}`).wantError(t, 400, 1003)
+	e.call("POST", "/cmd/v1/cmds", `{"seq_no":5,"device_names":[],"name":"a"}`).wantError(t, 400, 1003)
+	e.call("GET", "/cmd/v1/cmd", nil).wantError(t, 400, 1002)
+	e.call("GET", "/cmd/v1/cmd?cmd_id=1", nil).wantError(t, 400, 1003)
+	e.call("DELETE", "/cmd/v1/cmd?cmd_id=x", nil).wantError(t, 400, 1003)
+}
