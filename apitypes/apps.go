@@ -19,6 +19,7 @@ type AppSummary struct {
 	Name      string `json:"name"`
 	Key       string `json:"key"`
 	CreatedAt int64  `json:"created_at"` // Unix seconds
+	Devices   int64  `json:"devices"`    // how many devices the app has
 }
 
 // AppList is the answer to GET /admin/v1/apps.
@@ -33,6 +34,7 @@ type App struct {
 	Key          string         `json:"key"`
 	MasterSecret string         `json:"master_secret"`
 	CreatedAt    int64          `json:"created_at"` // Unix seconds
+	Devices      int64          `json:"devices"`    // how many devices the app has
 	RateLimits   map[string]int `json:"rate_limits"`
 }
 

@@ -31,9 +31,22 @@ type overviewData struct {
 	HasBacklog bool
 }
 
+// DeviceTotal is the devices of every app the admin sees.
+func (d overviewData) DeviceTotal() int64 {
+	var n int64
+	for _, a := range d.Apps {
+		n += a.Devices
+	}
+	return n
+}
+
 func (c *Console) overviewPage(q *req) error {
 	var d overviewData
-	ov, ok, err := c.metrics.overview()
+	own := "" // an app owner sees their app's figures
+	if !q.s.admin {
+		own = q.s.appKey
+	}
+	ov, ok, err := c.metrics.overview(own)
 	if err != nil {
 		c.log.Warn("console: read metrics", "err", err)
 		d.MetricsErr = "The metrics could not be read."

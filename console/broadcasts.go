@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/devmsg/devmsg/apitypes"
 )
@@ -29,6 +30,7 @@ func (b broadcastView) Max() int64 { return max(b.Targets, b.Queued, 1) }
 type broadcastData struct {
 	ID        string
 	Broadcast *broadcastView
+	Chart     Chart
 	Error     string
 }
 
@@ -47,6 +49,8 @@ func (c *Console) broadcastPage(q *req) error {
 			return err
 		default:
 			d.Broadcast = &b
+			run := c.progress.record(q.key+"/"+d.ID, progressSample{At: time.Now(), Queued: b.Queued, Delivered: b.Delivered, Failed: b.Failed})
+			d.Chart = progressChart(time.Unix(b.TimeCreate, 0), run)
 		}
 	}
 	return q.render(http.StatusOK, "broadcast", "Broadcast", "broadcast", d)

@@ -87,6 +87,8 @@ type Console struct {
 	sleep func(r *http.Request, d time.Duration)
 
 	metrics *sampler
+	// progress keeps the broadcast counts the broadcast page read.
+	progress *progressLog
 
 	mu       sync.Mutex
 	sessions map[string]*session // by cookie value
@@ -117,6 +119,7 @@ func New(cfg Config) (*Console, error) {
 		now:      cfg.Now,
 		sleep:    sleepFull,
 		metrics:  newSampler(cfg.Gatherer),
+		progress: newProgressLog(),
 		sessions: map[string]*session{},
 		fails:    map[string]*failures{},
 		stop:     make(chan struct{}),

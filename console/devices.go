@@ -203,6 +203,7 @@ type devicePageData struct {
 	Device     apitypes.AdminDevice
 	ModelNames []string
 	Disabled   bool
+	Trends     deviceTrends
 	Commands   deviceCommands
 }
 
@@ -225,6 +226,7 @@ func (c *Console) devicePage(q *req) error {
 		d.ModelNames = append(d.ModelNames, p.Name)
 	}
 	d.Disabled = d.Device.Device.Flag == 1
+	d.Trends = c.deviceTrends(q, name)
 	var err error
 	if d.Commands, err = c.deviceCommands(q, name); err != nil {
 		return err

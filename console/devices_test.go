@@ -2,14 +2,19 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/devmsg/devmsg/apitypes"
+	"github.com/devmsg/devmsg/events"
+	"github.com/devmsg/devmsg/store"
 )
 
 func TestBatchCreateFromList(t *testing.T) {
@@ -278,5 +283,63 @@ func TestDeviceTags(t *testing.T) {
 	e.apiCall(a.Key, a.Secret, "GET", "/device/v1/baseinfo?device_name=dev-0001", nil, &info)
 	if len(info.Tags) != 0 {
 		t.Errorf("tags after clearing %v", info.Tags)
+	}
+}
+
+// TestDeviceSparklines: the device page draws a sparkline per numeric
+// field of the device's recent telemetry and reported properties, from
+// the event log, and not another device's.
+func TestDeviceSparklines(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("sparks")
+	e.createDevices(a, "dev-1", "dev-2")
+	var evs []store.Event
+	for i := range 80 {
+		evs = append(evs,
+			upEvent(a, "dev-1", "up/temp", strconv.Itoa(20+i%5)),
+			upEvent(a, "dev-1", "up", fmt.Sprintf(`{"hum":%d,"batt":{"mv":%d},"label":"x"}`, 40+i, 3000-i)),
+			upEvent(a, "dev-2", "up/temp", "99"),
+			upEvent(a, "dev-1", "up/raw", "\x01\x02"),
+			events.New(events.TypeReported, a.Key, "dev-1", time.Now(), events.Reported{Version: int64(i + 1),
+				Properties: map[string]json.RawMessage{"level": json.RawMessage(strconv.Itoa(i)), "mode": json.RawMessage(`"eco"`)}}),
+		)
+	}
+	e.appendEvents(evs...)
+	b := e.browser()
+	b.loginApp(a)
+	p := b.get("/console/apps/" + a.Key + "/devices/dev-1")
+	rows := regexp.MustCompile(`<tr data-source="(\w+)" data-field="([^"]+)">.*?<span class="spark" data-series="[^"]+" data-points="(\d+)">.*?<b class="spark-last">([^<]*)</b>`).FindAllStringSubmatch(p.body, -1)
+	var got []string
+	for _, r := range rows {
+		got = append(got, strings.Join(r[1:], " "))
+	}
+	want := []string{
+		"telemetry batt.mv 60 2921",
+		"telemetry hum 60 119",
+		"telemetry temp 60 24",
+		"property level 60 79",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("sparklines (source field points last):\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// A device with no numbers says so.
+	p = b.get("/console/apps/" + a.Key + "/devices/dev-2")
+	if !p.has(`data-field="temp"`) || !p.has(`<b class="spark-last">99</b>`) {
+		t.Errorf("dev-2's own telemetry is not drawn")
+	}
+	// Values further back than the first look: the page looks further.
+	var noise []store.Event
+	for range 3 * trendSpan {
+		noise = append(noise, upEvent(a, "dev-2", "up/temp", "98"))
+	}
+	e.appendEvents(noise...)
+	p = b.get("/console/apps/" + a.Key + "/devices/dev-1")
+	if !p.has(`data-field="hum"`) || !p.has(`<b class="spark-last">119</b>`) {
+		t.Errorf("values %d events back are not drawn", 3*trendSpan)
+	}
+	e.createDevices(a, "dev-3")
+	p = b.get("/console/apps/" + a.Key + "/devices/dev-3")
+	if !p.has(`id="device-sparks-none"`) {
+		t.Errorf("a device without telemetry shows sparklines:\n%s", p.body)
 	}
 }

@@ -100,7 +100,20 @@
 // session ends, and when the console closes; it moves the connection's
 // write deadline on before each write, past the server's WriteTimeout. A
 // stream more than streamCatchUp events behind skips to the newest event
-// (SSE event devmsg-skip, shown as a notice row).
+// (SSE event devmsg-skip, shown as a notice row). Each row is one line
+// (eventrow.go): telemetry as its topic and decoded payload, other events
+// as compact JSON, the whole event in a <details> below it.
+//
+// # Charts
+//
+// Charts are inline SVG written by chart.go (Chart: lines over equally
+// spaced points; Spark: a sparkline), coloured by console.css classes,
+// so they need no script and pass the page's Content-Security-Policy; a
+// new page draws one by putting a Chart or Spark in its data and
+// {{.SVG}} in its template. Their data: the overview's from the sampler
+// (metrics.go: an hour of per-minute snapshots of the registry), a
+// device's sparklines from its recent events (devicetrends.go), a
+// broadcast's delivery from the counts its page read (broadcastchart.go).
 //
 // # Element ids for browser tests
 //

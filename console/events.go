@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,11 +39,6 @@ const (
 	streamWriteBudget = 30 * time.Second
 	// streamRetry is the reconnection delay the browser is told to use.
 	streamRetry = 3 * time.Second
-	// foldBytes folds event data longer than this (pretty-printed) to its
-	// first bytes, with the whole of it one click away.
-	foldBytes = 240
-	// foldLines folds event data of more lines than this.
-	foldLines = 12
 )
 
 // eventFilter is what the live view shows: some types (none means all)
@@ -110,38 +104,6 @@ func (a eventsAnswer) next(after int64) int64 {
 		return n
 	}
 	return after
-}
-
-// eventRow is one event as the live view shows it.
-type eventRow struct {
-	ID, Type, Device string
-	Time             int64
-	AppKey           string
-	// Data is the data object pretty-printed; Short its first bytes on
-	// one line when Folded.
-	Data   string
-	Short  string
-	Folded bool
-}
-
-func newEventRow(w apitypes.Event) eventRow {
-	r := eventRow{ID: w.ID, Type: w.Type, Device: w.DeviceName, Time: w.Time, AppKey: w.AppKey}
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, unescapeHTML(w.Data), "", "  ") == nil {
-		r.Data = pretty.String()
-	} else {
-		r.Data = string(w.Data)
-	}
-	if len(r.Data) > foldBytes || strings.Count(r.Data, "\n") >= foldLines {
-		var compact bytes.Buffer
-		if json.Compact(&compact, unescapeHTML(w.Data)) == nil {
-			r.Short = clip(compact.String(), 80)
-		} else {
-			r.Short = clip(r.Data, 80)
-		}
-		r.Folded = true
-	}
-	return r
 }
 
 // unescapeHTML undoes the \u003c, \u003e and \u0026 escapes that Go's JSON

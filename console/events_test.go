@@ -435,7 +435,7 @@ func TestEventsPageWithoutScript(t *testing.T) {
 	b := e.browser()
 	b.loginApp(a)
 	p := b.get(fmt.Sprintf("/console/apps/%s/events?after=%d&type=device.up&type=device.event", a.Key, ids[0]))
-	p.want(t, 200, "&lt;b&gt;door&lt;/b&gt;", `class="fold"`)
+	p.want(t, 200, "&lt;b&gt;door&lt;/b&gt;", `class="fold event-fold"`)
 	if p.has("<b>door") {
 		t.Error("the report's name is not escaped")
 	}
@@ -478,5 +478,47 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEventsOneLine: each event is one line, its telemetry payload
+// decoded (text as sent, JSON also pretty-printed when expanded, bytes in
+// hex), the whole event one click away.
+func TestEventsOneLine(t *testing.T) {
+	e := newEnv(t)
+	a := e.createApp("oneline")
+	ids := e.appendEvents(
+		upEvent(a, "dev-1", "up/temp", `{"celsius":21.5,"note":"<i>warm</i>"}`),
+		upEvent(a, "dev-1", "up", "\x01\x02\xff"),
+		events.New(events.TypeEvent, a.Key, "dev-1", time.Now(), events.Report{Name: "door", Content: strings.Repeat("long ", 200), Type: 1, Time: 1}),
+	)
+	b := e.browser()
+	b.loginApp(a)
+	p := b.get(fmt.Sprintf("/console/apps/%s/events?after=%d", a.Key, ids[0]-1))
+	lines := regexp.MustCompile(`<code class="event-line">((?:<span class="event-topic">[^<]*</span> )?[^<]*)</code>`).FindAllStringSubmatch(p.body, -1)
+	if len(lines) != 3 {
+		t.Fatalf("%d one-line summaries, want 3:\n%s", len(lines), p.body)
+	}
+	want := []string{
+		`{&#34;name&#34;:&#34;door&#34;,&#34;content&#34;:&#34;long long`,
+		`<span class="event-topic">up</span> 01 02 ff (3 bytes)`,
+		`<span class="event-topic">up/temp</span> {&#34;celsius&#34;:21.5,&#34;note&#34;:&#34;&lt;i&gt;warm&lt;/i&gt;&#34;}`,
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i][1], w) {
+			t.Errorf("line %d reads %q, want it to start %q", i, lines[i][1], w)
+		}
+		if strings.Contains(lines[i][1], "\n") || len(lines[i][1]) > 2*lineBytes {
+			t.Errorf("line %d is not one short line: %q", i, lines[i][1])
+		}
+	}
+	if strings.Contains(p.body, `\&#34;celsius`) || strings.Contains(p.body, `\u003c`) {
+		t.Error("the payload is shown as escaped JSON")
+	}
+	if !p.has(`<pre class="event-payload">{` + "\n" + `  &#34;celsius&#34;: 21.5,`) {
+		t.Errorf("the JSON payload is not pretty-printed in the expansion:\n%s", p.body)
+	}
+	if n := strings.Count(p.body, `<details class="fold event-fold">`); n != 3 {
+		t.Errorf("%d expandable rows, want 3", n)
 	}
 }

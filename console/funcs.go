@@ -31,6 +31,8 @@ var funcs = template.FuncMap{
 		}
 		return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000 UTC")
 	},
+	// clock is Unix milliseconds as the time of day, for a one-line row.
+	"clock":     func(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") },
 	"millisISO": func(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) },
 	// unixString formats the API's string seconds ("" when never).
 	"unixString": func(s string) string {
@@ -53,6 +55,8 @@ var funcs = template.FuncMap{
 	// count formats a metric value.
 	"count": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
 	"inc":   func(i int) int { return i + 1 },
+	// trendPoints is the most values a device page's sparkline shows.
+	"trendPoints": func() int { return trendPoints },
 }
 
 // clip cuts s to at most n bytes, at a UTF-8 character boundary.

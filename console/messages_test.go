@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/devmsg/devmsg/apitypes"
 )
@@ -121,6 +122,42 @@ func TestRecentMessages(t *testing.T) {
 	b2.get("/console/apps/"+a2.Key+"/messages").want(t, 200, `id="messages-empty"`)
 }
 
+func TestProgressChart(t *testing.T) {
+	start := time.Unix(1_790_000_000, 0)
+	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
+	if c := progressChart(start, nil); c.points() != 0 {
+		t.Fatalf("no samples drew %d points", c.points())
+	}
+	c := progressChart(start, []progressSample{{at(5), 5, 1, 0}, {at(29), 5, 4, 1}})
+	if c.points() != progressBuckets {
+		t.Fatalf("%d points, want %d", c.points(), progressBuckets)
+	}
+	d := c.Series[1].Values
+	// One step a second from the acceptance (first read soon after):
+	// 0 until the first read at 5 s, then the counts read last.
+	if d[0] != 0 || d[4] != 0 || d[5] != 1 || d[28] != 1 || d[29] != 4 || c.From != "14:13:20" {
+		t.Errorf("delivered %v from %s", d, c.From)
+	}
+	// First read long after the acceptance: the chart starts there.
+	c = progressChart(start, []progressSample{{at(3600), 5, 1, 0}, {at(3629), 5, 4, 1}})
+	if d := c.Series[1].Values; d[0] != 1 || d[29] != 4 || c.From != "15:13:20" {
+		t.Errorf("delivered %v from %s", d, c.From)
+	}
+	l := newProgressLog()
+	for i := range progressSamples + 1 {
+		l.record("a/1", progressSample{At: at(i)})
+	}
+	if run := l.record("a/1", progressSample{At: at(1000)}); len(run) > progressSamples || run[len(run)-1].At != at(1000) {
+		t.Errorf("kept %d samples, the last at %v", len(run), run[len(run)-1].At)
+	}
+	for i := range progressKept + 5 {
+		l.record(fmt.Sprint("b/", i), progressSample{At: at(2000 + i)})
+	}
+	if len(l.runs) != progressKept {
+		t.Errorf("kept %d broadcasts, want %d", len(l.runs), progressKept)
+	}
+}
+
 func TestBroadcastPage(t *testing.T) {
 	e := newEnv(t)
 	a := e.createApp("greenhouse")
@@ -139,6 +176,12 @@ func TestBroadcastPage(t *testing.T) {
 		t.Fatalf("after the form: %s", p.url)
 	}
 	id := p.text("broadcast-id")
+	// Delivery over time: drawn from the counts this console read.
+	time.Sleep(10 * time.Millisecond)
+	p = b.get(page + "?id=" + id)
+	if polyline(p.body, "broadcast-chart", "queued") == "" || legendValue(p.body, "broadcast-chart", "delivered") != "0" {
+		t.Errorf("no delivery chart:\n%s", p.body)
+	}
 	p = b.post(page+"/cancel", url.Values{"id": {id}})
 	p.want(t, 200, "Broadcast cancelled")
 	if p.text("broadcast-state") != "cancelled" {

@@ -120,7 +120,11 @@ func (a *API) listApps(c *gin.Context) error {
 	}
 	out := make([]apitypes.AppSummary, len(apps))
 	for i, app := range apps {
-		out[i] = apitypes.AppSummary{Name: app.Name, Key: app.Key, CreatedAt: app.CreatedAt}
+		n, err := a.store.CountDevices(c.Request.Context(), app.Key)
+		if err != nil {
+			return fmt.Errorf("count devices of %s: %w", app.Key, err)
+		}
+		out[i] = apitypes.AppSummary{Name: app.Name, Key: app.Key, CreatedAt: app.CreatedAt, Devices: n}
 	}
 	return writeJSON(c, apitypes.AppList{Apps: out})
 }
@@ -132,7 +136,11 @@ func (a *API) getApp(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, apitypes.App{Name: app.Name, Key: app.Key, MasterSecret: app.MasterSecret, CreatedAt: app.CreatedAt, RateLimits: a.appSvc.RateLimits(app)})
+	n, err := a.store.CountDevices(c.Request.Context(), app.Key)
+	if err != nil {
+		return fmt.Errorf("count devices of %s: %w", app.Key, err)
+	}
+	return writeJSON(c, apitypes.App{Name: app.Name, Key: app.Key, MasterSecret: app.MasterSecret, CreatedAt: app.CreatedAt, Devices: n, RateLimits: a.appSvc.RateLimits(app)})
 }
 
 // rotateMasterSecret serves POST /admin/v1/apps/{key}/master_secret: a

@@ -118,6 +118,7 @@ type appDetail struct {
 	Key          string
 	MasterSecret string         `json:"master_secret"`
 	CreatedAt    int64          `json:"created_at"`
+	Devices      int64          `json:"devices"`
 	RateLimits   map[string]int `json:"rate_limits"`
 }
 
@@ -151,6 +152,25 @@ func TestAdminGetApp(t *testing.T) {
 	})
 	e.do("GET", path, nil, &foreign).wantError(t, 401, 1004, e.app.Key)
 	e.do("GET", "/admin/v1/apps/nope", nil, &adm).wantError(t, 400, 1003, "nope")
+
+	t.Run("device counts", func(t *testing.T) {
+		e.createDevices("dev-1", "dev-2", "dev-3")
+		e.do("DELETE", "/admin/v1/apps/"+e.app.Key+"/devices/dev-2", nil, &adm).wantOK(t)
+		var got appDetail
+		e.do("GET", path, nil, &own).decode(t, &got)
+		if got.Devices != 2 {
+			t.Errorf("the app shows %d devices, want 2", got.Devices)
+		}
+		var list struct{ Apps []appDetail }
+		e.do("GET", "/admin/v1/apps", nil, &adm).decode(t, &list)
+		counts := map[string]int64{}
+		for _, a := range list.Apps {
+			counts[a.Key] = a.Devices
+		}
+		if counts[e.app.Key] != 2 || counts[other.Key] != 0 {
+			t.Errorf("the list's device counts %v, want 2 for %s and 0 for %s", counts, e.app.Key, other.Key)
+		}
+	})
 }
 
 func TestRotateMasterSecret(t *testing.T) {

@@ -85,3 +85,23 @@ func TestCommandEndpoints(t *testing.T) {
 	e.call("GET", "/cmd/v1/cmd?cmd_id=1", nil).wantError(t, 400, 1003)
 	e.call("DELETE", "/cmd/v1/cmd?cmd_id=x", nil).wantError(t, 400, 1003)
 }
+
+// TestCommandRateLimit: every command takes a token of the app's
+// command rate, a batch one per name, all or none.
+func TestCommandRateLimit(t *testing.T) {
+	e := newEnv(t)
+	e.createDevices("cmd-a", "cmd-b", "cmd-c", "cmd-d")
+	c := adminCreds()
+	e.do("PUT", "/admin/v1/apps/"+e.app.Key+"/ratelimits", `{"command":3}`, &c).wantOK(t)
+	e.call("POST", "/cmd/v1/cmds", `{"seq_no":1,"device_names":["cmd-a","cmd-b","cmd-c","cmd-d"],"name":"x","wait":0}`).
+		wantError(t, 429, 2002, "smaller batches")
+	e.call("POST", "/cmd/v1/cmds", `{"seq_no":2,"device_names":["cmd-a","cmd-b"],"name":"x","wait":0}`).wantOK(t)
+	e.call("POST", "/cmd/v1/cmd", `{"seq_no":3,"device_name":"cmd-c","name":"x","wait":0}`).wantOK(t)
+	r := e.call("POST", "/cmd/v1/cmd", `{"seq_no":4,"device_name":"cmd-d","name":"x","wait":0}`)
+	r.wantError(t, 429, 2002, "command")
+	if r.header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	// Reads are queries, not commands.
+	e.call("GET", "/cmd/v1/cmd?cmd_id=1", nil).wantError(t, 400, 1003)
+}

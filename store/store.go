@@ -460,6 +460,10 @@ type Store interface {
 	// ListDevices returns up to limit devices whose names start with
 	// prefix, in name order, starting after cursor ("" for the start).
 	ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (DevicePage, error)
+	// CountDevices returns how many devices the app has. It is cheap
+	// enough to call on every console overview: a backend keeps the
+	// count or reads it in O(1) after a first scan.
+	CountDevices(ctx context.Context, appKey string) (int64, error)
 	// DeleteDevice removes the device, its shadow, its pending-queue
 	// entries and pending count and its online-index entry (so
 	// ResetPresence no longer counts it), atomically: one write, ordered

@@ -58,7 +58,7 @@ func (f *fleet) connectCmdDevice(name, secret string, manualAck bool, answer fun
 	opts := paho.NewClientOptions().AddBroker("tcp://" + f.s.mqtt["tcp"]).SetClientID(demoKey + "/" + name).
 		SetUsername(demoKey + "/" + name).SetPassword(secret).SetCleanSession(true).
 		SetAutoReconnect(false).SetConnectRetry(false).SetAutoAckDisabled(manualAck).
-		SetConnectTimeout(5 * time.Second).SetOrderMatters(false).
+		SetConnectTimeout(5 * time.Second).SetOrderMatters(true).
 		SetTLSConfig(&tls.Config{InsecureSkipVerify: true}).
 		SetConnectionLostHandler(func(paho.Client, error) { d.lostConn <- struct{}{} })
 	d.c = paho.NewClient(opts)

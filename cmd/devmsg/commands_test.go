@@ -113,9 +113,19 @@ func TestCommandOfflineDevice(t *testing.T) {
 	if v.State != "queued" {
 		t.Fatalf("ttl 60 to an offline device: %+v", v)
 	}
-	f.connectCmdDevice("cmd-off", secret, false, echo)
+	more := []int64{
+		f.command(`{"seq_no":3,"device_name":"cmd-off","name":"two","ttl":60,"wait":0}`).CmdID,
+		f.command(`{"seq_no":4,"device_name":"cmd-off","name":"three","ttl":60,"wait":0}`).CmdID,
+	}
+	d := f.connectCmdDevice("cmd-off", secret, false, echo)
 	if got := f.getCommand(v.CmdID, 10); got.State != "succeeded" {
 		t.Fatalf("queued command after the device connected: %+v", got)
+	}
+	waitFor(t, 10*time.Second, "three commands", func() bool { return len(d.received()) == 3 })
+	for i, want := range append([]int64{v.CmdID}, more...) {
+		if got := d.received()[i].CmdID; got != fmt.Sprint(want) {
+			t.Fatalf("command %d arrived as %s, want %d: commands go out in accepted order", i, got, want)
+		}
 	}
 }
 
@@ -187,8 +197,8 @@ func TestCommandAheadOfMessages(t *testing.T) {
 	secret := f.createDevice("cmd-busy")
 	var msgs atomic.Int64
 	prefix := "d/" + demoKey + "/cmd-busy/"
-	opts := paho.NewClientOptions().AddBroker("tcp://"+f.s.mqtt["tcp"]).SetClientID(demoKey+"/cmd-busy").
-		SetUsername(demoKey+"/cmd-busy").SetPassword(secret).SetCleanSession(true).SetAutoReconnect(false).
+	opts := paho.NewClientOptions().AddBroker("tcp://" + f.s.mqtt["tcp"]).SetClientID(demoKey + "/cmd-busy").
+		SetUsername(demoKey + "/cmd-busy").SetPassword(secret).SetCleanSession(true).SetAutoReconnect(false).
 		SetAutoAckDisabled(true).SetOrderMatters(false)
 	c := paho.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {

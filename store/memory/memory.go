@@ -358,6 +358,15 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 // ListDevices returns up to limit devices whose names start with prefix,
 // in name order, after the name cursor. Next is the last name returned
 // when more devices follow, "" otherwise.
+// CountDevices returns how many devices the app has.
+func (s *Store) CountDevices(ctx context.Context, appKey string) (int64, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	return int64(len(s.names[appKey])), nil
+}
+
 func (s *Store) ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error) {
 	if limit < 1 {
 		return store.DevicePage{}, fmt.Errorf("list devices: limit %d is not positive", limit)

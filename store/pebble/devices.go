@@ -59,9 +59,41 @@ func (s *Store) CreateDevices(ctx context.Context, appKey string, devices []stor
 		return evs, nil // an empty batch commits without an fsync
 	})
 	if err != nil {
+		delete(s.deviceCounts, appKey)
 		return nil, fmt.Errorf("create devices in %s: %w", appKey, err)
 	}
+	if n, ok := s.deviceCounts[appKey]; ok {
+		s.deviceCounts[appKey] = n + int64(len(seen))
+	}
 	return results, nil
+}
+
+// CountDevices returns how many devices the app has: a scan of its
+// devices the first time, then the count the creates and deletes keep.
+func (s *Store) CountDevices(ctx context.Context, appKey string) (int64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if n, ok := s.deviceCounts[appKey]; ok {
+		return n, nil
+	}
+	lower := key(pDevice, appKey, "")
+	var n int64
+	err := s.scan(lower, prefixEnd(lower), func(_, _ []byte) (bool, error) {
+		n++
+		return true, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count devices of %s: %w", appKey, err)
+	}
+	if s.deviceCounts == nil {
+		s.deviceCounts = map[string]int64{}
+	}
+	s.deviceCounts[appKey] = n
+	return n, nil
 }
 
 // GetDevice returns the device or store.ErrNotFound.
@@ -193,7 +225,11 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 	s.devices.drop(appKey, name)
 	s.pending.drop(appKey, name)
 	if err != nil {
+		delete(s.deviceCounts, appKey)
 		return fmt.Errorf("delete device %s/%s: %w", appKey, name, err)
+	}
+	if n, ok := s.deviceCounts[appKey]; ok {
+		s.deviceCounts[appKey] = n - 1
 	}
 	return nil
 }

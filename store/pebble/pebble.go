@@ -73,7 +73,12 @@ type Store struct {
 	// createMu serialises device creation: one batch checks and writes
 	// up to a thousand names.
 	createMu sync.Mutex
-	appMu    sync.Mutex // serialises app creation and update
+	// deviceCounts are apps' device counts, under createMu: counted by a
+	// scan on the first CountDevices of an app, then kept by the creates
+	// and deletes (both hold createMu); dropped when a write's outcome is
+	// unknown, so the next call counts again.
+	deviceCounts map[string]int64
+	appMu        sync.Mutex // serialises app creation and update
 	// appSettings caches apps' callback settings (recordfilter.go).
 	appSettings appSettings
 	deadMu      sync.Mutex // serialises dead-letter filing and redelivery

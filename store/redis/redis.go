@@ -521,6 +521,16 @@ func (s *Store) DeleteDevice(ctx context.Context, appKey, name string, evs ...st
 // ListDevices returns up to limit devices whose names start with prefix,
 // in name order, after the name cursor. Next is the last name returned
 // when more devices follow, "" otherwise.
+// CountDevices returns how many devices the app has: the size of its
+// name index, which every node's creates and deletes keep.
+func (s *Store) CountDevices(ctx context.Context, appKey string) (int64, error) {
+	n, err := s.rdb.ZCard(ctx, s.devIndexKey(appKey)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("count devices of %s: %w", appKey, err)
+	}
+	return n, nil
+}
+
 func (s *Store) ListDevices(ctx context.Context, appKey, prefix, cursor string, limit int) (store.DevicePage, error) {
 	if limit < 1 {
 		return store.DevicePage{}, fmt.Errorf("list devices: limit %d is not positive", limit)

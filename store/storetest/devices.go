@@ -362,3 +362,34 @@ func testListDevicesPrefix(t *testing.T, s store.Store) {
 		t.Fatalf("app without devices: %+v %v", page, err)
 	}
 }
+
+// testCountDevices: the count follows creates (repeats and taken names
+// not counted) and deletes, per app, including a count read before the
+// writes ("ap" and "app" do not run together).
+func testCountDevices(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	count := func(app string) int64 {
+		t.Helper()
+		n, err := s.CountDevices(ctx, app)
+		must(t, err)
+		return n
+	}
+	if n := count("app"); n != 0 {
+		t.Fatalf("empty app counts %d", n)
+	}
+	mustDevices(t, s, "app", "a", "b", "c")
+	mustDevices(t, s, "ap", "p-a")
+	if n := count("app"); n != 3 {
+		t.Fatalf("app counts %d, want 3", n)
+	}
+	_, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d"}, {Name: "a"}, {Name: "d"}})
+	must(t, err)
+	must(t, s.DeleteDevice(ctx, "app", "b"))
+	wantErr(t, "delete missing", s.DeleteDevice(ctx, "app", "b"), store.ErrNotFound)
+	if n := count("app"); n != 3 {
+		t.Fatalf("after one new device and a delete, app counts %d, want 3", n)
+	}
+	if n := count("ap"); n != 1 {
+		t.Fatalf("ap counts %d, want 1", n)
+	}
+}

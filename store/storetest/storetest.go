@@ -31,6 +31,7 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentDeleteDevice", testConcurrentDeleteDevice},
 		{"ListDevicesPaging", testListDevicesPaging},
 		{"ListDevicesPrefix", testListDevicesPrefix},
+		{"CountDevices", testCountDevices},
 		{"GetShadow", testGetShadow},
 		{"SetDesired", testSetDesired},
 		{"SetDesiredSeq", testSetDesiredSeq},
