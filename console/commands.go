@@ -76,8 +76,8 @@ func (c *Console) sentCommands(sessionID, app, device string) []int64 {
 	return nil
 }
 
-// deviceCommands reads the device's recent commands. A failed read of the
-// event log leaves a note; a failed read of a command fails the page.
+// deviceCommands reads the device's recent commands. A read the API
+// refuses leaves a note rather than failing the page.
 func (c *Console) deviceCommands(q *req, device string) (deviceCommands, error) {
 	var d deviceCommands
 	ids := c.sentCommands(q.s.id, q.key, device)
@@ -96,10 +96,13 @@ func (c *Console) deviceCommands(q *req, device string) (deviceCommands, error) 
 		var cmd apitypes.Command
 		err := q.appAPI(http.MethodGet, "/cmd/v1/cmd", url.Values{"cmd_id": {strconv.FormatInt(id, 10)}}, nil, &cmd)
 		var ae *apiError
-		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		switch {
+		case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
 			continue
-		}
-		if err != nil {
+		case errors.As(err, &ae): // over the rate limit, say: the rest of the page still shows
+			d.Note = "Not every command could be read: " + ae.Message
+			return d, nil
+		case err != nil:
 			return d, err
 		}
 		d.Recent = append(d.Recent, cmd)
