@@ -81,21 +81,32 @@ func TestConsoleCommandsBrowser(t *testing.T) {
 	// it in progress, and then its answer, without a reload.
 	b.fill(map[string]string{"#device-command-name": "slow", "#device-command-wait": "1"}, "#device-command-submit")
 	slow := newestCommandRow(b)
-	if s := b.text(row(slow, "cmd-state")); s != "in_progress" && s != "delivered" {
+	if s := liveSel(b, row(slow, "cmd-state")); s != "in_progress" && s != "delivered" && s != "sent" {
 		t.Fatalf("the slow command shows %q", s)
 	}
 	b.docShot("device-commands")
 	close(release)
+	// The list is replaced in place every second: each read is one
+	// evaluation, never a node found and then read.
 	deadline := time.Now().Add(15 * time.Second)
-	for b.text(row(slow, "cmd-state")) != "succeeded" {
+	for liveSel(b, row(slow, "cmd-state")) != "succeeded" {
 		if time.Now().After(deadline) {
-			t.Fatalf("the slow command's answer never showed: %s", b.text("#device-commands"))
+			t.Fatalf("the slow command's answer never showed: %s", liveSel(b, "#device-commands"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if s := b.text(row(slow, "cmd-result")); s != `"done slowly"` {
+	if s := liveSel(b, row(slow, "cmd-result")); s != `"done slowly"` {
 		t.Errorf("the slow command's result shows %q", s)
 	}
+}
+
+// liveSel returns the trimmed text of the first element matching sel,
+// "" when there is none, read in one evaluation.
+func liveSel(b *browser, sel string) string {
+	b.t.Helper()
+	var s string
+	b.run("read "+sel, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? "").trim()`, sel), &s))
+	return s
 }
 
 // newestCommandRow returns the cmd_id of the first row of the device
