@@ -141,8 +141,12 @@ type Result struct {
 // Refused reports whether r is a refused name rather than a command.
 func (r Result) Refused() bool { return r.Code != 0 && r.Command.ID == 0 }
 
-// CodeInvalid is the code of a refused name in a batch.
-const CodeInvalid = 1003
+// Codes of a refused name in a batch: 1002 an empty name, 1003 an
+// unknown or repeated one (as in a batch send of messages).
+const (
+	CodeMissing = 1002
+	CodeInvalid = 1003
+)
 
 // Send accepts req for each named device of app, in one durable write
 // with the seq_no entry seq builds. single: one device, whose unknown
@@ -166,6 +170,9 @@ func (s *Service) Send(ctx context.Context, app store.App, names []string, req R
 	for i, name := range names {
 		dev, ok := byName[name]
 		switch {
+		case name == "" && !single:
+			results[i] = Result{DeviceName: name, Code: CodeMissing, Message: "device_names holds an empty name: a device name is required"}
+			continue
 		case !ok && single:
 			return nil, errdefs.NotFound("device", name)
 		case !ok:

@@ -63,6 +63,15 @@ func TestCommandEndpoints(t *testing.T) {
 	r = e.call("POST", "/cmd/v1/cmds", `{"seq_no":3,"device_names":["cmd-0001","nobody","cmd-0002","cmd-0001"],"name":"ping","wait":1}`)
 	r.wantOK(t)
 	r.decode(t, &batch)
+	var empty struct {
+		Resp []commandView `json:"resp"`
+	}
+	r = e.call("POST", "/cmd/v1/cmds", `{"seq_no":6,"device_names":[""],"name":"ping","wait":0}`)
+	r.wantOK(t)
+	r.decode(t, &empty)
+	if len(empty.Resp) != 1 || *empty.Resp[0].Code != 1002 {
+		t.Fatalf("an empty name: %+v", empty.Resp)
+	}
 	if len(batch.Resp) != 4 || batch.Resp[0].State != "offline" || batch.Resp[1].CmdID != 0 || *batch.Resp[1].Code != 1003 ||
 		batch.Resp[2].State != "offline" || *batch.Resp[3].Code != 1003 {
 		t.Fatalf("batch: %+v", batch.Resp)
