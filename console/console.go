@@ -227,6 +227,7 @@ func (c *Console) routes() {
 	m.Handle("POST /console/apps/{key}/devices/{name}/tags", c.action(c.setTags))
 	m.Handle("POST /console/apps/{key}/devices/{name}/delete", c.action(c.deleteDevice))
 	m.Handle("POST /console/apps/{key}/devices/{name}/message", c.action(c.sendMessage))
+	m.Handle("POST /console/apps/{key}/devices/{name}/command", c.action(c.sendCommand))
 
 	m.Handle("GET /console/apps/{key}/messages", c.page(c.messagesPage))
 	m.Handle("POST /console/apps/{key}/messages/retract", c.action(c.retract))

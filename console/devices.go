@@ -204,6 +204,7 @@ type devicePageData struct {
 	ModelNames []string
 	Disabled   bool
 	Trends     deviceTrends
+	Commands   deviceCommands
 }
 
 // MaxBodyBytes is the API's limit on msg_body in UTF-8 bytes, which the
@@ -226,6 +227,10 @@ func (c *Console) devicePage(q *req) error {
 	}
 	d.Disabled = d.Device.Device.Flag == 1
 	d.Trends = c.deviceTrends(q, name)
+	var err error
+	if d.Commands, err = c.deviceCommands(q, name); err != nil {
+		return err
+	}
 	return q.render(http.StatusOK, "device", "Device "+name, "devices", d)
 }
 

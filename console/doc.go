@@ -64,6 +64,7 @@
 //	POST /console/apps/{key}/devices/{name}/flag     flag=0|1
 //	POST /console/apps/{key}/devices/{name}/delete   confirm=1
 //	POST /console/apps/{key}/devices/{name}/message  msg_body, ttl
+//	POST /console/apps/{key}/devices/{name}/command  name, params (JSON), timeout, ttl, wait (0..60)
 //	GET  /console/apps/{key}/messages?cursor=        recent messages, newest first, 50 a page
 //	GET  /console/apps/{key}/messages?msgid=N        trace
 //	POST /console/apps/{key}/messages/retract        msgid
@@ -187,6 +188,13 @@
 //	  bytes), device-message-bytes (the script's byte count), device-message-ttl,
 //	  device-message-submit
 //	device-message-msgid, device-message-trace (link)   in the flash after sending
+//	device-command (form), device-command-name, device-command-params, device-command-timeout,
+//	  device-command-ttl, device-command-wait, device-command-submit
+//	device-commands (rows tr[data-cmd-id=N], newest first; cells .cmd-id, .cmd-name,
+//	  .cmd-state, .cmd-progress, .cmd-code, .cmd-result (JSON), .cmd-message,
+//	  .cmd-time-create, .cmd-time-done), inside device-commands-live (data-live="1"
+//	  while a listed command has not ended), device-commands-empty,
+//	  device-command-events-link
 //	device-flag-form, device-disable or device-enable
 //	device-delete (form), device-delete-confirm, device-delete-submit
 //

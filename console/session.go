@@ -36,6 +36,9 @@ type session struct {
 	created time.Time
 	seen    time.Time
 	flash   *flash
+	// commands holds the ids of the commands the session sent, by
+	// app/device, newest first (see rememberCommand).
+	commands map[string][]int64
 }
 
 // flash is the outcome of a POST, shown once by the page it redirects to.

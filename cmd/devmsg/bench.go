@@ -34,15 +34,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "connections of the closed-loop workloads (send, property)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per workload")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each closed-loop workload")
-	fs.IntVar(&o.Rate, "rate", 0, "open-loop requests/s (default: half the matching closed-loop rate of this run, else 5000; telemetry: 5000 events/s)")
+	fs.IntVar(&o.Rate, "rate", 0, "open-loop requests/s (default: half the matching closed-loop rate of this run, else 5000; telemetry: 5000 events/s; deliver-latency and command-latency: 2000/s)")
 	fs.IntVar(&o.LatencyConns, "latency-conns", 128, "connections of the open-loop workloads")
 	fs.StringVar(&workloads, "workloads", strings.Join(bench.Workloads, ","),
 		"comma-separated workloads, run in this order; run only when named: device workloads "+strings.Join(bench.DeviceWorkloads, ",")+
 			", callback workloads "+strings.Join(bench.CallbackWorkloads, ",")+
 			", event workloads "+strings.Join(bench.EventWorkloads, ",")+
-			", fleet workloads "+strings.Join(bench.FleetWorkloads, ",")+", machine workloads "+strings.Join(bench.DiskWorkloads, ","))
+			", fleet workloads "+strings.Join(bench.FleetWorkloads, ",")+", command workloads "+strings.Join(bench.CommandWorkloads, ",")+
+			", machine workloads "+strings.Join(bench.DiskWorkloads, ","))
 	fs.BoolVar(&o.Markdown, "markdown", false, "also print a Markdown table for BENCHMARKS.md")
-	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto, callback-lag and telemetry (which publish)")
+	fs.IntVar(&o.Subscribers, "subscribers", 1000, "devices connected over MQTT for deliver-latency, deliver, mosquitto, callback-lag, telemetry (which publish) and the command workloads (which answer)")
 	fs.IntVar(&o.IdleDevices, "idle-devices", 18000, "devices connected for idle-memory (spread over client processes of 4500)")
 	fs.IntVar(&o.ChurnCycles, "churn-cycles", bench.DefaultChurnCycles, "connect/subscribe/disconnect cycles of churn, over --devices devices")
 	fs.StringVar(&o.MQTTAddr, "mqtt", "", "MQTT TCP address of --target, for the device workloads")

@@ -21,20 +21,31 @@ import (
 func TestDeviceSDK(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	secret := f.createDevice("sdk-1")
+	for _, v := range []byte{4, 5} {
+		t.Run(fmt.Sprintf("mqtt%d", v), func(t *testing.T) {
+			ff := &fleet{t: t, s: f.s}
+			ff.seq.Store(int64(v) * 1000) // seq_no spaces of their own
+			testDeviceSDK(t, ff, v)
+		})
+	}
+}
+
+func testDeviceSDK(t *testing.T, f *fleet, version byte) {
+	name := fmt.Sprintf("sdk-%d", version)
+	secret := f.createDevice(name)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	if _, err := sdk.Connect(ctx, sdk.Config{Broker: "tcp://" + f.s.mqtt["tcp"], AppKey: demoKey, DeviceName: "sdk-1", DeviceSecret: "wrong"}); !errors.Is(err, sdk.ErrNotAuthorized) {
+	if _, err := sdk.Connect(ctx, sdk.Config{Broker: "tcp://" + f.s.mqtt["tcp"], AppKey: demoKey, DeviceName: name, DeviceSecret: "wrong", ProtocolVersion: version}); !errors.Is(err, sdk.ErrNotAuthorized) {
 		t.Fatalf("wrong secret: %v, want ErrNotAuthorized", err)
 	}
 
-	queued := f.send("sdk-1", "queued before connect", 60)
+	queued := f.send(name, "queued before connect", 60)
 	var mu sync.Mutex
 	var msgs []sdk.Message
 	var docs []sdk.Desired
 	d, err := sdk.Connect(ctx, sdk.Config{
-		Broker: "ws://" + f.s.mqtt["ws"] + "/mqtt", AppKey: demoKey, DeviceName: "sdk-1", DeviceSecret: secret,
+		Broker: "ws://" + f.s.mqtt["ws"] + "/mqtt", AppKey: demoKey, DeviceName: name, DeviceSecret: secret, ProtocolVersion: version,
 		SDKVersion: "sdk-test", AppVersion: "7",
 		OnMessage: func(m sdk.Message) { mu.Lock(); msgs = append(msgs, m); mu.Unlock() },
 		OnDesired: func(doc sdk.Desired) { mu.Lock(); docs = append(docs, doc); mu.Unlock() },
@@ -53,7 +64,7 @@ func TestDeviceSDK(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "click", func() bool { return len(f.message(queued).Records) == 4 })
 
-	f.restOK("POST", "/device/v1/property", `{"seq_no":9001,"device_name":"sdk-1","version":1,"properties":[{"name":"led","value":"on"}]}`, nil)
+	f.restOK("POST", "/device/v1/property", fmt.Sprintf(`{"seq_no":%d,"device_name":%q,`, 9000+int(version), name)+`"version":1,"properties":[{"name":"led","value":"on"}]}`, nil)
 	waitFor(t, 5*time.Second, "desired push", func() bool { mu.Lock(); defer mu.Unlock(); return len(docs) == 1 })
 	if docs[0].Version != 1 || string(docs[0].Properties["led"]) != `"on"` {
 		t.Fatalf("desired %+v", docs[0])
@@ -73,16 +84,16 @@ func TestDeviceSDK(t *testing.T) {
 	if _, err := d.Report(ctx, map[string]any{"temp": 23}, 10); !errors.As(err, &rerr) || rerr.Code != 6003 {
 		t.Fatalf("stale report: %v, want a ReportError 6003", err)
 	}
-	_, b := f.rest("GET", "/device/v1/property?device_name=sdk-1", "")
+	_, b := f.rest("GET", "/device/v1/property?device_name="+name, "")
 	if !strings.Contains(string(b), `"sdk_ver":"sdk-test"`) || !strings.Contains(string(b), `"app_ver":"7"`) || !strings.Contains(string(b), `"last_reported_version":10`) {
 		t.Fatalf("property summary %s", b)
 	}
 
 	// Auto-reconnect resubscribes: a takeover drops the SDK's connection,
 	// the takeover ends, the SDK comes back and gets new messages.
-	other := f.mustConnect("sdk-1", secret)
+	other := f.mustConnect(name, secret)
 	other.c.Disconnect(0)
-	later := f.send("sdk-1", "after reconnect", 60)
+	later := f.send(name, "after reconnect", 60)
 	waitFor(t, 40*time.Second, "message after reconnect", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

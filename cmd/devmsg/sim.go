@@ -30,7 +30,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: devmsg sim --app-key KEY (--secrets-file FILE | --create --master-secret S) [flags]")
 		fmt.Fprintln(stderr, "Connects simulated devices over MQTT: they acknowledge messages, print what they receive, report properties")
-		fmt.Fprintln(stderr, "and, with --telemetry, publish readings.")
+		fmt.Fprintln(stderr, "and, with --telemetry, publish readings. They answer the commands ping (params back as the result),")
+		fmt.Fprintln(stderr, "reboot (offline for --reboot-time, then answered), fail (code 1) and ota (progress 0 to 100 over")
+		fmt.Fprintln(stderr, "--ota-time, then answered; --fail-rate of the devices fail it halfway).")
 		fs.PrintDefaults()
 	}
 	broker := fs.String("broker", "tcp://127.0.0.1:1883", "MQTT address of the service (tcp://, ssl://, ws://host:port/mqtt)")
@@ -45,7 +47,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cacert := fs.String("cacert", "", cacertUsage)
 	reportEvery := fs.Duration("report-every", 30*time.Second, "report uptime_s every interval; 0 never")
 	telemetry := fs.Duration("telemetry", 0, `publish a reading {"temp":..,"seq":N} to up/telemetry at QoS 1 every interval; 0 never`)
-	quiet := fs.Bool("quiet", false, "do not print received messages and properties")
+	quiet := fs.Bool("quiet", false, "do not print received messages, properties and commands")
+	failRate := fs.Float64("fail-rate", 0, "share of the devices (0 to 1, spread evenly) whose ota command fails halfway with code 1")
+	rebootTime := fs.Duration("reboot-time", 3*time.Second, "how long a reboot command keeps a device offline")
+	otaTime := fs.Duration("ota-time", 5*time.Second, "how long an ota command takes, reporting progress 0 to 100")
+	mqttVersion := fs.Int("mqtt-version", 4, "MQTT protocol version of the devices: 4 (3.1.1) or 5")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errUsage
@@ -54,6 +60,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *appKey == "" {
 		return errors.New("sim: --app-key is required")
+	}
+	if *failRate < 0 || *failRate > 1 {
+		return fmt.Errorf("sim: --fail-rate %g: want 0 to 1", *failRate)
+	}
+	if *mqttVersion != 4 && *mqttVersion != 5 {
+		return fmt.Errorf("sim: --mqtt-version %d: want 4 or 5", *mqttVersion)
 	}
 	tlsConf, err := clientTLS(*cacert, *insecure)
 	if err != nil {
@@ -84,34 +96,22 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var wg sync.WaitGroup
 	connected := make(chan error, len(devs))
-	for _, nd := range devs {
-		name := nd[0]
+	for i, nd := range devs {
+		sd := &simDevice{
+			cfg: sdk.Config{
+				Broker: *broker, AppKey: *appKey, DeviceName: nd[0], DeviceSecret: nd[1], TLSConfig: tlsConf,
+				SDKVersion: "devmsg-sim", AppVersion: version, ProtocolVersion: byte(*mqttVersion),
+			},
+			say: say, reportEvery: *reportEvery, telemetry: *telemetry,
+			rebootTime: *rebootTime, otaTime: *otaTime,
+			// Spread evenly: device i fails when the running count of
+			// failing devices steps up at i.
+			failOTA: int(float64(i+1)**failRate) > int(float64(i)**failRate),
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := sdk.Connect(ctx, sdk.Config{
-				Broker: *broker, AppKey: *appKey, DeviceName: name, DeviceSecret: nd[1], TLSConfig: tlsConf,
-				SDKVersion: "devmsg-sim", AppVersion: version,
-				OnMessage: func(m sdk.Message) { say("%s message %d: %s", name, m.ID, m.Body) },
-				OnDesired: func(doc sdk.Desired) {
-					b, _ := json.Marshal(doc.Properties)
-					say("%s desired version %d: %s", name, doc.Version, b)
-				},
-				OnConnectionLost: func(err error) { say("%s connection lost, reconnecting: %v", name, err) },
-			})
-			connected <- err
-			if err != nil {
-				return
-			}
-			defer d.Close()
-			if *telemetry > 0 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					publishReadings(ctx, d, name, *telemetry, say)
-				}()
-			}
-			simulate(ctx, d, name, *reportEvery, say)
+			sd.run(ctx, connected)
 		}()
 	}
 	var failed int

@@ -9,9 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
 // ErrNotAuthorized means the service refused the credentials: a wrong
@@ -41,6 +38,12 @@ type Config struct {
 	OnConnectionLost func(error)
 	// KeepAlive defaults to 60 s.
 	KeepAlive time.Duration
+	// ProtocolVersion is 4 for MQTT 3.1.1 (the default) or 5 for MQTT 5.
+	// The service serves both alike; with MQTT 5 a command's answer goes
+	// to the Response Topic the service names, with its Correlation Data.
+	ProtocolVersion byte
+
+	commands map[string]CommandHandler // see OnCommand
 }
 
 // Message is a message from the service (topic msg).
@@ -74,8 +77,11 @@ func (e *ReportError) Error() string {
 // Device is a connected device.
 type Device struct {
 	cfg    Config
-	client paho.Client
+	conn   conn
 	prefix string
+	// ctx ends when the Device is closed; stop ends it.
+	ctx  context.Context
+	stop context.CancelFunc
 
 	reportMu sync.Mutex       // one report at a time: replies come in order
 	replies  chan reportReply // the reply of the report in flight
@@ -89,11 +95,26 @@ type Device struct {
 	// Callbacks run from this queue on one goroutine rather than on
 	// paho's: a callback that reports would otherwise wait for a reply
 	// that paho cannot deliver until the callback returns.
-	qmu       sync.Mutex
-	queue     []func()
-	wake      chan struct{}
-	closed    chan struct{}
-	closeOnce sync.Once
+	qmu   sync.Mutex
+	queue []func()
+	wake  chan struct{}
+
+	cmds commands
+}
+
+// conn is the MQTT client under a Device: paho.mqtt.golang for MQTT
+// 3.1.1 (mqtt311.go), paho.golang for MQTT 5 (mqtt5.go). Each calls
+// Device.subscribe after every (re)connect and Device.route for every
+// PUBLISH it receives.
+type conn interface {
+	// publish sends payload to topic and, at QoS 1, returns once the
+	// PUBACK came (or ctx ended). corr is the MQTT 5 Correlation Data,
+	// nil for none; MQTT 3.1.1 has no such thing and ignores it.
+	publish(ctx context.Context, topic string, qos byte, payload, corr []byte) error
+	// subscribe subscribes at QoS 1 and fails when a topic is refused.
+	subscribe(ctx context.Context, topics []string) error
+	// disconnect waits up to a quarter second for work in flight.
+	disconnect()
 }
 
 type reportReply struct {
@@ -111,6 +132,9 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = time.Minute
 	}
+	if cfg.ProtocolVersion == 0 {
+		cfg.ProtocolVersion = 4
+	}
 	d := &Device{
 		cfg:        cfg,
 		prefix:     "d/" + cfg.AppKey + "/" + cfg.DeviceName + "/",
@@ -118,36 +142,25 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 		desired:    make(chan Desired, 1),
 		subscribed: make(chan error, 1),
 		wake:       make(chan struct{}, 1),
-		closed:     make(chan struct{}),
+		cmds: commands{
+			running: make(map[int64]context.CancelFunc),
+			answers: make(map[int64]*answered),
+		},
 	}
-	user := cfg.AppKey + "/" + cfg.DeviceName
-	opts := paho.NewClientOptions().AddBroker(cfg.Broker).
-		SetClientID(user).SetUsername(user).SetPassword(cfg.DeviceSecret).
-		// The service keeps the queue; it resends what is pending on
-		// every SUBSCRIBE, so a clean session loses nothing.
-		SetCleanSession(true).
-		SetKeepAlive(cfg.KeepAlive).
-		SetAutoReconnect(true).SetMaxReconnectInterval(30 * time.Second).
-		SetOrderMatters(true).
-		// Messages are acknowledged after OnMessage returns, which runs
-		// on the Device's callback goroutine (see run).
-		SetAutoAckDisabled(true).
-		SetTLSConfig(cfg.TLSConfig).
-		SetOnConnectHandler(func(c paho.Client) { d.subscribe(c) }).
-		SetConnectionLostHandler(func(_ paho.Client, err error) {
-			if cfg.OnConnectionLost != nil {
-				cfg.OnConnectionLost(err)
-			}
-		})
-	d.client = paho.NewClient(opts)
+	d.ctx, d.stop = context.WithCancel(context.Background())
 	go d.run()
-	tok := d.client.Connect()
-	if err := wait(ctx, tok); err != nil {
-		d.closeOnce.Do(func() { close(d.closed) })
-		if errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
-			return nil, ErrNotAuthorized
-		}
-		return nil, fmt.Errorf("device: connect: %w", err)
+	var err error
+	switch cfg.ProtocolVersion {
+	case 4:
+		err = dial311(ctx, d)
+	case 5:
+		err = dial5(ctx, d)
+	default:
+		err = fmt.Errorf("device: ProtocolVersion %d: want 4 (MQTT 3.1.1) or 5", cfg.ProtocolVersion)
+	}
+	if err != nil {
+		d.stop()
+		return nil, err
 	}
 	// Until the SUBSCRIBE is acknowledged a report's reply could be
 	// missed, so Connect returns only once the device is subscribed.
@@ -164,24 +177,19 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 	}
 }
 
-// subscribe runs on every (re)connect, on a goroutine of paho's own: a
+// subscribe runs on every (re)connect, on a goroutine of its own: a
 // fresh session has no subscriptions, and subscribing is what makes the
 // service send.
-func (d *Device) subscribe(c paho.Client) {
-	tok := c.SubscribeMultiple(map[string]byte{
-		d.prefix + "msg":                   1,
-		d.prefix + "property/desired":      1,
-		d.prefix + "property/report/reply": 1,
-	}, d.route)
-	tok.Wait()
-	err := tok.Error()
-	if st, ok := tok.(*paho.SubscribeToken); ok && err == nil {
-		for topic, code := range st.Result() {
-			if code > 2 {
-				err = fmt.Errorf("%s refused (0x%x)", topic, code)
-			}
-		}
-	}
+func (d *Device) subscribe() {
+	ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+	defer cancel()
+	err := d.conn.subscribe(ctx, []string{
+		d.prefix + "msg",
+		d.prefix + "property/desired",
+		d.prefix + "property/report/reply",
+		d.prefix + "cmd",
+		d.prefix + "cmd/cancel",
+	})
 	select {
 	case d.subscribed <- err:
 	default: // a reconnect nobody waits for
@@ -200,7 +208,7 @@ func (d *Device) run() {
 		}
 		select {
 		case <-d.wake:
-		case <-d.closed:
+		case <-d.ctx.Done():
 			return
 		}
 	}
@@ -217,11 +225,15 @@ func (d *Device) enqueue(f func()) {
 	}
 }
 
-// route runs on paho's goroutine and must not block: replies are handed
-// over here, callbacks are queued, and each message is acknowledged once
-// its callback returned.
-func (d *Device) route(_ paho.Client, m paho.Message) {
-	switch m.Topic()[len(d.prefix):] {
+// route runs on the client's receiving goroutine and must not block:
+// replies are handed over here, callbacks are queued, each message is
+// acknowledged once its callback returned, and commands start.
+func (d *Device) route(m inbound) {
+	if len(m.topic) < len(d.prefix) {
+		m.ack()
+		return
+	}
+	switch m.topic[len(d.prefix):] {
 	case "msg":
 		var p struct {
 			MsgID      string `json:"msgid"`
@@ -229,8 +241,8 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 			SentTime   int64  `json:"sent_time"`
 			ExpireTime int64  `json:"expire_time"`
 		}
-		if json.Unmarshal(m.Payload(), &p) != nil {
-			m.Ack() // not ours to understand; redelivering will not help
+		if json.Unmarshal(m.payload, &p) != nil {
+			m.ack() // not ours to understand; redelivering will not help
 			return
 		}
 		id, _ := strconv.ParseInt(p.MsgID, 10, 64)
@@ -239,7 +251,7 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 			if d.cfg.OnMessage != nil {
 				d.cfg.OnMessage(msg)
 			}
-			m.Ack()
+			m.ack()
 		})
 	case "property/desired":
 		var doc Desired
@@ -248,8 +260,8 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 			Properties map[string]json.RawMessage `json:"properties"`
 			Time       int64                      `json:"time"`
 		}
-		m.Ack()
-		if json.Unmarshal(m.Payload(), &p) != nil {
+		m.ack()
+		if json.Unmarshal(m.payload, &p) != nil {
 			return
 		}
 		doc = Desired{Version: p.Version, Properties: p.Properties, Time: p.Time}
@@ -261,17 +273,22 @@ func (d *Device) route(_ paho.Client, m paho.Message) {
 			d.enqueue(func() { d.cfg.OnDesired(doc) })
 		}
 	case "property/report/reply":
-		m.Ack()
+		m.ack()
 		var r reportReply
-		if json.Unmarshal(m.Payload(), &r) != nil {
+		if json.Unmarshal(m.payload, &r) != nil {
 			return
 		}
 		select {
 		case d.replies <- r:
 		default: // a reply to a report whose caller gave up
 		}
+	case "cmd":
+		d.onCommand(m)
+	case "cmd/cancel":
+		m.ack()
+		d.onCancel(m.payload)
 	default:
-		m.Ack()
+		m.ack()
 	}
 }
 
@@ -340,7 +357,7 @@ func (d *Device) publish(ctx context.Context, topic string, v any) error {
 	if err != nil {
 		return fmt.Errorf("device: encode %s: %w", topic, err)
 	}
-	if err := wait(ctx, d.client.Publish(d.prefix+topic, 1, false, b)); err != nil {
+	if err := d.conn.publish(ctx, d.prefix+topic, 1, b, nil); err != nil {
 		return fmt.Errorf("device: publish %s: %w", topic, err)
 	}
 	return nil
@@ -348,17 +365,9 @@ func (d *Device) publish(ctx context.Context, topic string, v any) error {
 
 // Close disconnects, waiting up to a quarter second for work in flight.
 // Callbacks not yet run are dropped; their messages stay unacknowledged
-// and the service delivers them again on the next connection.
+// and the service delivers them again on the next connection. Command
+// handlers still running see their ctx end.
 func (d *Device) Close() {
-	d.client.Disconnect(250)
-	d.closeOnce.Do(func() { close(d.closed) })
-}
-
-func wait(ctx context.Context, tok paho.Token) error {
-	select {
-	case <-tok.Done():
-		return tok.Error()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	d.conn.disconnect()
+	d.stop()
 }

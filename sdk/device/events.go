@@ -97,18 +97,21 @@ func (d *Device) ReportEvent(ctx context.Context, name, content string, level Le
 // the PUBACK. A publish in flight when the connection drops is sent again
 // by paho once it has reconnected, so the wait goes on across a reconnect.
 func (d *Device) publishAcked(ctx context.Context, topic string, payload []byte, qos byte) error {
-	tok := d.client.Publish(d.prefix+topic, qos, false, payload)
-	select {
-	case <-tok.Done():
-		if err := tok.Error(); err != nil {
-			// Not connected, or the connection failed under the write:
-			// the service may or may not have it, as with a lost PUBACK.
-			return fmt.Errorf("device: publish %s: %w: %w", topic, ErrNotAcknowledged, err)
-		}
+	// The wait ends with the Device too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(d.ctx, cancel)()
+	defer cancel()
+	err := d.conn.publish(ctx, d.prefix+topic, qos, payload, nil)
+	switch {
+	case err == nil:
 		return nil
-	case <-d.closed:
+	case d.ctx.Err() != nil:
 		return fmt.Errorf("device: publish %s: device closed: %w", topic, ErrNotAcknowledged)
-	case <-ctx.Done():
+	case ctx.Err() != nil:
 		return fmt.Errorf("device: publish %s: %w (%w)", topic, ErrNotAcknowledged, ctx.Err())
+	default:
+		// Not connected, or the connection failed under the write: the
+		// service may or may not have it, as with a lost PUBACK.
+		return fmt.Errorf("device: publish %s: %w: %w", topic, ErrNotAcknowledged, err)
 	}
 }

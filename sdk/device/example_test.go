@@ -46,3 +46,40 @@ func ExampleDevice_PublishUp() {
 }
 
 func readTemperature() float64 { return 21.5 }
+
+// A device that takes two commands: "ping" answers its params back, and
+// "ota" downloads and installs firmware, reporting progress on the way.
+// Handlers are registered before Connect; each command runs its handler
+// once, even when the service sends it again after a reconnect, and a
+// cancelled command ends the handler's context.
+func ExampleConfig_OnCommand() {
+	cfg := device.Config{
+		Broker: "tcp://localhost:1883", AppKey: "APP_KEY",
+		DeviceName: "sensor-0001", DeviceSecret: "DEVICE_SECRET",
+	}
+	cfg.OnCommand("ping", func(_ context.Context, cmd *device.Command) device.Answer {
+		return device.Answer{Result: cmd.Params} // code 0: succeeded
+	})
+	cfg.OnCommand("ota", func(ctx context.Context, cmd *device.Command) device.Answer {
+		var p struct{ URL, Version string }
+		if err := json.Unmarshal(cmd.Params, &p); err != nil || p.URL == "" {
+			return device.Answer{Code: 400, Message: "params want url and version"}
+		}
+		for pct := 0; pct <= 100; pct += 25 {
+			if err := installStep(ctx, p.URL, pct); err != nil {
+				return device.Answer{Code: 1, Message: err.Error()} // failed
+			}
+			// Each report restarts the command's timeout on the service.
+			_ = cmd.Progress(ctx, pct, map[string]string{"version": p.Version})
+		}
+		return device.Answer{Result: map[string]string{"version": p.Version}}
+	})
+	d, err := device.Connect(context.Background(), cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close()
+	select {} // commands are answered until the process ends
+}
+
+func installStep(ctx context.Context, url string, pct int) error { return ctx.Err() }

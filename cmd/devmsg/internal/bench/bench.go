@@ -104,7 +104,8 @@ var RedisFsyncModes = []string{"always", "everysec"}
 
 func (o Options) hasDeviceWorkloads() bool {
 	return slices.ContainsFunc(o.Workloads, func(w string) bool {
-		return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" || slices.Contains(EventWorkloads, w) || w == "fanout"
+		return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" || slices.Contains(EventWorkloads, w) || w == "fanout" ||
+			slices.Contains(CommandWorkloads, w)
 	})
 }
 
@@ -162,7 +163,7 @@ func (o Options) validateWorkloads() []error {
 
 // allWorkloads lists every workload name the bench knows.
 func allWorkloads() []string {
-	return slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads, DiskWorkloads)
+	return slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads, CommandWorkloads, DiskWorkloads)
 }
 
 // validateWorkloadNames checks that at least one workload is named and
@@ -405,6 +406,13 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 			rs, err := b.telemetry(ctx, out)
 			if err != nil {
 				return nil, fmt.Errorf("telemetry: %w", err)
+			}
+			results = append(results, rs...)
+			continue
+		case "command-latency", "command-batch":
+			rs, err := b.commands(ctx, w, out)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", w, err)
 			}
 			results = append(results, rs...)
 			continue

@@ -389,3 +389,52 @@ func TestRunFanoutTimeline(t *testing.T) {
 		t.Errorf("the last timeline row %v: nothing sent or delivered", last)
 	}
 }
+
+// TestRunCommands runs the command workloads briefly against a server
+// the bench starts and their Mosquitto peers; it checks the report,
+// never the speed.
+func TestRunCommands(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto"); err != nil {
+		if _, err := os.Stat("/usr/sbin/mosquitto"); err != nil {
+			t.Skip("mosquitto not installed (Debian package mosquitto; CI installs it)")
+		}
+	}
+	bin := buildDevmsg(t)
+	o := small()
+	o.Binary, o.Subscribers, o.Rate = bin, 10, 200
+	o.Workloads = CommandWorkloads
+	var out bytes.Buffer
+	if err := Run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	for _, w := range []string{"\ncommand-latency ", "\ncommand-batch ", "\nmosquitto-command-latency ", "\nmosquitto-command-batch ",
+		"| command-batch |", "| mosquitto-command-batch |", "devmsg / mosquitto:", "round trips/s"} {
+		if !strings.Contains(report, w) {
+			t.Errorf("report lacks %q:\n%s", w, report)
+		}
+	}
+}
+
+// TestCommandsMosquitto runs the Mosquitto peers of the command workloads
+// on their own: MQTT 5 request/response through the bench's client.
+func TestCommandsMosquitto(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto"); err != nil {
+		if _, err := os.Stat("/usr/sbin/mosquitto"); err != nil {
+			t.Skip("mosquitto not installed (Debian package mosquitto; CI installs it)")
+		}
+	}
+	o := small()
+	o.Subscribers, o.Rate, o.Duration = 20, 500, time.Second
+	b := &runner{o: o}
+	for _, w := range CommandWorkloads {
+		r, err := b.commandsMosquitto(context.Background(), w)
+		if err != nil {
+			t.Fatalf("%s: %v", w, err)
+		}
+		if r.Errors != 0 || r.PerSecond <= 0 || r.Requests == 0 {
+			t.Errorf("%s: %+v", w, r)
+		}
+		t.Log(r.text())
+	}
+}

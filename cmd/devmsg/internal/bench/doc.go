@@ -1,9 +1,10 @@
 // Package bench is `devmsg bench`: it starts a devmsg server (or uses a
 // running one), sets up an app and its devices through the real admin and
 // REST APIs, drives message sends and property sets over keep-alive HTTPS
-// connections, and device telemetry over MQTT to an event webhook of its
-// own (EventWorkloads), and reports throughput and latency percentiles in
-// a form that goes into BENCHMARKS.md.
+// connections, device telemetry over MQTT to an event webhook of its own
+// (EventWorkloads), and device commands answered by MQTT 5 devices of its
+// own (CommandWorkloads), and reports throughput and latency percentiles
+// in a form that goes into BENCHMARKS.md.
 //
 // Two kinds of workload answer two questions. A closed loop (send,
 // property) keeps a fixed number of connections busy back to back and

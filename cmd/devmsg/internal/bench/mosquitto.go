@@ -25,6 +25,11 @@ type mosquitto struct {
 }
 
 func startMosquitto(ctx context.Context, maxQueued int) (*mosquitto, error) {
+	return startMosquittoWith(ctx, maxQueued, "")
+}
+
+// startMosquittoWith is startMosquitto with more lines of configuration.
+func startMosquittoWith(ctx context.Context, maxQueued int, extra string) (*mosquitto, error) {
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
 		if _, statErr := os.Stat("/usr/sbin/mosquitto"); statErr != nil {
@@ -42,7 +47,7 @@ func startMosquitto(ctx context.Context, maxQueued int) (*mosquitto, error) {
 	if err != nil {
 		return nil, err
 	}
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages %d\nmax_inflight_messages 64\nlog_dest stderr\nlog_type error\n", port, maxQueued)
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages %d\nmax_inflight_messages 64\nlog_dest stderr\nlog_type error\n%s", port, maxQueued, extra)
 	if err := os.WriteFile(filepath.Join(dir, "mosquitto.conf"), []byte(conf), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -22,12 +22,29 @@ type mqttConn struct {
 	wmu    sync.Mutex
 	w      *bufio.Writer
 	nextID uint16
+	v5     bool // MQTT 5: packets carry properties (dialMQTT5)
+}
+
+// mqttProps are the MQTT 5 PUBLISH properties of request/response, the
+// only ones the bench reads or sends.
+type mqttProps struct {
+	respTopic string
+	corr      []byte
 }
 
 // dialMQTT connects and waits for a successful CONNACK. src, when not
 // empty, is the local IP to dial from: one source address has about 28,000
 // ephemeral ports, so large fleets spread over 127.0.0.x.
 func dialMQTT(addr, src, clientID, user, pass string, keepalive uint16) (*mqttConn, error) {
+	return dialMQTTVersion(addr, src, clientID, user, pass, keepalive, 4)
+}
+
+// dialMQTT5 is dialMQTT over MQTT 5, for the request/response workloads.
+func dialMQTT5(addr, src, clientID, user, pass string, keepalive uint16) (*mqttConn, error) {
+	return dialMQTTVersion(addr, src, clientID, user, pass, keepalive, 5)
+}
+
+func dialMQTTVersion(addr, src, clientID, user, pass string, keepalive uint16, version byte) (*mqttConn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second}
 	if src != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
@@ -36,14 +53,17 @@ func dialMQTT(addr, src, clientID, user, pass string, keepalive uint16) (*mqttCo
 	if err != nil {
 		return nil, err
 	}
-	m := &mqttConn{c: c, r: bufio.NewReaderSize(c, 512), w: bufio.NewWriterSize(c, 512)}
+	m := &mqttConn{c: c, r: bufio.NewReaderSize(c, 512), w: bufio.NewWriterSize(c, 512), v5: version == 5}
 	var v []byte
 	v = appendString(v, "MQTT")
 	flags := byte(0x02) // clean session
 	if user != "" {
 		flags |= 0x80 | 0x40
 	}
-	v = append(v, 4, flags, byte(keepalive>>8), byte(keepalive))
+	v = append(v, version, flags, byte(keepalive>>8), byte(keepalive))
+	if m.v5 {
+		v = append(v, 0) // no properties
+	}
 	v = appendString(v, clientID)
 	if user != "" {
 		v = appendString(v, user)
@@ -55,7 +75,7 @@ func dialMQTT(addr, src, clientID, user, pass string, keepalive uint16) (*mqttCo
 		return nil, err
 	}
 	typ, body, err := m.read()
-	if err != nil || typ>>4 != 2 || len(body) != 2 {
+	if err != nil || typ>>4 != 2 || len(body) < 2 || (!m.v5 && len(body) != 2) {
 		c.Close()
 		return nil, fmt.Errorf("connack: %v", err)
 	}
@@ -83,24 +103,89 @@ func (m *mqttConn) write(first byte, body []byte) error {
 }
 
 func (m *mqttConn) writeLocked(first byte, body []byte) error {
-	hdr := []byte{first}
-	n := len(body)
+	hdr := appendVarint([]byte{first}, len(body))
+	if _, err := m.w.Write(hdr); err != nil {
+		return err
+	}
+	_, err := m.w.Write(body)
+	return err
+}
+
+// appendVarint appends n as an MQTT variable byte integer.
+func appendVarint(b []byte, n int) []byte {
 	for {
 		d := byte(n % 128)
 		n /= 128
 		if n > 0 {
 			d |= 0x80
 		}
-		hdr = append(hdr, d)
+		b = append(b, d)
 		if n == 0 {
+			return b
+		}
+	}
+}
+
+// readProps splits an MQTT 5 property block off the front of b, keeping
+// the request/response properties.
+func readProps(b []byte) (mqttProps, []byte, error) {
+	n, mult, i := 0, 1, 0
+	for ; ; i++ {
+		if i >= len(b) || i == 4 {
+			return mqttProps{}, nil, errors.New("malformed property length")
+		}
+		n += int(b[i]&0x7f) * mult
+		mult *= 128
+		if b[i]&0x80 == 0 {
 			break
 		}
 	}
-	if _, err := m.w.Write(hdr); err != nil {
-		return err
+	b = b[i+1:]
+	if n > len(b) {
+		return mqttProps{}, nil, errors.New("short properties")
 	}
-	_, err := m.w.Write(body)
-	return err
+	props, rest := b[:n], b[n:]
+	var p mqttProps
+	for len(props) > 0 {
+		id := props[0]
+		props = props[1:]
+		switch id {
+		case 0x08, 0x09, 0x03: // response topic, correlation data, content type: 2-byte length
+			if len(props) < 2 || len(props) < 2+int(binary.BigEndian.Uint16(props)) {
+				return mqttProps{}, nil, errors.New("short property")
+			}
+			l := int(binary.BigEndian.Uint16(props))
+			v := props[2 : 2+l]
+			switch id {
+			case 0x08:
+				p.respTopic = string(v)
+			case 0x09:
+				p.corr = v
+			}
+			props = props[2+l:]
+		case 0x01: // payload format indicator
+			props = props[1:]
+		case 0x02: // message expiry interval
+			props = props[4:]
+		case 0x23: // topic alias
+			props = props[2:]
+		case 0x0B: // subscription identifier: a varint
+			for len(props) > 0 && props[0]&0x80 != 0 {
+				props = props[1:]
+			}
+			props = props[1:]
+		case 0x26: // user property: two strings
+			for range 2 {
+				if len(props) < 2 || len(props) < 2+int(binary.BigEndian.Uint16(props)) {
+					return mqttProps{}, nil, errors.New("short user property")
+				}
+				props = props[2+int(binary.BigEndian.Uint16(props)):]
+			}
+		default:
+			return mqttProps{}, nil, fmt.Errorf("unexpected property 0x%x", id)
+		}
+	}
+	return p, rest, nil
 }
 
 // read returns the next packet's first byte and body.
@@ -132,7 +217,11 @@ func (m *mqttConn) read() (byte, []byte, error) {
 // subscribe subscribes at QoS 1 and waits for the SUBACK. A broker may
 // send matching PUBLISHes before it; those are acknowledged and dropped.
 func (m *mqttConn) subscribe(topic string) error {
-	body := appendString([]byte{0, 1}, topic)
+	body := []byte{0, 1}
+	if m.v5 {
+		body = append(body, 0) // no properties
+	}
+	body = appendString(body, topic)
 	body = append(body, 1)
 	if err := m.write(0x82, body); err != nil {
 		return err
@@ -152,7 +241,7 @@ func (m *mqttConn) subscribe(topic string) error {
 			}
 			continue
 		}
-		if first>>4 != 9 || len(ack) != 3 || ack[2] > 1 {
+		if first>>4 != 9 || len(ack) < 3 || (!m.v5 && len(ack) != 3) || ack[len(ack)-1] > 1 {
 			return fmt.Errorf("subscribe %s refused: %x", topic, ack)
 		}
 		return nil
@@ -162,14 +251,32 @@ func (m *mqttConn) subscribe(topic string) error {
 // publish sends a QoS 1 PUBLISH without waiting for its PUBACK and
 // returns its packet id, which the PUBACK names.
 func (m *mqttConn) publish(topic string, payload []byte) (uint16, error) {
+	return m.publishProps(topic, payload, mqttProps{})
+}
+
+// publishProps is publish with MQTT 5 request/response properties, which
+// an MQTT 3.1.1 connection cannot carry.
+func (m *mqttConn) publishProps(topic string, payload []byte, p mqttProps) (uint16, error) {
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
 	m.nextID++
 	if m.nextID == 0 {
 		m.nextID = 1
 	}
-	body := appendString(make([]byte, 0, 2+len(topic)+2+len(payload)), topic)
+	body := appendString(make([]byte, 0, 2+len(topic)+2+8+len(p.respTopic)+len(p.corr)+len(payload)), topic)
 	body = binary.BigEndian.AppendUint16(body, m.nextID)
+	if m.v5 {
+		var props []byte
+		if p.respTopic != "" {
+			props = appendString(append(props, 0x08), p.respTopic)
+		}
+		if p.corr != nil {
+			props = binary.BigEndian.AppendUint16(append(props, 0x09), uint16(len(p.corr)))
+			props = append(props, p.corr...)
+		}
+		body = appendVarint(body, len(props))
+		body = append(body, props...)
+	}
 	body = append(body, payload...)
 	if err := m.writeLocked(0x32, body); err != nil {
 		return 0, err
@@ -181,6 +288,17 @@ func (m *mqttConn) publish(topic string, payload []byte) (uint16, error) {
 // at QoS 1, is acknowledged after it; PUBACKs go to onAck with the packet
 // id they acknowledge.
 func (m *mqttConn) serve(onMsg func(topic string, payload []byte), onAck func(id uint16)) error {
+	var f func(string, []byte, mqttProps)
+	if onMsg != nil {
+		f = func(topic string, payload []byte, _ mqttProps) { onMsg(topic, payload) }
+	}
+	return m.serveProps(f, onAck, false)
+}
+
+// serveProps is serve with each PUBLISH's MQTT 5 request/response
+// properties; with ackFirst the PUBACK goes before onMsg is called, as a
+// device that acknowledges a command before it answers.
+func (m *mqttConn) serveProps(onMsg func(topic string, payload []byte, p mqttProps), onAck func(id uint16), ackFirst bool) error {
 	for {
 		first, body, err := m.read()
 		if err != nil {
@@ -199,10 +317,21 @@ func (m *mqttConn) serve(onMsg func(topic string, payload []byte), onAck func(id
 			if qos > 0 {
 				id, rest = rest[:2], rest[2:]
 			}
-			if onMsg != nil {
-				onMsg(topic, rest)
+			var p mqttProps
+			if m.v5 {
+				if p, rest, err = readProps(rest); err != nil {
+					return err
+				}
 			}
-			if qos > 0 {
+			if qos > 0 && ackFirst {
+				if err := m.write(0x40, id); err != nil {
+					return err
+				}
+			}
+			if onMsg != nil {
+				onMsg(topic, rest, p)
+			}
+			if qos > 0 && !ackFirst {
 				if err := m.write(0x40, id); err != nil {
 					return err
 				}

@@ -80,8 +80,11 @@ func (b *runner) setup(ctx context.Context) error {
 		return fmt.Errorf("create app: unexpected answer %.200s", body)
 	}
 	b.key, b.secret = app.Key, app.MasterSecret
-	st, body, err = do(ctx, b.admin, http.MethodPut, b.target+"/admin/v1/apps/"+b.key+"/ratelimits", b.o.AdminUser, b.o.AdminPassword,
-		[]byte(`{"create":0,"property":0,"message":0,"query":0}`))
+	limits := `{"create":0,"property":0,"message":0,"query":0}`
+	if slices.ContainsFunc(b.o.Workloads, func(w string) bool { return slices.Contains(CommandWorkloads, w) }) {
+		limits = `{"create":0,"property":0,"message":0,"query":0,"command":0}`
+	}
+	st, body, err = do(ctx, b.admin, http.MethodPut, b.target+"/admin/v1/apps/"+b.key+"/ratelimits", b.o.AdminUser, b.o.AdminPassword, []byte(limits))
 	if err != nil || st != http.StatusOK {
 		return fmt.Errorf("set rate limits: %s", failure(st, body, err))
 	}

@@ -1,0 +1,449 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CommandWorkloads measure device commands: the backend asks, the device
+// answers at once, the backend has the answer. They run only when named,
+// each with Mosquitto as its peer in the same run: an MQTT 5
+// request/response (Response Topic and Correlation Data) between a
+// backend client and the same number of device clients, the same work
+// without durability.
+//
+//   - command-latency: Subscribers devices connected over MQTT 5; REST
+//     POST /cmd/v1/cmd with wait at Rate (default 2000/s) round-robin on
+//     an open-loop timetable; latency from each command's scheduled
+//     instant to the HTTP answer carrying the device's answer. The peer:
+//     one backend client publishes the requests at the same rate and
+//     times each from its schedule to the response's arrival.
+//   - command-batch: the same devices; FanoutWorkers REST workers post
+//     POST /cmd/v1/cmds to up to 1000 of them with wait, back to back for
+//     Duration; commands answered per second (round trips/s), latency per
+//     call. The peer: FanoutWorkers backend clients each publish a
+//     request to every device and wait for all the responses, back to
+//     back.
+var CommandWorkloads = []string{"command-latency", "command-batch"}
+
+// DefaultCommandRate is the open-loop rate of command-latency.
+const DefaultCommandRate = 2000
+
+// commandWait is the wait of the bench's commands, in seconds: far above
+// any answer's time, below the HTTP client's 30 s timeout. Their ttl is
+// 30 s, so a command that waits behind others to be sent is measured,
+// not ended expired.
+const commandWait = 20
+
+// commandAnswer is what a bench device answers, to either broker.
+var commandAnswer = []byte(`{"code":0,"result":"pong"}`)
+
+// commandDevices connects n MQTT 5 devices subscribed to their cmd
+// topics through dial; each acknowledges a command and answers it at
+// once, to the Response Topic with the Correlation Data. Answers that
+// could not be written are counted in failed.
+func commandDevices(n int, dial func(i int) (*mqttConn, string, error), failed *atomic.Int64) ([]*mqttConn, error) {
+	conns := make([]*mqttConn, 0, n)
+	for i := range n {
+		c, topic, err := dial(i)
+		if err == nil {
+			err = c.subscribe(topic)
+		}
+		if err != nil {
+			if c != nil {
+				c.close()
+			}
+			closeAll(conns)
+			return nil, fmt.Errorf("device %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		go func() {
+			_ = c.serveProps(func(_ string, _ []byte, p mqttProps) {
+				if p.respTopic == "" {
+					failed.Add(1) // an MQTT 5 broker relays the Response Topic
+					return
+				}
+				if _, err := c.publishProps(p.respTopic, commandAnswer, mqttProps{corr: p.corr}); err != nil {
+					failed.Add(1)
+				}
+			}, nil, true)
+		}()
+	}
+	return conns, nil
+}
+
+// dialCommandDevice connects devmsg device i over MQTT 5; its topic is
+// its cmd topic.
+func (b *runner) dialCommandDevice(i int) (*mqttConn, string, error) {
+	user := b.key + "/" + deviceName(i)
+	c, err := dialMQTT5(b.nodes[b.mqttNode(i)].mqtt, "", user, user, b.secrets[i], 60)
+	return c, "d/" + user + "/cmd", err
+}
+
+// commands runs a command workload against devmsg, then against
+// Mosquitto, and prints the ratios.
+func (b *runner) commands(ctx context.Context, workload string, out io.Writer) ([]Result, error) {
+	if b.nodes[0].mqtt == "" {
+		return nil, errors.New(workload + " needs the server's MQTT address: run without --target, or give --mqtt")
+	}
+	var failed atomic.Int64
+	conns, err := commandDevices(b.o.Subscribers, b.dialCommandDevice, &failed)
+	if err != nil {
+		return nil, err
+	}
+	var r Result
+	if workload == "command-latency" {
+		r, err = b.commandLatencyDevmsg(ctx, workload)
+	} else {
+		r, err = b.commandBatchDevmsg(ctx, workload)
+	}
+	closeAll(conns)
+	if err != nil {
+		return nil, err
+	}
+	if n := failed.Load(); n > 0 {
+		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d answers could not be published", n))
+	}
+	fmt.Fprintln(out, r.text())
+	if len(b.nodes) > 1 {
+		fmt.Fprintln(out, workload+": Mosquitto compares one broker; not run with several nodes")
+		return []Result{r}, nil
+	}
+	mq, err := b.commandsMosquitto(ctx, workload)
+	if err != nil {
+		return nil, fmt.Errorf("mosquitto: %w", err)
+	}
+	fmt.Fprintln(out, mq.text())
+	fmt.Fprintln(out, "devmsg / mosquitto:")
+	if mq.PerSecond > 0 {
+		fmt.Fprintf(out, "  round trips/s   %.2f (%.0f vs %.0f)\n", r.PerSecond/mq.PerSecond, r.PerSecond, mq.PerSecond)
+	}
+	if mq.P99 > 0 {
+		fmt.Fprintf(out, "  p99             %.2f (%s vs %s)\n", float64(r.P99)/float64(mq.P99), ms(r.P99), ms(mq.P99))
+	}
+	return []Result{r, mq}, nil
+}
+
+// commandRate is the rate of command-latency.
+func (b *runner) commandRate() int {
+	if b.o.Rate > 0 {
+		return b.o.Rate
+	}
+	return DefaultCommandRate
+}
+
+// commandLatencyDevmsg runs command-latency against devmsg.
+func (b *runner) commandLatencyDevmsg(ctx context.Context, workload string) (Result, error) {
+	rate := b.commandRate()
+	t, mu := newTally(), &sync.Mutex{}
+	send := func(c *conn, dev int, at time.Time) {
+		ok, reason := b.command(ctx, c, dev)
+		d := time.Since(at)
+		mu.Lock()
+		t.add(ok, reason, d)
+		t.noteSlow(at, d)
+		mu.Unlock()
+	}
+	win := b.begin(ctx, workload)
+	start := time.Now()
+	b.openSchedule(ctx, rate, send)
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	r := t.result(workload, b.crossNode(loadLabel(rate, 0, b.o.Subscribers)), elapsed)
+	r.slow = t.slow
+	return r, win.end(&r)
+}
+
+// command sends device i a ping with wait and checks that the answer is
+// the device's.
+func (b *runner) command(ctx context.Context, c *conn, i int) (bool, string) {
+	seq := b.seqBase + b.seq.Add(1)
+	body := fmt.Appendf(nil, `{"seq_no":%d,"device_name":%q,"name":"ping","params":{"seq":%d},"ttl":30,"timeout":10,"wait":%d}`, seq, deviceName(i), seq, commandWait)
+	st, resp, err := do(ctx, c.c, http.MethodPost, c.base+"/cmd/v1/cmd", b.key, b.secret, body)
+	if err != nil || st != http.StatusOK {
+		return false, failure(st, resp, err)
+	}
+	if !bytes.Contains(resp, []byte(`"state":"succeeded"`)) {
+		return false, fmt.Sprintf("not succeeded: %.200s", resp)
+	}
+	return true, ""
+}
+
+// commandBatchDevmsg runs command-batch against devmsg.
+func (b *runner) commandBatchDevmsg(ctx context.Context, workload string) (Result, error) {
+	groups := quotedGroups(b.o.Subscribers)
+	t, mu := newTally(), &sync.Mutex{}
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	win := b.begin(ctx, workload)
+	start := time.Now()
+	end := start.Add(b.o.Duration)
+	for w := range FanoutWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.workerConn(ctx, w)
+			defer c.close()
+			for k := w; time.Now().Before(end) && ctx.Err() == nil; k++ {
+				at := time.Now()
+				n, reason := b.commandBatch(ctx, c, groups[k%len(groups)])
+				answered.Add(int64(n))
+				mu.Lock()
+				t.add(reason == "", reason, time.Since(at))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	r := t.result(workload, fmt.Sprintf("%d conns × %d, %d dev", FanoutWorkers, len(groups[0]), b.o.Subscribers), elapsed)
+	r.PerSecond = float64(answered.Load()) / elapsed.Seconds()
+	return r, win.end(&r)
+}
+
+// quotedGroups is devices 0..n-1's names, quoted, in groups of at most
+// 1000: the batches of a batch call.
+func quotedGroups(n int) [][]string {
+	var groups [][]string
+	for from := 0; from < n; from += 1000 {
+		var names []string
+		for i := from; i < min(from+1000, n); i++ {
+			names = append(names, strconv.Quote(deviceName(i)))
+		}
+		groups = append(groups, names)
+	}
+	return groups
+}
+
+// commandBatch sends a ping with wait to the quoted names and returns how
+// many succeeded, and why the call failed ("" when every command did).
+func (b *runner) commandBatch(ctx context.Context, c *conn, names []string) (int, string) {
+	seq := b.seqBase + b.seq.Add(1)
+	body := fmt.Appendf(nil, `{"seq_no":%d,"device_names":[%s],"name":"ping","params":{"seq":%d},"ttl":30,"timeout":10,"wait":%d}`,
+		seq, strings.Join(names, ","), seq, commandWait)
+	st, resp, err := do(ctx, c.c, http.MethodPost, c.base+"/cmd/v1/cmds", b.key, b.secret, body)
+	if err != nil || st != http.StatusOK {
+		return 0, failure(st, resp, err)
+	}
+	var out struct {
+		Resp []struct {
+			State   string `json:"state"`
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"resp"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil {
+		return 0, err.Error()
+	}
+	n, reason := 0, ""
+	for _, r := range out.Resp {
+		if r.State == "succeeded" {
+			n++
+		} else if reason == "" {
+			reason = fmt.Sprintf("state %q code %d %s", r.State, r.Code, r.Message)
+		}
+	}
+	return n, reason
+}
+
+// commandsMosquitto runs the Mosquitto peer of a command workload.
+func (b *runner) commandsMosquitto(ctx context.Context, workload string) (Result, error) {
+	// No queue limit: a backend client of command-batch has a whole
+	// batch's responses coming at once. TCP_NODELAY, as a team running
+	// request/response on it would set: a device's connection carries the
+	// PUBACK of its response and then the next request, and with Nagle
+	// the request waits for the device's delayed ACK of that PUBACK (up
+	// to 40 ms). Message delivery has no such pattern, and the other
+	// Mosquitto peers run without it.
+	m, err := startMosquittoWith(ctx, 0, "set_tcp_nodelay true\n")
+	if err != nil {
+		return Result{}, err
+	}
+	defer m.stop()
+	var failed atomic.Int64
+	devs, err := commandDevices(b.o.Subscribers, func(i int) (*mqttConn, string, error) {
+		c, err := dialMQTT5(m.addr, "", "dev-"+deviceName(i), "", "", 60)
+		return c, "d/bench/" + deviceName(i) + "/cmd", err
+	}, &failed)
+	if err != nil {
+		return Result{}, err
+	}
+	defer closeAll(devs)
+	name := "mosquitto-" + workload
+	var r Result
+	if workload == "command-latency" {
+		r, err = b.requestLatencyMosquitto(ctx, m, name)
+	} else {
+		r, err = b.requestBatchMosquitto(ctx, m, name)
+	}
+	if n := failed.Load(); n > 0 {
+		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d responses could not be published", n))
+	}
+	r.ServerCPU, r.BenchCPU, r.RedisCPU = -1, -1, -1
+	return r, err
+}
+
+// requester is a backend client of the Mosquitto peer: it publishes
+// requests with its own Response Topic and reads the responses there.
+type requester struct {
+	c      *mqttConn
+	topic  string
+	window chan struct{} // a place per unacknowledged request
+}
+
+// requestWindow is how many requests a requester keeps unacknowledged:
+// the flow control of MQTT 5 (Receive Maximum) that Mosquitto's
+// max_inflight_messages of the bench's configuration matches.
+const requestWindow = 64
+
+func newRequester(m *mosquitto, k int, onResponse func(corr []byte)) (*requester, error) {
+	c, err := dialMQTT5(m.addr, "", fmt.Sprintf("backend-%d", k), "", "", 60)
+	if err != nil {
+		return nil, err
+	}
+	rq := &requester{c: c, topic: fmt.Sprintf("backend/%d/responses", k), window: make(chan struct{}, requestWindow)}
+	if err := c.subscribe(rq.topic); err != nil {
+		c.close()
+		return nil, err
+	}
+	go func() {
+		_ = c.serveProps(func(_ string, _ []byte, p mqttProps) { onResponse(p.corr) }, func(uint16) { <-rq.window }, false)
+	}()
+	return rq, nil
+}
+
+func (rq *requester) request(dev int, corr []byte) error {
+	rq.window <- struct{}{}
+	_, err := rq.c.publishProps("d/bench/"+deviceName(dev)+"/cmd", []byte(`{"name":"ping"}`), mqttProps{respTopic: rq.topic, corr: corr})
+	return err
+}
+
+// requestLatencyMosquitto publishes requests at the command rate, each
+// with its scheduled instant as Correlation Data, and times each from
+// then to its response.
+func (b *runner) requestLatencyMosquitto(ctx context.Context, m *mosquitto, name string) (Result, error) {
+	rate := b.commandRate()
+	t, mu, got := newTally(), &sync.Mutex{}, &atomic.Int64{}
+	rq, err := newRequester(m, 0, func(corr []byte) {
+		at, ok := parseNanos(string(corr))
+		if !ok {
+			return
+		}
+		d := time.Since(at)
+		got.Add(1)
+		mu.Lock()
+		t.add(true, "", d)
+		mu.Unlock()
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	defer rq.c.close()
+	var sent, failed int64
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < int(b.o.Duration/interval) && ctx.Err() == nil; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		if rq.request(i%b.o.Subscribers, strconv.AppendInt(nil, at.UnixNano(), 10)) != nil {
+			failed++
+		} else {
+			sent++
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); got.Load() < sent && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	r := t.result(name, loadLabel(rate, 0, b.o.Subscribers), time.Since(start))
+	r.Requests, r.Errors = sent+failed, sent+failed-got.Load()
+	r.PerSecond = float64(got.Load()) / time.Since(start).Seconds()
+	if r.Errors > 0 {
+		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d requests got no response within 10 s", r.Errors))
+	}
+	return r, nil
+}
+
+// requestBatchMosquitto has FanoutWorkers backend clients each publish a
+// request to every device and wait for all the responses, back to back.
+func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name string) (Result, error) {
+	t, mu := newTally(), &sync.Mutex{}
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, FanoutWorkers)
+	start := time.Now()
+	end := start.Add(b.o.Duration)
+	batch := min(b.o.Subscribers, 1000)
+	for w := range FanoutWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A response carries its batch's number; one of an earlier
+			// batch (none, unless lost) does not count for this one.
+			var current atomic.Int64
+			left := make(chan struct{}, batch)
+			rq, err := newRequester(m, w, func(corr []byte) {
+				if n, _ := strconv.ParseInt(string(corr), 10, 64); n == current.Load() {
+					left <- struct{}{}
+				}
+			})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer rq.c.close()
+			for k := int64(1); time.Now().Before(end) && ctx.Err() == nil; k++ {
+				current.Store(k)
+				corr := strconv.AppendInt(nil, k, 10)
+				at := time.Now()
+				from := (w * batch) % b.o.Subscribers
+				for i := range batch {
+					if err := rq.request((from+i)%b.o.Subscribers, corr); err != nil {
+						errs <- err
+						return
+					}
+				}
+				for range batch {
+					select {
+					case <-left:
+					case <-time.After(10 * time.Second):
+						errs <- fmt.Errorf("batch %d: responses missing after 10 s", k)
+						return
+					}
+				}
+				answered.Add(int64(batch))
+				mu.Lock()
+				t.add(true, "", time.Since(at))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	r := t.result(name, fmt.Sprintf("%d conns × %d, %d dev", FanoutWorkers, batch, b.o.Subscribers), elapsed)
+	r.PerSecond = float64(answered.Load()) / elapsed.Seconds()
+	for err := range errs {
+		r.Errors++
+		r.FirstErrors = append(r.FirstErrors, err.Error())
+	}
+	return r, nil
+}
