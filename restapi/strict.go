@@ -29,6 +29,8 @@ var requestBodies = map[string]any{
 	"POST /msg/v1/msg":                               apitypes.SendRequest{},
 	"POST /msg/v1/msgs":                              apitypes.BatchSendRequest{},
 	"POST /msg/v1/broadcast":                         apitypes.BroadcastRequest{},
+	"POST /cmd/v1/cmd":                               apitypes.CommandRequest{},
+	"POST /cmd/v1/cmds":                              apitypes.CommandBatchRequest{},
 	"POST /admin/v1/apps":                            apitypes.CreateAppRequest{},
 	"POST /admin/v1/apps/:key/master_secret":         apitypes.RotateSecretRequest{},
 	"PUT /admin/v1/apps/:key/properties":             apitypes.PropertyModel{},
