@@ -28,7 +28,7 @@ const TopicPrefix = "d/"
 // typical CONNECT or SUBSCRIBE whole, and a larger packet's body is read
 // past the buffer, straight into the packet.
 const (
-	DefaultMaxPacketSize   = 256 << 10
+	DefaultMaxPacketSize   = 264 << 10
 	DefaultWritesPending   = 16
 	DefaultReadBufferSize  = 128
 	DefaultWriteBufferSize = 1024

@@ -207,7 +207,9 @@ func TestParseReply(t *testing.T) {
 		bad           bool
 	}{
 		{`{"cmd_id":"12","code":3,"result":{"a":1}}`, "", 12, 3, false},
-		{`{"cmd_id":12}`, "", 12, 0, false},
+		{`{"cmd_id":12,"code":0}`, "", 12, 0, false},
+		{`{"cmd_id":12}`, "", 0, 0, true},
+		{`{"cmd_id":"12","code":null,"message":"disk full"}`, "", 0, 0, true},
 		{`{"code":0}`, "77", 77, 0, false},
 		{`{"code":0}`, "", 0, 0, true},
 		{`{"cmd_id":"x"}`, "", 0, 0, true},
@@ -227,5 +229,26 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A wait that runs out answers each command as it is then: a command
+// delivered while the call waited shows delivered, not sent.
+func TestWaitRunningOutAnswersTheStateNow(t *testing.T) {
+	f := newFixture(t, "d1")
+	ctx := context.Background()
+	c := f.send(t, "d1", command.Request{Name: "slow", Timeout: 30})
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		if err := f.svc.Delivered(ctx, "app", "d1", c.ID); err != nil {
+			t.Error(err)
+		}
+	}()
+	got, err := f.svc.Wait(ctx, "app", []store.Command{c}, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].State != store.CmdDelivered || got[0].TimeDelivered == 0 {
+		t.Fatalf("after the wait: %+v, want delivered with its time", got[0])
 	}
 }

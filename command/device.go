@@ -101,10 +101,11 @@ func ParseReply(payload, correlation []byte) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	r := Reply{ID: id, Result: p.Result}
-	if p.Code != nil {
-		r.Code = *p.Code
+	if p.Code == nil {
+		// An answer without its code is not taken for a success.
+		return Reply{}, fmt.Errorf("%w: code missing", ErrMalformed)
 	}
+	r := Reply{ID: id, Code: *p.Code, Result: p.Result}
 	if p.Message != nil {
 		r.Message = *p.Message
 	}

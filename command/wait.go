@@ -101,7 +101,7 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 		select {
 		case <-w.ch:
 		case <-timer.C:
-			return out, nil
+			return s.reread(ctx, appKey, out)
 		case <-ctx.Done():
 			return out, nil
 		}
@@ -112,4 +112,21 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 		out[w.i] = c
 	}
 	return out, nil
+}
+
+// reread reads again the commands of cmds still open when a wait ran
+// out: the answer shows each as it is then (delivered, in progress), not
+// as it was when the wait began.
+func (s *Service) reread(ctx context.Context, appKey string, cmds []store.Command) ([]store.Command, error) {
+	for i, c := range cmds {
+		if c.ID == 0 || !c.Open() {
+			continue
+		}
+		now, err := s.store.GetCommand(ctx, appKey, c.ID)
+		if err != nil {
+			return nil, commandErr(c.ID, err)
+		}
+		cmds[i] = now
+	}
+	return cmds, nil
 }
