@@ -92,6 +92,11 @@ func (a *API) sendCommand(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	leave, err := a.admitWait(c, wait)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	app := currentApp(c)
 	f := cmdSend{seqNo: seqNo, req: req, wait: wait, fp: fingerprint("POST /cmd/v1/cmd", obj)}
 	if name == "" {
@@ -128,6 +133,11 @@ func (a *API) sendCommands(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	leave, err := a.admitWait(c, wait)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	app := currentApp(c)
 	f := cmdSend{seqNo: seqNo, req: req, wait: wait, fp: fingerprint("POST /cmd/v1/cmds", obj)}
 	if done, err := a.cmdReplay(c, app.Key, f); done || err != nil {
@@ -283,6 +293,11 @@ func (a *API) getCommand(c *gin.Context) error {
 			return errInvalid("wait must be 0 to %d seconds, got %d", command.MaxWait, wait)
 		}
 	}
+	leave, err := a.admitWait(c, time.Duration(wait)*time.Second)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	app := currentApp(c)
 	cmd, err := a.commands.Get(c.Request.Context(), app.Key, id)
 	if err != nil {
@@ -315,4 +330,16 @@ func cmdIDParam(c *gin.Context) (int64, error) {
 		return 0, errInvalid("cmd_id must be an integer")
 	}
 	return id, nil
+}
+
+// admitWait admits a command call that waits as a long-poll, before it
+// creates or reads anything: it holds a connection as long as a pull
+// with wait does, and counts against the same per-app cap and descriptor
+// budget (429/2002 when refused). A call without wait needs no
+// admission.
+func (a *API) admitWait(c *gin.Context, wait time.Duration) (leave func(), err error) {
+	if wait <= 0 {
+		return func() {}, nil
+	}
+	return a.enterWait(c)
 }

@@ -64,14 +64,23 @@ func TestLongPollCaps(t *testing.T) {
 		c.MaxLongPollsPerApp = 1
 		c.LongPollRoom = room.Load
 	})
+	e.createDevices("lp-0001") // its device.created is event 1: the polls wait after it
 	waiting := make(chan response, 1)
-	go func() { waiting <- e.call("GET", "/event/v1/events?wait=2", nil) }()
+	go func() { waiting <- e.call("GET", "/event/v1/events?after=1&wait=2", nil) }()
 	time.Sleep(500 * time.Millisecond) // the first is waiting
-	if r := e.call("GET", "/event/v1/events?wait=1", nil); r.status != 429 || !strings.Contains(string(r.body), `"code":2002`) || r.header.Get("Retry-After") == "" {
+	if r := e.call("GET", "/event/v1/events?after=1&wait=1", nil); r.status != 429 || !strings.Contains(string(r.body), `"code":2002`) || r.header.Get("Retry-After") == "" {
 		t.Errorf("a second long-poll of the app: %d %s", r.status, r.body)
 	}
 	if r := e.call("GET", "/event/v1/events", nil); r.status != 200 {
 		t.Errorf("a pull without wait: %d %s", r.status, r.body)
+	}
+	// A command call that waits is a long-poll too: refused before it
+	// creates anything; without wait it goes through.
+	if r := e.call("POST", "/cmd/v1/cmd", `{"seq_no":7,"device_name":"lp-0001","name":"ping","ttl":60,"wait":5}`); r.status != 429 || !strings.Contains(string(r.body), `"code":2002`) {
+		t.Errorf("a waiting command over the app's cap: %d %s", r.status, r.body)
+	}
+	if r := e.call("POST", "/cmd/v1/cmd", `{"seq_no":7,"device_name":"lp-0001","name":"ping","ttl":60,"wait":0}`); r.status != 200 {
+		t.Errorf("the same command without wait, after the refusal: %d %s", r.status, r.body)
 	}
 	if r := <-waiting; r.status != 200 {
 		t.Errorf("the waiting long-poll: %d %s", r.status, r.body)
