@@ -60,6 +60,13 @@ func TestSpecLint(t *testing.T) {
 	fault := func(n *yaml.Node, format string, args ...any) {
 		faults = append(faults, fmt.Sprintf("line %d: %s", n.Line, fmt.Sprintf(format, args...)))
 	}
+	if info, ok := get(doc, "info"); !ok {
+		fault(doc, "no info")
+	} else if lic, ok := get(info, "license"); !ok {
+		fault(info, "info has no license: generated clients and catalogues show it")
+	} else if name, ok := get(lic, "name"); !ok || name.Value == "" {
+		fault(lic, "the license has no name")
+	}
 	walkSchemas(doc, func(n *yaml.Node) {
 		_, hasType := get(n, "type")
 		if v, ok := get(n, "nullable"); ok && v.Value == "true" && !hasType {
