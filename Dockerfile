@@ -15,8 +15,11 @@ FROM golang:${GO_VERSION} AS build
 # ever disagree.
 ENV GOTOOLCHAIN=local
 WORKDIR /src
-# Modules first, so a source change does not download them again.
+# Modules first, so a source change does not download them again. go.mod
+# replaces mochi-mqtt with the patched copy in third_party, whose go.mod
+# the download needs.
 COPY go.mod go.sum ./
+COPY third_party/mochi-mqtt/go.mod third_party/mochi-mqtt/go.sum ./third_party/mochi-mqtt/
 RUN go mod download
 COPY . .
 # `devmsg version` prints this.
