@@ -64,9 +64,12 @@ present() {
 	return 1
 }
 
-# rootfs: the debootstrapped Debian root filesystem, as a tar file.
+# rootfs makes the debootstrapped Debian root filesystem, as the tar file
+# $rootfs_tar, unless it is there. (Not called in a subshell, so that its
+# exit 3 ends the script.)
+rootfs_tar=$cache/$suite-rootfs.tar
 rootfs() {
-	local tar=$cache/$suite-rootfs.tar
+	local tar=$rootfs_tar
 	if [ ! -s "$tar" ]; then
 		if ! command -v debootstrap >/dev/null || [ "$(id -u)" != 0 ]; then
 			log "building stand-ins needs debootstrap, run as root (apt-get install debootstrap)"
@@ -86,7 +89,6 @@ rootfs() {
 		mv "$tar.tmp" "$tar"
 		rm -rf "$dir" "$dir.log"
 	fi
-	echo "$tar"
 }
 
 base=devmsg-standin/debian:$suite
@@ -94,7 +96,8 @@ base=devmsg-standin/debian:$suite
 standin_base() {
 	have "$base" && return
 	log "importing $base"
-	docker import -c 'CMD ["bash"]' -c 'LABEL devmsg.standin=true' "$(rootfs)" "$base" >/dev/null
+	rootfs
+	docker import -c 'CMD ["bash"]' -c 'LABEL devmsg.standin=true' "$rootfs_tar" "$base" >/dev/null
 }
 
 # build TAG DOCKERFILE [EXTRA-FILE...]: a stand-in from a Dockerfile in
@@ -108,10 +111,10 @@ build() {
 standin_distroless() {
 	# Only a few files of the root filesystem, imported on their own:
 	# there is no shell in it.
-	local tar tmp
-	tar=$(rootfs)
+	local tmp
+	rootfs
 	tmp=$(mktemp -d)
-	tar -C "$tmp" -xf "$tar" ./etc/ssl/certs/ca-certificates.crt ./usr/share/zoneinfo
+	tar -C "$tmp" -xf "$rootfs_tar" ./etc/ssl/certs/ca-certificates.crt ./usr/share/zoneinfo
 	mkdir -p "$tmp/tmp" "$tmp/home/nonroot" "$tmp/root"
 	chmod 1777 "$tmp/tmp"
 	chown 65532:65532 "$tmp/home/nonroot"
