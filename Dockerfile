@@ -15,8 +15,11 @@ FROM golang:${GO_VERSION} AS build
 # ever disagree.
 ENV GOTOOLCHAIN=local
 WORKDIR /src
-# Modules first, so a source change does not download them again.
+# Modules first, so a source change does not download them again. go.mod
+# replaces mochi-mqtt with the patched copy in third_party, whose go.mod
+# the download needs.
 COPY go.mod go.sum ./
+COPY third_party/mochi-mqtt/go.mod third_party/mochi-mqtt/go.sum ./third_party/mochi-mqtt/
 RUN go mod download
 COPY . .
 # `devmsg version` prints this.
@@ -43,10 +46,10 @@ VOLUME ["/var/lib/devmsg"]
 # http.addr (HTTPS: REST API, admin API, console, /healthz, /readyz,
 # /metrics), then mqtt.tcp_addr, mqtt.tls_addr and mqtt.ws_addr.
 EXPOSE 8443 1883 8883 8083
-# No HEALTHCHECK: it would run inside the container, and distroless has no
-# shell or curl to run it with. Check GET /readyz from outside instead: the
-# load balancer in deploy/haproxy.cfg does, and so can an orchestrator's
-# HTTPS probe.
+# No HEALTHCHECK here: it must know the node's config (http.addr, TLS).
+# `devmsg healthcheck` with the same --config as serve asks the node's own
+# GET /readyz (distroless has no shell or curl); docker-compose.yml runs
+# it. The load balancer in deploy/haproxy.cfg checks GET /readyz itself.
 # SIGTERM lets requests in flight finish for up to 30 s; give the container
 # that long to stop (docker stop -t 40, compose stop_grace_period: 40s).
 STOPSIGNAL SIGTERM

@@ -1,4 +1,4 @@
-.PHONY: run build test test-mochi test-race lint bench crash-loop crash-loop-commands crash-loop-events crash-fanout churn
+.PHONY: images run build test test-mochi test-race lint bench crash-loop crash-loop-commands crash-loop-events crash-fanout churn
 
 # `devmsg version` prints this; without git (a source tarball) it stays "dev".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -67,3 +67,9 @@ crash-loop-events:
 # (docs/api.md, "Broadcast").
 crash-fanout:
 	DEVMSG_FANOUT_DEVICES=$${DEVMSG_FANOUT_DEVICES:-50000} go test -count=1 -timeout 30m -run 'TestKill9DuringFanout$$|TestClusterFanoutNodeKilled$$' -v ./cmd/devmsg
+
+# The devmsg image (devmsg:$${VERSION:-dev}, as docker-compose.yml runs it),
+# with local stand-ins for the base images when no registry can be reached:
+# deploy/images/build.sh, docs/operations.md "docker-compose.yml".
+images:
+	deploy/images/build.sh

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,10 +58,14 @@ type cbError struct {
 	Message string `json:"message"`
 }
 
-func newReceiver(t *testing.T) *receiver {
+func newReceiver(t *testing.T) *receiver { return newReceiverAt(t, "") }
+
+// newReceiverAt is newReceiver listening on addr (host:port), or on a
+// loopback port when addr is "".
+func newReceiverAt(t *testing.T, addr string) *receiver {
 	r := &receiver{t: t}
 	r.status.Store(200)
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = serveTestHTTP(t, addr, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet {
 			io.WriteString(w, req.URL.Query().Get("echostr"))
 			return
@@ -83,8 +88,25 @@ func newReceiver(t *testing.T) *receiver {
 		r.mu.Unlock()
 		w.WriteHeader(int(r.status.Load()))
 	}))
-	t.Cleanup(r.srv.Close)
 	return r
+}
+
+// serveTestHTTP starts an HTTP server for h on addr, or on a loopback
+// port when addr is "", closed when the test ends.
+func serveTestHTTP(t *testing.T, addr string, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Listener.Close()
+		srv.Listener = ln
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 func (r *receiver) url(path string) string { return r.srv.URL + path }

@@ -34,9 +34,13 @@ type wireEvent struct {
 	Data       json.RawMessage `json:"data"`
 }
 
-func newEventReceiver(t *testing.T) *eventReceiver {
+func newEventReceiver(t *testing.T) *eventReceiver { return newEventReceiverAt(t, "") }
+
+// newEventReceiverAt is newEventReceiver listening on addr (host:port), or
+// on a loopback port when addr is "".
+func newEventReceiverAt(t *testing.T, addr string) *eventReceiver {
 	r := &eventReceiver{t: t}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = serveTestHTTP(t, addr, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet {
 			io.WriteString(w, req.URL.Query().Get("echostr"))
 			return
@@ -53,7 +57,6 @@ func newEventReceiver(t *testing.T) *eventReceiver {
 		r.events = append(r.events, evs...)
 		r.mu.Unlock()
 	}))
-	t.Cleanup(r.srv.Close)
 	return r
 }
 

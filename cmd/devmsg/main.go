@@ -32,6 +32,8 @@ var subcommands = map[string]subcommand{
 	// app's events from a terminal").
 	"events": {runEvents, "tail an app's event log, optionally forwarding it to a webhook URL"},
 	"bench":  {runBench, "measure a devmsg server's throughput and latency and print a report"},
+	// healthcheck is a container's health check (docker-compose.yml).
+	"healthcheck": {runHealthcheck, "exit 0 if the devmsg serving on this machine is ready (GET /readyz), else 1"},
 	// bench-client is internal: the client processes of devmsg bench.
 	"bench-client": {runBenchClient, ""},
 	"version": {func(_ context.Context, _ []string, stdout, _ io.Writer) error {
