@@ -64,6 +64,13 @@ type Session struct {
 	nextPID uint16
 	// awaiting holds the packet ids of QoS 1 publishes not yet acknowledged.
 	awaiting map[uint16]struct{}
+	// waitingRequests counts the requests that found the window full
+	// and wait for a place (PublishRequestWithin): while there is one,
+	// PublishWithin sends nothing.
+	waitingRequests int
+	// uncounted holds the awaited packet ids that hold no place in the
+	// window any more (Uncount).
+	uncounted map[uint16]struct{}
 	// subscribed holds the service topics the device subscribed to.
 	subscribed map[string]bool
 
@@ -120,7 +127,7 @@ func (s *Session) Subscribed(topic string) bool {
 func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error) {
 	var id [1]uint16 // on the stack: one delivery costs no id slice
 	payloads := [1][]byte{payload}
-	ids, err := s.publish(id[:0], topic, payloads[:], qos)
+	ids, err := s.publish(id[:0], topic, payloads[:], qos, 0)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -132,31 +139,96 @@ func (s *Session) Publish(topic string, payload []byte, qos byte) (uint16, error
 // to the device's prefix) and Correlation Data; to an MQTT 3.1.1 device,
 // which has neither, it is Publish.
 func (s *Session) PublishRequest(topic string, payload []byte, responseTopic string, correlation []byte) (uint16, error) {
-	if s.ProtocolVersion < 5 {
-		return s.Publish(topic, payload, 1)
-	}
 	id, err := s.takePacketID()
 	if err != nil {
 		return 0, err
 	}
+	return id, s.writeRequest(id, topic, payload, responseTopic, correlation)
+}
+
+// PublishRequestWithin is PublishRequest within a window of limit QoS 1
+// publishes unacknowledged (MQTT 5's Receive Maximum), in which requests
+// go ahead of PublishWithin: sent false, with nothing sent, when the
+// window is full. A request that finds it full waits for a place unless
+// waited says it is one that waits already: while one waits,
+// PublishWithin sends nothing, so the next free place is the request's,
+// until it is sent with waited set or given up (UnwaitRequest).
+// Requests that wait take places in the order the caller sends them.
+func (s *Session) PublishRequestWithin(limit int, waited bool, topic string, payload []byte, responseTopic string, correlation []byte) (id uint16, sent bool, err error) {
+	s.mu.Lock()
+	if s.inWindow() >= limit {
+		if !waited {
+			s.waitingRequests++
+		}
+		s.mu.Unlock()
+		return 0, false, nil
+	}
+	id, err = s.nextPacketID()
+	if err == nil && waited {
+		s.waitingRequests--
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return 0, false, err
+	}
+	return id, true, s.writeRequest(id, topic, payload, responseTopic, correlation)
+}
+
+// WaitRequest counts one more request waiting for a place in the window
+// (see PublishRequestWithin): one that queues behind requests that wait
+// already, without trying for a place of its own.
+func (s *Session) WaitRequest() {
+	s.mu.Lock()
+	s.waitingRequests++
+	s.mu.Unlock()
+}
+
+// UnwaitRequest gives up a request that waited for a place in the window.
+func (s *Session) UnwaitRequest() {
+	s.mu.Lock()
+	s.waitingRequests = max(0, s.waitingRequests-1)
+	s.mu.Unlock()
+}
+
+// Uncount stops counting packet id, still awaiting its PUBACK, in the
+// window of PublishWithin and PublishRequestWithin: the caller gave up
+// its publish (a message that expired unacknowledged) and the device
+// declared no Receive Maximum that would still count it.
+func (s *Session) Uncount(id uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.awaiting[id]; !ok {
+		return
+	}
+	if s.uncounted == nil {
+		s.uncounted = map[uint16]struct{}{}
+	}
+	s.uncounted[id] = struct{}{}
+}
+
+// inWindow is how many publishes hold places in the window; the caller
+// holds s.mu.
+func (s *Session) inWindow() int { return len(s.awaiting) - len(s.uncounted) }
+
+// writeRequest writes a request with packet id id, taken already.
+func (s *Session) writeRequest(id uint16, topic string, payload []byte, responseTopic string, correlation []byte) error {
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
 		TopicName:   s.prefix + topic,
 		Payload:     payload,
 		PacketID:    id,
 	}
-	pk.Properties.ResponseTopic = s.prefix + responseTopic
-	pk.Properties.CorrelationData = correlation
+	if s.ProtocolVersion >= 5 {
+		pk.Properties.ResponseTopic = s.prefix + responseTopic
+		pk.Properties.CorrelationData = correlation
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.holding {
 		s.held = append(s.held, pk)
-		return id, nil
+		return nil
 	}
-	if err := s.writeAll([]packets.Packet{pk}); err != nil {
-		return 0, err
-	}
-	return id, nil
+	return s.writeAll([]packets.Packet{pk})
 }
 
 // ReceiveMaximum is how many QoS 1 publishes the device takes
@@ -174,11 +246,21 @@ func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint1
 	if qos > 0 {
 		ids = make([]uint16, 0, len(payloads))
 	}
-	return s.publish(ids, topic, payloads, qos)
+	return s.publish(ids, topic, payloads, qos, 0)
 }
 
-// publish is PublishAll, appending the packet ids to ids.
-func (s *Session) publish(ids []uint16, topic string, payloads [][]byte, qos byte) ([]uint16, error) {
+// PublishWithin is PublishAll at QoS 1 within a window of limit QoS 1
+// publishes unacknowledged (MQTT 5's Receive Maximum), behind the
+// requests that wait for a place (PublishRequestWithin): it sends the
+// payloads that fit, in order, and returns their packet ids, fewer than
+// the payloads (none while a request waits) when the window is full.
+func (s *Session) PublishWithin(limit int, topic string, payloads [][]byte) ([]uint16, error) {
+	return s.publish(make([]uint16, 0, len(payloads)), topic, payloads, 1, limit)
+}
+
+// publish is PublishAll, appending the packet ids to ids; with limit
+// above 0, only the payloads that fit in the window (PublishWithin).
+func (s *Session) publish(ids []uint16, topic string, payloads [][]byte, qos byte, limit int) ([]uint16, error) {
 	pksp := packetSlices.Get().(*[]packets.Packet)
 	defer func() {
 		clear(*pksp) // drop the payloads
@@ -195,7 +277,11 @@ func (s *Session) publish(ids []uint16, topic string, payloads [][]byte, qos byt
 			Payload:     p,
 		}
 		if qos > 0 {
-			id, err := s.takePacketID()
+			id, err := s.takePacketIDWithin(limit)
+			if errors.Is(err, errWindowFull) {
+				pks = pks[:i]
+				break
+			}
 			if err != nil {
 				for _, pk := range pks[:i] {
 					s.releasePacketID(pk.PacketID)
@@ -205,6 +291,9 @@ func (s *Session) publish(ids []uint16, topic string, payloads [][]byte, qos byt
 			pks[i].PacketID = id
 			ids = append(ids, id)
 		}
+	}
+	if len(pks) == 0 {
+		return ids, nil
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -298,6 +387,25 @@ func (s *Session) TakenOver() { s.b.disconnect(s.cl, packets.ErrSessionTakenOver
 func (s *Session) takePacketID() (uint16, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.nextPacketID()
+}
+
+// errWindowFull: the window of takePacketIDWithin is full.
+var errWindowFull = errors.New("window full")
+
+// takePacketIDWithin is takePacketID within a window of limit (0: none),
+// and none while a request waits for a place.
+func (s *Session) takePacketIDWithin(limit int) (uint16, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit > 0 && (s.waitingRequests > 0 || s.inWindow() >= limit) {
+		return 0, errWindowFull
+	}
+	return s.nextPacketID()
+}
+
+// nextPacketID takes a free packet id; the caller holds s.mu.
+func (s *Session) nextPacketID() (uint16, error) {
 	if s.awaiting == nil {
 		s.awaiting = make(map[uint16]struct{})
 	}
@@ -322,6 +430,12 @@ func (s *Session) releasePacketID(id uint16) bool {
 		return false
 	}
 	delete(s.awaiting, id)
+	if _, ok := s.uncounted[id]; ok {
+		delete(s.uncounted, id)
+		if len(s.uncounted) == 0 {
+			s.uncounted = nil
+		}
+	}
 	return true
 }
 

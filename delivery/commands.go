@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,20 +28,41 @@ type requestConn interface {
 	PublishRequest(topic string, payload []byte, responseTopic string, correlation []byte) (uint16, error)
 }
 
-// CommandSender puts commands on device connections, apart from the
-// message queue and its window: a backlog of messages never delays a
-// command. It keeps only the commands awaiting their PUBACK, per
-// connection, so a device that never gets a command costs nothing here.
+// windowRequestConn is a requestConn that keeps the device's window,
+// shared with messages (broker.Session): see windowConn. A command takes
+// the next free place ahead of any message; one that finds the window
+// full waits for a place (PublishRequestWithin with waited false), and
+// the places that free go to the waiting commands, in order, before any
+// message (waited true), until each is sent or given up (UnwaitRequest).
+type windowRequestConn interface {
+	PublishRequestWithin(limit int, waited bool, topic string, payload []byte, responseTopic string, correlation []byte) (uint16, bool, error)
+	WaitRequest()
+	UnwaitRequest()
+}
+
+// CommandSender puts commands on device connections, in the window of
+// unacknowledged publishes they share with messages (Receive Maximum),
+// ahead of the message queue: a command takes the next free place, so
+// a backlog of messages never delays it, and it waits only for a place
+// that a publish in flight holds until its PUBACK. It keeps only the
+// commands awaiting their PUBACK or a place, per connection, so a device
+// that never gets a command costs nothing here.
 type CommandSender struct {
 	store CommandStore
 	svc   *command.Service
 	log   *slog.Logger
 	now   func() time.Time
+	// freed, when set, is told of a place a command left in a
+	// connection's window (Dispatcher.Freed).
+	freed func(c Conn, app, dev string)
 
 	mu       sync.Mutex
 	inflight map[Conn]map[uint16]cmdRef
-	// active counts the commands being published or awaiting their
-	// PUBACK: while it is 0, a PUBACK is a message's, found at once.
+	// waiting holds, per connection, the ids of the commands waiting
+	// for a place in its window, in accepted order.
+	waiting map[Conn][]int64
+	// active counts the commands being published, awaiting their PUBACK
+	// or a place: while it is 0, a PUBACK is a message's, found at once.
 	active atomic.Int64
 
 	// locks order the sends to one device (accepted order).
@@ -55,8 +77,13 @@ type cmdRef struct {
 // NewCommandSender returns a CommandSender recording sends and PUBACKs
 // with svc.
 func NewCommandSender(st CommandStore, svc *command.Service, log *slog.Logger) *CommandSender {
-	return &CommandSender{store: st, svc: svc, log: log, now: time.Now, inflight: map[Conn]map[uint16]cmdRef{}}
+	return &CommandSender{store: st, svc: svc, log: log, now: time.Now, inflight: map[Conn]map[uint16]cmdRef{}, waiting: map[Conn][]int64{}}
 }
+
+// SetFreed has the sender tell f of each place a command leaves in a
+// connection's window, so that messages waiting for it go: call before
+// devices connect.
+func (cs *CommandSender) SetFreed(f func(c Conn, app, dev string)) { cs.freed = f }
 
 func (cs *CommandSender) lock(app, dev string) func() {
 	h := uint32(2166136261)
@@ -119,9 +146,11 @@ func (cs *CommandSender) Send(ctx context.Context, c Conn, cmd store.Command) {
 }
 
 // publish puts cmd on c and records its packet id, under the device's
-// lock; it reports whether it did. The sent state is written after the
-// lock is released (recordSent), so the PUBACK's delivered write need
-// not wait for it: either order ends delivered.
+// lock; it reports whether it did. A command that finds c's window full,
+// or commands waiting for a place already, waits behind them (drain).
+// The sent state is written after the lock is released (recordSent), so
+// the PUBACK's delivered write need not wait for it: either order ends
+// delivered.
 func (cs *CommandSender) publish(c Conn, cmd store.Command) bool {
 	if !command.Deliverable(cmd, cs.now().UnixMilli()) {
 		return false
@@ -133,21 +162,59 @@ func (cs *CommandSender) publish(c Conn, cmd store.Command) bool {
 			return false
 		}
 	}
+	waiting := cs.waiting[c]
+	if slices.Contains(waiting, cmd.ID) {
+		cs.mu.Unlock()
+		return false
+	}
 	cs.mu.Unlock()
 	cs.active.Add(1)
-	payload := command.Payload(cmd)
-	var pid uint16
-	var err error
-	if rc, ok := c.(requestConn); ok {
-		pid, err = rc.PublishRequest(command.TopicCmd, payload, command.TopicReply, []byte(strconv.FormatInt(cmd.ID, 10)))
-	} else {
-		pid, err = c.Publish(command.TopicCmd, payload, 1)
+	wc, windowed := c.(windowRequestConn)
+	if windowed && len(waiting) > 0 {
+		wc.WaitRequest()
+		cs.wait(c, cmd.ID)
+		return false
 	}
+	pid, sent, err := cs.write(c, cmd, false)
 	if err != nil {
 		cs.active.Add(-1)
 		cs.log.Debug("publish a command", "app", cmd.AppKey, "device", cmd.DeviceName, "cmd_id", cmd.ID, "err", err)
 		return false
 	}
+	if !sent {
+		cs.wait(c, cmd.ID)
+		return false
+	}
+	cs.record(c, pid, cmd)
+	return true
+}
+
+// write publishes cmd on c, within c's window when c keeps one (waited:
+// cmd waits for a place already); sent false when the window is full.
+func (cs *CommandSender) write(c Conn, cmd store.Command, waited bool) (pid uint16, sent bool, err error) {
+	payload := command.Payload(cmd)
+	corr := []byte(strconv.FormatInt(cmd.ID, 10))
+	if wc, ok := c.(windowRequestConn); ok {
+		limit, _ := windowFor(c)
+		return wc.PublishRequestWithin(limit, waited, command.TopicCmd, payload, command.TopicReply, corr)
+	}
+	if rc, ok := c.(requestConn); ok {
+		pid, err = rc.PublishRequest(command.TopicCmd, payload, command.TopicReply, corr)
+	} else {
+		pid, err = c.Publish(command.TopicCmd, payload, 1)
+	}
+	return pid, err == nil, err
+}
+
+// wait queues command id on c for a place in its window.
+func (cs *CommandSender) wait(c Conn, id int64) {
+	cs.mu.Lock()
+	cs.waiting[c] = append(cs.waiting[c], id)
+	cs.mu.Unlock()
+}
+
+// record records cmd in flight on c with packet id pid.
+func (cs *CommandSender) record(c Conn, pid uint16, cmd store.Command) {
 	cs.mu.Lock()
 	m := cs.inflight[c]
 	if m == nil {
@@ -156,7 +223,63 @@ func (cs *CommandSender) publish(c Conn, cmd store.Command) bool {
 	}
 	m[pid] = cmdRef{cmd.AppKey, cmd.DeviceName, cmd.ID}
 	cs.mu.Unlock()
-	return true
+}
+
+// drain sends the commands waiting on c for a place in its window, in
+// order, while places are free, under the device's lock; it returns
+// those it sent, to be recorded sent. Each is read again: one cancelled,
+// answered or expired while it waited is given up. Its place then goes
+// to the next, or back to the messages (freed).
+func (cs *CommandSender) drain(ctx context.Context, c Conn, app, dev string) (sent []store.Command, freed bool) {
+	cs.mu.Lock()
+	ids := slices.Clone(cs.waiting[c])
+	cs.mu.Unlock()
+	wc, ok := c.(windowRequestConn)
+	if len(ids) == 0 || !ok {
+		return nil, false
+	}
+	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
+	if err != nil {
+		cs.log.Error("read a device's commands", "app", app, "device", dev, "err", err)
+		return nil, false
+	}
+	byID := make(map[int64]store.Command, len(open))
+	for _, cmd := range open {
+		byID[cmd.ID] = cmd
+	}
+	now := cs.now().UnixMilli()
+	done, gaveUp := 0, 0 // ids sent or given up; given up
+	for _, id := range ids {
+		cmd, found := byID[id]
+		if !found || !command.Deliverable(cmd, now) {
+			wc.UnwaitRequest()
+			done, gaveUp = done+1, gaveUp+1
+			continue
+		}
+		pid, ok, err := cs.write(c, cmd, true)
+		if err != nil || !ok {
+			if err != nil {
+				cs.log.Debug("publish a command", "app", app, "device", dev, "cmd_id", id, "err", err)
+			}
+			break // the connection ends (Detach forgets the rest), or the window is full
+		}
+		cs.record(c, pid, cmd)
+		sent = append(sent, cmd)
+		done++
+	}
+	cs.mu.Lock()
+	// Detach, which counts the waiting ones out of active, may have
+	// forgotten c meanwhile.
+	if w, live := cs.waiting[c]; live {
+		cs.active.Add(-int64(gaveUp))
+		if done < len(w) {
+			cs.waiting[c] = w[done:]
+		} else {
+			delete(cs.waiting, c)
+		}
+	}
+	cs.mu.Unlock()
+	return sent, gaveUp > 0 && len(sent) == 0
 }
 
 // recordSent writes that cmd was published (queued to sent).
@@ -168,13 +291,17 @@ func (cs *CommandSender) recordSent(ctx context.Context, cmd store.Command) {
 
 // Acked takes a PUBACK on c, the device's connection: when it
 // acknowledges a command, the command is delivered once that is stored,
-// and Acked reports true. It holds the device's lock, so a publish under
-// way has recorded its packet id, and a read of Attach sees the delivery.
+// and Acked reports true. Either way the place the PUBACK freed goes to
+// the commands waiting on c, if any, before any message. It holds the
+// device's lock, so a publish under way has recorded its packet id, and
+// a read of Attach sees the delivery.
 func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 	if cs.active.Load() == 0 {
 		return false
 	}
-	defer cs.lock(app, dev)()
+	ctx := context.Background()
+	var sent []store.Command
+	unlock := cs.lock(app, dev)
 	cs.mu.Lock()
 	ref, ok := cs.inflight[c][pid]
 	if ok {
@@ -184,22 +311,52 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 		}
 	}
 	cs.mu.Unlock()
-	if !ok {
-		return false
+	if ok {
+		cs.active.Add(-1)
+		if err := cs.svc.Delivered(ctx, ref.app, ref.dev, ref.id); err != nil {
+			cs.log.Error("record a command delivered", "app", ref.app, "cmd_id", ref.id, "err", err)
+		}
 	}
-	cs.active.Add(-1)
-	if err := cs.svc.Delivered(context.Background(), ref.app, ref.dev, ref.id); err != nil {
-		cs.log.Error("record a command delivered", "app", ref.app, "cmd_id", ref.id, "err", err)
+	sent, freed := cs.drain(ctx, c, app, dev)
+	unlock()
+	for _, cmd := range sent {
+		cs.recordSent(ctx, cmd)
 	}
-	return true
+	// A place no command took goes to the messages: one a command's
+	// PUBACK freed (a message's PUBACK frees its own), or given up.
+	if cs.freed != nil && ((ok && len(sent) == 0) || freed) {
+		cs.freed(c, app, dev)
+	}
+	return ok
 }
 
-// Detach forgets connection c, which ended: what it had in flight is
-// sent again, with the same cmd_id, on the device's next connection.
+// Drain sends the commands waiting on c for places in its window that
+// freed without a PUBACK (Dispatcher.SetWindowFreed); the places no
+// command takes go back to the messages.
+func (cs *CommandSender) Drain(c Conn, app, dev string) {
+	if cs.active.Load() == 0 {
+		return // the flush that freed them uses them
+	}
+	ctx := context.Background()
+	unlock := cs.lock(app, dev)
+	sent, _ := cs.drain(ctx, c, app, dev)
+	unlock()
+	for _, cmd := range sent {
+		cs.recordSent(ctx, cmd)
+	}
+	if cs.freed != nil {
+		cs.freed(c, app, dev)
+	}
+}
+
+// Detach forgets connection c, which ended: what it had in flight or
+// waiting is sent again, with the same cmd_id, on the device's next
+// connection.
 func (cs *CommandSender) Detach(c Conn) {
 	cs.mu.Lock()
-	cs.active.Add(-int64(len(cs.inflight[c])))
+	cs.active.Add(-int64(len(cs.inflight[c]) + len(cs.waiting[c])))
 	delete(cs.inflight, c)
+	delete(cs.waiting, c)
 	cs.mu.Unlock()
 }
 

@@ -84,6 +84,9 @@ type Dispatcher struct {
 	published, delivered, expired atomic.Int64
 
 	acks ackStage
+	// windowFreed, when set, is told of places a connection's messages
+	// left in its window without a PUBACK (SetWindowFreed).
+	windowFreed func(c Conn, app, dev string)
 	// idleFlushers hands a route to a flusher waiting for one
 	// (runFlusher); unbuffered, so a route is never left in it.
 	idleFlushers chan *route
@@ -283,4 +286,30 @@ func (d *Dispatcher) Click(ctx context.Context, appKey, dev string, id int64) er
 		return nil
 	})
 	return err
+}
+
+// SetWindowFreed has the dispatcher tell f when messages that left the
+// queue unacknowledged give up their places in a connection's window, so
+// that commands waiting for a place take them first
+// (CommandSender.Drain): call before devices connect.
+func (d *Dispatcher) SetWindowFreed(f func(c Conn, app, dev string)) { d.windowFreed = f }
+
+// Freed tells the dispatcher that a place in the window of the device's
+// connection c freed that no message held (a command's PUBACK, a command
+// given up): the connection's messages waiting for a place go now.
+func (d *Dispatcher) Freed(c Conn, app, dev string) {
+	d.mu.Lock()
+	r := d.routes[routeKey(app, dev)]
+	d.mu.Unlock()
+	if r == nil || r.conn != c {
+		return
+	}
+	if r.mu.TryLock() { // else a flush is under way: kick has it run again
+		backlog := r.backlog
+		r.mu.Unlock()
+		if !backlog {
+			return
+		}
+	}
+	d.kick(r)
 }

@@ -73,7 +73,7 @@ func (d *Dispatcher) flush(r *route) {
 		return
 	}
 	complete := len(ids) < n+r.window
-	r.forgetLeft(ids, complete)
+	d.forgetLeft(r, ids, complete)
 	r.forgetHandled(ids, complete)
 	r.backlog = len(ids) == n+r.window
 	occupied := r.occupied()
@@ -106,7 +106,7 @@ func (d *Dispatcher) flush(r *route) {
 // order; complete: ids is the whole queue) but did not find. Nearly
 // always every sent message is still queued, and counting them by the
 // ids read is cheaper than looking each up in ids. Under r.mu.
-func (r *route) forgetLeft(ids []int64, complete bool) {
+func (d *Dispatcher) forgetLeft(r *route, ids []int64, complete bool) {
 	n := len(r.sent)
 	queued := 0
 	for _, id := range ids {
@@ -120,6 +120,32 @@ func (r *route) forgetLeft(ids []int64, complete bool) {
 				delete(r.sent, id)
 			}
 		}
+		d.uncountLeft(r)
+	}
+}
+
+// uncountConn is a windowConn that can stop counting a packet in flight
+// (broker.Session).
+type uncountConn interface{ Uncount(pid uint16) }
+
+// uncountLeft has the connection's window stop counting the packets in
+// flight whose message left sent unacknowledged, as the route's own
+// count does, unless the route is strict; the places they free go to
+// the commands waiting first (windowFreed). Under r.mu.
+func (d *Dispatcher) uncountLeft(r *route) {
+	uc, ok := r.conn.(uncountConn)
+	if !ok || r.strict {
+		return
+	}
+	n := 0
+	for pid, id := range r.inflight {
+		if _, sent := r.sent[id]; !sent {
+			uc.Uncount(pid)
+			n++
+		}
+	}
+	if f := d.windowFreed; n > 0 && f != nil {
+		go f(r.conn, r.app, r.dev) // it publishes: not under r.mu
 	}
 }
 
@@ -159,11 +185,17 @@ func (d *Dispatcher) sendLoaded(ctx context.Context, r *route, msgs []loaded) {
 	}
 	// One write for them all: a device that connects with messages
 	// pending was sent up to Window writes of one message.
-	if !d.publishAll(r, send) {
+	n, ok := d.publishAll(r, send)
+	if !ok || n == 0 {
 		return
 	}
+	// Those beyond the window were not sent (send is in msgid order): a
+	// later read finds them.
+	last := send[n-1].ID
 	for _, id := range unannounced {
-		r.addReadSent(id)
+		if id <= last {
+			r.addReadSent(id)
+		}
 	}
 }
 
@@ -256,10 +288,9 @@ func (d *Dispatcher) flushNotified(r *route) bool {
 		}
 		send = append(send, m)
 	}
-	if d.publishAll(r, send) {
-		for _, m := range send {
-			r.seen = max(r.seen, m.ID)
-		}
+	sent, _ := d.publishAll(r, send)
+	for _, m := range send[:sent] {
+		r.seen = max(r.seen, m.ID)
 	}
 	return true
 }
@@ -299,28 +330,58 @@ type allConn interface {
 	PublishAll(topic string, payloads [][]byte, qos byte) ([]uint16, error)
 }
 
+// windowConn is a Conn that keeps the device's window itself, shared by
+// messages and commands (broker.Session): PublishWithin sends, in
+// order, the payloads that fit in a window of limit unacknowledged
+// publishes, less the places commands wait for, and returns their
+// packet ids.
+type windowConn interface {
+	PublishWithin(limit int, topic string, payloads [][]byte) ([]uint16, error)
+}
+
 // publishAll is publish for msgs, in order, with one write when r's
-// connection can.
-func (d *Dispatcher) publishAll(r *route, msgs []store.Message) bool {
-	c, ok := r.conn.(allConn)
-	if !ok || len(msgs) < 2 {
-		for _, m := range msgs {
+// connection can; ok false when the connection is going away. n is how
+// many were sent: fewer than msgs when the connection's window, which
+// commands share and go first in, is full. The others stay queued, and
+// the route is left to read the queue when a place frees (backlog).
+func (d *Dispatcher) publishAll(r *route, msgs []store.Message) (n int, ok bool) {
+	if len(msgs) == 0 {
+		return 0, true
+	}
+	if wc, isWindow := r.conn.(windowConn); isWindow {
+		pids, err := wc.PublishWithin(r.window, TopicMsg, devicePayloads(msgs))
+		if err != nil {
+			d.log.Debug("publish messages", "app", r.app, "device", r.dev, "msgids", len(msgs), "err", err)
+			return 0, false
+		}
+		for i, pid := range pids {
+			d.recordSent(r, pid, msgs[i].ID)
+		}
+		if len(pids) < len(msgs) {
+			r.backlog = true
+			r.scan.Store(true)
+		}
+		return len(pids), true
+	}
+	c, isAll := r.conn.(allConn)
+	if !isAll || len(msgs) < 2 {
+		for i, m := range msgs {
 			if !d.publish(r, m) {
-				return false
+				return i, false
 			}
 		}
-		return true
+		return len(msgs), true
 	}
 	payloads := devicePayloads(msgs)
 	pids, err := c.PublishAll(TopicMsg, payloads, 1)
 	if err != nil {
 		d.log.Debug("publish messages", "app", r.app, "device", r.dev, "msgids", len(msgs), "err", err)
-		return false
+		return 0, false
 	}
 	for i, m := range msgs {
 		d.recordSent(r, pids[i], m.ID)
 	}
-	return true
+	return len(msgs), true
 }
 
 // loaded is a message flush is about to send; announced when Notify

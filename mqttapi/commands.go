@@ -13,9 +13,14 @@ import (
 )
 
 // SetCommands gives the MQTT API the command domain and the sender that
-// puts commands on connections; call before devices connect.
+// puts commands on connections, in the window they share with messages;
+// call before devices connect.
 func (g *API) SetCommands(svc *command.Service, cs *delivery.CommandSender) {
 	g.commands, g.cmds = svc, cs
+	if g.dispatch != nil {
+		cs.SetFreed(g.dispatch.Freed)
+		g.dispatch.SetWindowFreed(cs.Drain)
+	}
 }
 
 // PublishedCorrelated routes what a device publishes, with the MQTT 5

@@ -188,18 +188,22 @@ func TestCommandRedeliveredOnce(t *testing.T) {
 	}
 }
 
-// TestCommandAheadOfMessages: a device whose message window is full of
-// unacknowledged messages, with more queued behind them, still gets a
-// command at once and answers it.
+// TestCommandAheadOfMessages: a device whose window is full of
+// unacknowledged messages, with more queued behind them, gets a command
+// in the first place that frees, ahead of the queued messages, and
+// answers it: the command shares the window (a device must never hold
+// more unacknowledged publishes than its window) but not the queue.
 func TestCommandAheadOfMessages(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	secret := f.createDevice("cmd-busy")
 	var msgs atomic.Int64
+	var first atomic.Pointer[paho.Message]
+	msgsBeforeCmd := make(chan int64, 1)
 	prefix := "d/" + demoKey + "/cmd-busy/"
 	opts := paho.NewClientOptions().AddBroker("tcp://" + f.s.mqtt["tcp"]).SetClientID(demoKey + "/cmd-busy").
 		SetUsername(demoKey + "/cmd-busy").SetPassword(secret).SetCleanSession(true).SetAutoReconnect(false).
-		SetAutoAckDisabled(true).SetOrderMatters(false)
+		SetAutoAckDisabled(true).SetOrderMatters(true)
 	c := paho.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
@@ -210,8 +214,16 @@ func TestCommandAheadOfMessages(t *testing.T) {
 			t.Fatal(tok.Error())
 		}
 	}
-	sub("msg", func(_ paho.Client, m paho.Message) { msgs.Add(1) }) // never acknowledged
+	sub("msg", func(_ paho.Client, m paho.Message) { // acknowledged only when the test says
+		if msgs.Add(1) == 1 {
+			first.Store(&m)
+		}
+	})
 	sub("cmd", func(_ paho.Client, m paho.Message) {
+		select {
+		case msgsBeforeCmd <- msgs.Load():
+		default:
+		}
 		m.Ack()
 		var p devCmd
 		_ = json.Unmarshal(m.Payload(), &p)
@@ -220,12 +232,16 @@ func TestCommandAheadOfMessages(t *testing.T) {
 	for i := range 80 {
 		f.send("cmd-busy", fmt.Sprint("m", i), 3600)
 	}
-	waitFor(t, 10*time.Second, "the message window to fill", func() bool { return msgs.Load() >= 64 })
-	v := f.command(`{"seq_no":9001,"device_name":"cmd-busy","name":"ping","ttl":60,"wait":10}`)
-	if v.State != "succeeded" {
-		t.Fatalf("a command behind a message backlog: %+v", v)
+	waitFor(t, 10*time.Second, "the window to fill", func() bool { return msgs.Load() >= 64 })
+	v := f.command(`{"seq_no":9001,"device_name":"cmd-busy","name":"ping","ttl":60,"wait":0}`)
+	if got := f.getCommand(v.CmdID, 0); got.State != "queued" {
+		t.Fatalf("a command with the window full: %+v, want queued", got)
 	}
-	if n := msgs.Load(); n >= 80 {
-		t.Fatalf("the device got all %d messages; the backlog was not there", n)
+	(*first.Load()).Ack()
+	if got := f.getCommand(v.CmdID, 10); got.State != "succeeded" {
+		t.Fatalf("a command behind a message backlog: %+v", got)
+	}
+	if n := <-msgsBeforeCmd; n != 64 {
+		t.Fatalf("the device got %d messages before the command, want the 64 of its window", n)
 	}
 }
