@@ -44,6 +44,14 @@ func (cc *cmdCache) decode(id int64, raw []byte) (store.Command, error) {
 	return c, nil
 }
 
+// device returns the device of command id, if the cache holds it.
+func (cc *cmdCache) device(id int64) (string, bool) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	e, ok := cc.m[id]
+	return e.c.DeviceName, ok
+}
+
 // put records c, written as raw: kept while open, dropped once ended.
 func (cc *cmdCache) put(c store.Command, raw []byte) {
 	cc.mu.Lock()

@@ -1,7 +1,6 @@
 package pebble
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -18,9 +17,10 @@ import (
 // Keys: o/<id> → Command (JSON); O/<app>\0<device>\0<id> → empty, the
 // device's open commands in id order; D/<due ms><id> → the app key, the
 // open commands by when they are due (store.Command.Due). Every write
-// of a command holds its device's stripe across the synced commit, as
-// message writes do, so a reader under the stripe sees durable state
-// only.
+// of a command holds its device's stripe across its commit, as message
+// writes do; a synced one across its sync. A lazy one (store.Command.Lazy)
+// is not synced: a reader under the stripe may see it, and it becomes
+// durable with the next synced write or Barrier.
 const (
 	pCmd     = "o/"
 	pCmdOpen = "O/"
@@ -183,31 +183,11 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		return store.Command{}, err
 	}
 	defer s.exit()
-	raw, err := s.get(cmdKey(id))
+	c, unlock, err := s.lockCommand(appKey, id)
 	if err != nil {
 		return store.Command{}, err
 	}
-	c, err := s.cmds.decode(id, raw)
-	if err != nil {
-		return store.Command{}, err
-	}
-	if c.AppKey != appKey {
-		return store.Command{}, store.ErrNotFound
-	}
-	i := deviceStripe(appKey, c.DeviceName) // a command never changes device
-	s.locks[i].Lock()
-	defer s.locks[i].Unlock()
-	// Read again under the stripe; decoded again only if it changed
-	// meanwhile.
-	now, err := s.get(cmdKey(id))
-	if err != nil {
-		return store.Command{}, err
-	}
-	if !bytes.Equal(now, raw) {
-		if c, err = s.cmds.decode(id, now); err != nil {
-			return store.Command{}, err
-		}
-	}
+	defer unlock()
 	oldDue, wasOpen := c.Due(), c.Open()
 	if _, err := store.ApplyCommandUpdate(&c, id, appKey, fn); err != nil {
 		return store.Command{}, err
@@ -241,6 +221,32 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	}
 	s.cmds.put(c, written)
 	return c, nil
+}
+
+// lockCommand locks the stripe of the device of the app's command id
+// and reads the command under it. The device is known from cmdCache
+// when the command is there (a command never changes device), else from
+// a first read.
+func (s *Store) lockCommand(appKey string, id int64) (store.Command, func(), error) {
+	dev, ok := s.cmds.device(id)
+	if !ok {
+		c, err := s.getCommand(appKey, id)
+		if err != nil {
+			return store.Command{}, nil, err
+		}
+		dev = c.DeviceName
+	}
+	i := deviceStripe(appKey, dev)
+	s.locks[i].Lock()
+	c, err := s.getCommand(appKey, id)
+	if err == nil && c.DeviceName != dev {
+		err = fmt.Errorf("command %d: device %q, cached as %q", id, c.DeviceName, dev)
+	}
+	if err != nil {
+		s.locks[i].Unlock()
+		return store.Command{}, nil, err
+	}
+	return c, s.locks[i].Unlock, nil
 }
 
 // OpenCommands returns the device's open commands in id order.
