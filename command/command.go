@@ -262,16 +262,10 @@ func (s *Service) newCommand(appKey string, dev store.Device, req Request, now i
 // has none.
 func (s *Service) Get(ctx context.Context, appKey string, id int64) (store.Command, error) {
 	c, err := s.store.GetCommand(ctx, appKey, id)
-	if err == nil && lazyState(c.State) {
-		err = s.store.Barrier(ctx)
+	if err == nil && c.State == store.CmdSent {
+		err = s.store.Barrier(ctx) // written lazily (Sent): durable before shown
 	}
 	return c, commandErr(id, err)
-}
-
-// lazyState reports whether a command in state may have been written
-// lazily (Sent, Delivered): shown to anyone only after a Barrier.
-func lazyState(state string) bool {
-	return state == store.CmdSent || state == store.CmdDelivered
 }
 
 func commandErr(id int64, err error) error {

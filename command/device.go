@@ -64,8 +64,7 @@ func (s *Service) Sent(ctx context.Context, appKey string, id int64) error {
 }
 
 // Delivered records the device's PUBACK of command id: its answer is
-// due within the command's timeout from now. The write is lazy, as
-// Sent's: nothing waits on it, and whoever shows it calls Barrier first.
+// due within the command's timeout from now.
 func (s *Service) Delivered(ctx context.Context, appKey, device string, id int64) error {
 	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
 		if c.DeviceName != device || !c.Undelivered() {
@@ -75,7 +74,6 @@ func (s *Service) Delivered(ctx context.Context, appKey, device string, id int64
 			c.TimeSent = now
 		}
 		c.State, c.TimeDelivered, c.Deadline = store.CmdDelivered, now, now+c.Timeout*1000
-		c.Lazy = true // a crash before the next synced write sends it again
 		return true
 	})
 	return err

@@ -58,7 +58,7 @@ func (w *waiters) wake(id int64) {
 // ended, d has passed or ctx is done, whichever comes first: the open
 // ones are read again after they end. Refused results (ID 0) stay as
 // they are. A command is woken only once its end is durable; one
-// returned as read otherwise may show a lazy write (Sent, Delivered) or
+// returned as read otherwise may show a lazy write (Sent) or
 // an end still syncing, so Wait then calls Barrier before it returns.
 func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command, d time.Duration) ([]store.Command, error) {
 	if d <= 0 {

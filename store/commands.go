@@ -72,8 +72,8 @@ type Command struct {
 	// to the event log in the same atomic write.
 	Emit []Event `json:"-"`
 	// Lazy is never stored: UpdateCommand's fn sets it when the change
-	// may be lost to a crash (a state a device is sent the command again
-	// from: sent, delivered), so the write need not be durable when
+	// may be lost to a crash (sent: the device is sent the command again
+	// with the same id), so the write need not be durable when
 	// UpdateCommand returns (see Commands).
 	Lazy bool `json:"-"`
 }
@@ -168,7 +168,7 @@ type Commands interface {
 	CreateCommands(ctx context.Context, appKey string, cmds []Command, seqNo int64, seq CommandSeq) ([]Command, error)
 	// GetCommand returns the app's command id, or ErrNotFound. It may
 	// return a lazy change not yet durable: a caller that passes on a
-	// sent or delivered state calls Barrier first.
+	// sent state calls Barrier first.
 	GetCommand(ctx context.Context, appKey string, id int64) (Command, error)
 	// UpdateCommand applies fn to the app's command id by
 	// ApplyCommandUpdate and stores the result with the events fn puts
