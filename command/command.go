@@ -85,6 +85,7 @@ type Waker interface {
 type Store interface {
 	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
 	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
+	Barrier(ctx context.Context) error
 	store.Commands
 }
 
@@ -261,6 +262,9 @@ func (s *Service) newCommand(appKey string, dev store.Device, req Request, now i
 // has none.
 func (s *Service) Get(ctx context.Context, appKey string, id int64) (store.Command, error) {
 	c, err := s.store.GetCommand(ctx, appKey, id)
+	if err == nil && c.State == store.CmdSent {
+		err = s.store.Barrier(ctx) // written lazily (Sent): durable before shown
+	}
 	return c, commandErr(id, err)
 }
 

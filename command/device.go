@@ -49,13 +49,15 @@ func Deliverable(c store.Command, now int64) bool {
 	return c.Undelivered() && now <= c.TimeCreate+c.TTL*1000+store.CmdExpiryGrace
 }
 
-// Sent records that c was published to its device.
+// Sent records that c was published to its device. The write is lazy:
+// lost to a crash, the command is sent again with the same cmd_id.
 func (s *Service) Sent(ctx context.Context, appKey string, id int64) error {
 	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
 		if c.State != store.CmdQueued {
 			return false
 		}
 		c.State, c.TimeSent = store.CmdSent, now
+		c.Lazy = true // a crash before the next synced write sends it again
 		return true
 	})
 	return err

@@ -57,7 +57,9 @@ func (w *waiters) wake(id int64) {
 // Wait returns cmds, the app's commands as last read, once each has
 // ended, d has passed or ctx is done, whichever comes first: the open
 // ones are read again after they end. Refused results (ID 0) stay as
-// they are.
+// they are. A command is woken only once its end is durable; one
+// returned as read otherwise may show a lazy write (Sent) or
+// an end still syncing, so Wait then calls Barrier before it returns.
 func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command, d time.Duration) ([]store.Command, error) {
 	if d <= 0 {
 		return cmds, nil
@@ -94,6 +96,8 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 		}
 		out[w.i] = c
 	}
+	// unwoken counts the commands of out last read before their wake.
+	unwoken := len(open)
 	for _, w := range open {
 		if !out[w.i].Open() {
 			continue
@@ -101,7 +105,13 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 		select {
 		case <-w.ch:
 		case <-timer.C:
-			return s.reread(ctx, appKey, out)
+			// Read as they are now, and possibly lazily written: made
+			// durable before they are shown.
+			now, err := s.reread(ctx, appKey, out)
+			if err != nil {
+				return nil, err
+			}
+			return now, s.store.Barrier(ctx)
 		case <-ctx.Done():
 			return out, nil
 		}
@@ -110,8 +120,18 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 			return nil, commandErr(out[w.i].ID, err)
 		}
 		out[w.i] = c
+		unwoken--
 	}
-	return out, nil
+	return out, s.durable(ctx, unwoken)
+}
+
+// durable makes what Wait read durable before it is shown, unless every
+// command was read after its wake.
+func (s *Service) durable(ctx context.Context, unwoken int) error {
+	if unwoken == 0 {
+		return nil
+	}
+	return s.store.Barrier(ctx)
 }
 
 // reread reads again the commands of cmds still open when a wait ran

@@ -71,6 +71,11 @@ type Command struct {
 	// Emit is never stored: events UpdateCommand's fn sets are appended
 	// to the event log in the same atomic write.
 	Emit []Event `json:"-"`
+	// Lazy is never stored: UpdateCommand's fn sets it when the change
+	// may be lost to a crash (sent: the device is sent the command again
+	// with the same id), so the write need not be durable when
+	// UpdateCommand returns (see Commands).
+	Lazy bool `json:"-"`
 }
 
 // Open reports whether the command has not ended.
@@ -133,7 +138,7 @@ func AdmitCommand(c *Command, exists bool, open int) bool {
 // changed from open to ended.
 func ApplyCommandUpdate(c *Command, id int64, appKey string, fn func(*Command) error) (ended bool, err error) {
 	dev, name, wasOpen := c.DeviceName, c.Name, c.Open()
-	c.Emit = nil
+	c.Emit, c.Lazy = nil, false
 	if err := fn(c); err != nil {
 		return false, err
 	}
@@ -161,13 +166,18 @@ type Commands interface {
 	// are stored as they are. It returns the commands as stored. The
 	// events in each command's Emit are appended in the same write.
 	CreateCommands(ctx context.Context, appKey string, cmds []Command, seqNo int64, seq CommandSeq) ([]Command, error)
-	// GetCommand returns the app's command id, or ErrNotFound.
+	// GetCommand returns the app's command id, or ErrNotFound. It may
+	// return a lazy change not yet durable: a caller that passes on a
+	// sent state calls Barrier first.
 	GetCommand(ctx context.Context, appKey string, id int64) (Command, error)
 	// UpdateCommand applies fn to the app's command id by
 	// ApplyCommandUpdate and stores the result with the events fn puts
 	// in Emit, atomically with respect to every other write of the
 	// command, and returns it. ErrNotFound if there is no such command;
-	// an error from fn is returned as is and nothing is written.
+	// an error from fn is returned as is and nothing is written. When fn
+	// sets Lazy, leaves the command open and emits no event, the write
+	// may return before it is durable: it is durable with the next synced
+	// write or Barrier, and until then a crash may take it back.
 	UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*Command) error) (Command, error)
 	// OpenCommands returns up to limit of the device's open commands in
 	// id order.

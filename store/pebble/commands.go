@@ -3,6 +3,7 @@ package pebble
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -16,9 +17,10 @@ import (
 // Keys: o/<id> → Command (JSON); O/<app>\0<device>\0<id> → empty, the
 // device's open commands in id order; D/<due ms><id> → the app key, the
 // open commands by when they are due (store.Command.Due). Every write
-// of a command holds its device's stripe across the synced commit, as
-// message writes do, so a reader under the stripe sees durable state
-// only.
+// of a command holds its device's stripe across its commit, as message
+// writes do; a synced one across its sync. A lazy one (store.Command.Lazy)
+// is not synced: a reader under the stripe may see it, and it becomes
+// durable with the next synced write or Barrier.
 const (
 	pCmd     = "o/"
 	pCmdOpen = "O/"
@@ -61,18 +63,22 @@ func (s *Store) openCount(app, device string) (int, error) {
 	return n, err
 }
 
-// putCommand adds c, and its index entries, to b.
-func putCommand(b *pebble.Batch, c store.Command) error {
-	if err := setJSON(b, cmdKey(c.ID), c); err != nil {
-		return err
+// putCommand adds c, and its index entries, to b; it returns c encoded.
+func putCommand(b *pebble.Batch, c store.Command) ([]byte, error) {
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode command %d: %w", c.ID, err)
+	}
+	if err := set(b, cmdKey(c.ID), raw); err != nil {
+		return nil, err
 	}
 	if !c.Open() {
-		return nil
+		return raw, nil
 	}
 	if err := set(b, cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
-		return err
+		return nil, err
 	}
-	return set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
+	return raw, set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
 }
 
 // CreateCommands stores cmds with seq in one synced write; see
@@ -121,12 +127,14 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 	if seq != nil {
 		e = seq(out)
 	}
+	raws := make([][]byte, len(out))
 	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		var evs []store.Event
 		for i := range out {
 			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
 			out[i].Emit = nil
-			if err := putCommand(b, out[i]); err != nil {
+			var err error
+			if raws[i], err = putCommand(b, out[i]); err != nil {
 				return nil, err
 			}
 		}
@@ -135,13 +143,20 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 	if err != nil {
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
+	for i := range out {
+		s.cmds.put(out[i], raws[i])
+	}
 	return out, nil
 }
 
 // getCommand reads command id of appKey.
 func (s *Store) getCommand(appKey string, id int64) (store.Command, error) {
-	var c store.Command
-	if err := s.getJSON(cmdKey(id), &c); err != nil {
+	raw, err := s.get(cmdKey(id))
+	if err != nil {
+		return store.Command{}, err
+	}
+	c, err := s.cmds.decode(id, raw)
+	if err != nil {
 		return store.Command{}, err
 	}
 	if c.AppKey != appKey {
@@ -160,45 +175,78 @@ func (s *Store) GetCommand(ctx context.Context, appKey string, id int64) (store.
 }
 
 // UpdateCommand applies fn to the app's command under its device's
-// stripe; see store.Commands.
+// stripe; see store.Commands. A lazy change is committed unsynced
+// (writeLazy): still under the stripe, so the writes of one command stay
+// in order in the WAL, and a later synced write of it makes it durable.
 func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.Command{}, err
 	}
 	defer s.exit()
-	c, err := s.getCommand(appKey, id)
+	c, unlock, err := s.lockCommand(appKey, id)
 	if err != nil {
 		return store.Command{}, err
 	}
-	i := deviceStripe(appKey, c.DeviceName) // a command never changes device
-	s.locks[i].Lock()
-	defer s.locks[i].Unlock()
-	if c, err = s.getCommand(appKey, id); err != nil {
-		return store.Command{}, err
-	}
+	defer unlock()
 	oldDue, wasOpen := c.Due(), c.Open()
 	if _, err := store.ApplyCommandUpdate(&c, id, appKey, fn); err != nil {
 		return store.Command{}, err
 	}
 	evs := c.Emit
-	c.Emit = nil
-	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+	lazy := c.Lazy && len(evs) == 0 && c.Open()
+	c.Emit, c.Lazy = nil, false
+	var written []byte
+	fill := func(b *pebble.Batch) error {
 		if wasOpen && (!c.Open() || c.Due() != oldDue) {
 			if err := b.Delete(cmdDueKey(oldDue, id), nil); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if wasOpen && !c.Open() {
 			if err := b.Delete(cmdOpenKey(appKey, c.DeviceName, id), nil); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		return evs, putCommand(b, c)
-	})
+		w, perr := putCommand(b, c)
+		written = w
+		return perr
+	}
+	if lazy {
+		err = s.writeLazy(fill)
+	} else {
+		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
+	}
 	if err != nil {
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
+	s.cmds.put(c, written)
 	return c, nil
+}
+
+// lockCommand locks the stripe of the device of the app's command id
+// and reads the command under it. The device is known from cmdCache
+// when the command is there (a command never changes device), else from
+// a first read.
+func (s *Store) lockCommand(appKey string, id int64) (store.Command, func(), error) {
+	dev, ok := s.cmds.device(id)
+	if !ok {
+		c, err := s.getCommand(appKey, id)
+		if err != nil {
+			return store.Command{}, nil, err
+		}
+		dev = c.DeviceName
+	}
+	i := deviceStripe(appKey, dev)
+	s.locks[i].Lock()
+	c, err := s.getCommand(appKey, id)
+	if err == nil && c.DeviceName != dev {
+		err = fmt.Errorf("command %d: device %q, cached as %q", id, c.DeviceName, dev)
+	}
+	if err != nil {
+		s.locks[i].Unlock()
+		return store.Command{}, nil, err
+	}
+	return c, s.locks[i].Unlock, nil
 }
 
 // OpenCommands returns the device's open commands in id order.

@@ -97,6 +97,8 @@ type Store struct {
 	// msgs holds the messages written last, for their next writer
 	// (msgcache.go).
 	msgs msgCache
+	// cmds holds the open commands as last written (cmdcache.go).
+	cmds cmdCache
 	// disk is the free-space floor (diskfloor.go).
 	disk diskFloor
 
