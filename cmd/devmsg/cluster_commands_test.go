@@ -35,12 +35,22 @@ func (d *clusterCmdDevice) connect(t *testing.T, addr, appKey, name, secret stri
 		_ = json.Unmarshal(m.Payload(), &p)
 		d.mu.Lock()
 		d.got = append(d.got, p.CmdID)
-		answer, c := d.answer, d.c
+		answer := d.answer
 		d.mu.Unlock()
 		if answer {
 			go func() {
 				time.Sleep(d.delay)
-				c.Publish(d.prefix+"cmd/reply", 1, false, `{"cmd_id":"`+p.CmdID+`","code":0,"result":"ok"}`)
+				// A queued command can arrive before connect has
+				// returned the client.
+				var c paho.Client
+				for deadline := time.Now().Add(5 * time.Second); c == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					d.mu.Lock()
+					c = d.c
+					d.mu.Unlock()
+				}
+				if c != nil {
+					c.Publish(d.prefix+"cmd/reply", 1, false, `{"cmd_id":"`+p.CmdID+`","code":0,"result":"ok"}`)
+				}
 			}()
 		}
 	})
