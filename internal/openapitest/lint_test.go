@@ -60,13 +60,7 @@ func TestSpecLint(t *testing.T) {
 	fault := func(n *yaml.Node, format string, args ...any) {
 		faults = append(faults, fmt.Sprintf("line %d: %s", n.Line, fmt.Sprintf(format, args...)))
 	}
-	if info, ok := get(doc, "info"); !ok {
-		fault(doc, "no info")
-	} else if lic, ok := get(info, "license"); !ok {
-		fault(info, "info has no license: generated clients and catalogues show it")
-	} else if name, ok := get(lic, "name"); !ok || name.Value == "" {
-		fault(lic, "the license has no name")
-	}
+	lintInfo(doc, fault)
 	walkSchemas(doc, func(n *yaml.Node) {
 		_, hasType := get(n, "type")
 		if v, ok := get(n, "nullable"); ok && v.Value == "true" && !hasType {
@@ -236,4 +230,22 @@ func allRefs(seq *yaml.Node) bool {
 		}
 	}
 	return len(seq.Content) > 0
+}
+
+// lintInfo checks the document's info: generated clients and API
+// catalogues show its license.
+func lintInfo(doc *yaml.Node, fault func(*yaml.Node, string, ...any)) {
+	info, ok := get(doc, "info")
+	if !ok {
+		fault(doc, "no info")
+		return
+	}
+	lic, ok := get(info, "license")
+	if !ok {
+		fault(info, "info has no license: generated clients and catalogues show it")
+		return
+	}
+	if name, ok := get(lic, "name"); !ok || name.Value == "" {
+		fault(lic, "the license has no name")
+	}
 }
