@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,7 +59,7 @@ func decodeUps(t *testing.T, body []byte) []upEvent {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &evs); err != nil {
-		t.Errorf("events are not a JSON array: %v: %.300s", err, body)
+		t.Errorf("events are not a JSON array: %v: %s", err, badJSONContext(t, body, err))
 		return nil
 	}
 	var out []upEvent
@@ -85,6 +86,26 @@ type hookSink struct {
 	post int
 }
 
+// badJSONContext returns the bytes of body around a syntax error, quoted,
+// and keeps the whole body in a file it names, for a rare failure to be
+// read whole afterwards.
+func badJSONContext(t *testing.T, body []byte, err error) string {
+	t.Helper()
+	at := 0
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		at = int(se.Offset)
+	}
+	from, to := max(at-200, 0), min(at+100, len(body))
+	where := "not kept"
+	if f, ferr := os.CreateTemp("", "devmsg-bad-events-*.json"); ferr == nil {
+		_, _ = f.Write(body)
+		_ = f.Close()
+		where = f.Name()
+	}
+	return fmt.Sprintf("%d bytes, the error at offset %d; bytes %d to %d: %q; whole body in %s", len(body), at, from, to, body[from:to], where)
+}
+
 func newHookSink(t *testing.T) *hookSink {
 	h := &hookSink{}
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -92,7 +113,13 @@ func newHookSink(t *testing.T) *hookSink {
 			_, _ = io.WriteString(w, req.URL.Query().Get("echostr"))
 			return
 		}
-		body, _ := io.ReadAll(req.Body)
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			// The sender was killed mid-body: a cut-off attempt, which
+			// the next node delivers again.
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
 		evs := decodeUps(t, body)
 		h.mu.Lock()
 		h.got = append(h.got, evs...)
