@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,10 +83,11 @@ func decodeUps(t *testing.T, body []byte) []upEvent {
 // hookSink is the app's event webhook in the crash tests: it answers the
 // echostr check and keeps every device.up it is POSTed, in arrival order.
 type hookSink struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	got  []upEvent
-	post int
+	srv    *httptest.Server
+	mu     sync.Mutex
+	got    []upEvent
+	post   int
+	secret string // the app's signing secret, set by addEventHook
 }
 
 // badJSONContext returns the bytes of body around a syntax error, quoted,
@@ -120,6 +124,18 @@ func newHookSink(t *testing.T) *hookSink {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
+		h.mu.Lock()
+		secret := h.secret
+		h.mu.Unlock()
+		signed := signedAs(secret, req.Header, body)
+		switch {
+		case !json.Valid(body):
+			// Whether the sender signed these very bytes tells a body
+			// made wrong by the server from one changed on the way.
+			t.Errorf("a webhook POST is not JSON; its signature %s", signed)
+		case secret != "" && signed != signedOK:
+			t.Errorf("a webhook POST's signature %s", signed)
+		}
 		evs := decodeUps(t, body)
 		h.mu.Lock()
 		h.got = append(h.got, evs...)
@@ -128,6 +144,26 @@ func newHookSink(t *testing.T) *hookSink {
 	}))
 	t.Cleanup(h.srv.Close)
 	return h
+}
+
+const signedOK = "verifies: the sender signed these bytes"
+
+// signedAs says whether the Standard Webhooks signature in header is
+// that of body under secret (whsec_...).
+func signedAs(secret string, header http.Header, body []byte) string {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil || secret == "" {
+		return fmt.Sprintf("was not checked (signing secret %q)", secret)
+	}
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "%s.%s.%s", header.Get("webhook-id"), header.Get("webhook-timestamp"), body)
+	want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	for _, sig := range strings.Fields(header.Get("webhook-signature")) {
+		if hmac.Equal([]byte(sig), []byte(want)) {
+			return signedOK
+		}
+	}
+	return "does not verify: the bytes changed after the sender signed them"
 }
 
 func (h *hookSink) events() []upEvent {
@@ -318,6 +354,16 @@ func addEventHook(t *testing.T, p *proc, app testApp, h *hookSink) {
 	if st != 200 {
 		t.Fatalf("add event webhook: %d %s", st, b)
 	}
+	st, b = p.call(t, "admin", "durability-admin", "GET", "/admin/v1/apps/"+app.Key+"/events/webhooks", "")
+	var list struct {
+		SigningSecret string `json:"signing_secret"`
+	}
+	if st != 200 || json.Unmarshal(b, &list) != nil || list.SigningSecret == "" {
+		t.Fatalf("list event webhooks: %d %s", st, b)
+	}
+	h.mu.Lock()
+	h.secret = list.SigningSecret
+	h.mu.Unlock()
 }
 
 // createCrashDevices creates n devices named prefix0.. on p.
