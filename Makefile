@@ -56,7 +56,9 @@ crash-loop-commands:
 # The long kill -9 runs of device events (CI runs 4 cycles of each): devices
 # publishing QoS 1 telemetry, every acknowledged event found in the log
 # and at the webhook (docs/events.md, "Ordering and delivery"); on one node
-# (Pebble) and on two nodes sharing Redis.
+# (Pebble) and on two nodes sharing Redis. DEVMSG_TEST_RACE=1 runs the
+# served binaries with the race detector (its reports in the files named
+# by GORACE="log_path=...").
 crash-loop-events:
 	DEVMSG_EVENTS_CRASH_CYCLES=$${DEVMSG_EVENTS_CRASH_CYCLES:-100} go test -count=1 -timeout 60m -run 'TestCrashLoopTelemetry|TestCrashTelemetryTwoNodes' -v ./cmd/devmsg
 

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,7 +62,7 @@ func decodeUps(t *testing.T, body []byte) []upEvent {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &evs); err != nil {
-		t.Errorf("events are not a JSON array: %v: %.300s", err, body)
+		t.Errorf("events are not a JSON array: %v: %s", err, badJSONContext(t, body, err))
 		return nil
 	}
 	var out []upEvent
@@ -79,10 +83,31 @@ func decodeUps(t *testing.T, body []byte) []upEvent {
 // hookSink is the app's event webhook in the crash tests: it answers the
 // echostr check and keeps every device.up it is POSTed, in arrival order.
 type hookSink struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	got  []upEvent
-	post int
+	srv    *httptest.Server
+	mu     sync.Mutex
+	got    []upEvent
+	post   int
+	secret string // the app's signing secret, set by addEventHook
+}
+
+// badJSONContext returns the bytes of body around a syntax error, quoted,
+// and keeps the whole body in a file it names, for a rare failure to be
+// read whole afterwards.
+func badJSONContext(t *testing.T, body []byte, err error) string {
+	t.Helper()
+	at := 0
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		at = int(se.Offset)
+	}
+	from, to := max(at-200, 0), min(at+100, len(body))
+	where := "not kept"
+	if f, ferr := os.CreateTemp("", "devmsg-bad-events-*.json"); ferr == nil {
+		_, _ = f.Write(body)
+		_ = f.Close()
+		where = f.Name()
+	}
+	return fmt.Sprintf("%d bytes, the error at offset %d; bytes %d to %d: %q; whole body in %s", len(body), at, from, to, body[from:to], where)
 }
 
 func newHookSink(t *testing.T) *hookSink {
@@ -92,7 +117,25 @@ func newHookSink(t *testing.T) *hookSink {
 			_, _ = io.WriteString(w, req.URL.Query().Get("echostr"))
 			return
 		}
-		body, _ := io.ReadAll(req.Body)
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			// The sender was killed mid-body: a cut-off attempt, which
+			// the next node delivers again.
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		h.mu.Lock()
+		secret := h.secret
+		h.mu.Unlock()
+		signed := signedAs(secret, req.Header, body)
+		switch {
+		case !json.Valid(body):
+			// Whether the sender signed these very bytes tells a body
+			// made wrong by the server from one changed on the way.
+			t.Errorf("a webhook POST is not JSON; its signature %s", signed)
+		case secret != "" && signed != signedOK:
+			t.Errorf("a webhook POST's signature %s", signed)
+		}
 		evs := decodeUps(t, body)
 		h.mu.Lock()
 		h.got = append(h.got, evs...)
@@ -101,6 +144,26 @@ func newHookSink(t *testing.T) *hookSink {
 	}))
 	t.Cleanup(h.srv.Close)
 	return h
+}
+
+const signedOK = "verifies: the sender signed these bytes"
+
+// signedAs says whether the Standard Webhooks signature in header is
+// that of body under secret (whsec_...).
+func signedAs(secret string, header http.Header, body []byte) string {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil || secret == "" {
+		return fmt.Sprintf("was not checked (signing secret %q)", secret)
+	}
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "%s.%s.%s", header.Get("webhook-id"), header.Get("webhook-timestamp"), body)
+	want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	for _, sig := range strings.Fields(header.Get("webhook-signature")) {
+		if hmac.Equal([]byte(sig), []byte(want)) {
+			return signedOK
+		}
+	}
+	return "does not verify: the bytes changed after the sender signed them"
 }
 
 func (h *hookSink) events() []upEvent {
@@ -291,6 +354,16 @@ func addEventHook(t *testing.T, p *proc, app testApp, h *hookSink) {
 	if st != 200 {
 		t.Fatalf("add event webhook: %d %s", st, b)
 	}
+	st, b = p.call(t, "admin", "durability-admin", "GET", "/admin/v1/apps/"+app.Key+"/events/webhooks", "")
+	var list struct {
+		SigningSecret string `json:"signing_secret"`
+	}
+	if st != 200 || json.Unmarshal(b, &list) != nil || list.SigningSecret == "" {
+		t.Fatalf("list event webhooks: %d %s", st, b)
+	}
+	h.mu.Lock()
+	h.secret = list.SigningSecret
+	h.mu.Unlock()
 }
 
 // createCrashDevices creates n devices named prefix0.. on p.

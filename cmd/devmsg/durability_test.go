@@ -54,6 +54,9 @@ func holdDefaultPorts() (release func()) {
 	}
 }
 
+// envTestRace set builds the binary the tests run with -race.
+const envTestRace = "DEVMSG_TEST_RACE"
+
 // devmsgBinary builds the real binary once per test run.
 func devmsgBinary(t *testing.T) string {
 	t.Helper()
@@ -64,7 +67,14 @@ func devmsgBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "devmsg")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		args := []string{"build", "-o", binPath}
+		if os.Getenv(envTestRace) != "" {
+			// The race detector in the served binary: its reports go to
+			// the files GORACE's log_path names, as the tests read only
+			// the listening addresses from a server's stderr.
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
