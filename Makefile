@@ -11,7 +11,7 @@ build:
 	go build -ldflags "$(LDFLAGS)" -o devmsg ./cmd/devmsg
 
 test: test-mochi
-	go test -count=1 -timeout 20m ./...
+	go test -count=1 -timeout 30m ./...
 
 # The patched mochi-mqtt is a module of its own (third_party/mochi-mqtt,
 # see its PATCHES.md), so ./... above does not reach it: its own tests run here.
