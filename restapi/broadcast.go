@@ -82,22 +82,9 @@ func viewBroadcast(b store.Broadcast, st message.BroadcastStats) apitypes.Broadc
 	}
 }
 
-// broadcastParam reads the broadcast_id query parameter.
-func broadcastParam(c *gin.Context) (int64, error) {
-	s, ok := c.GetQuery("broadcast_id")
-	if !ok || s == "" {
-		return 0, errMissing("broadcast_id")
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, errInvalid("broadcast_id must be an integer")
-	}
-	return id, nil
-}
-
 // getBroadcast serves GET /msg/v1/broadcast?broadcast_id=N.
 func (a *API) getBroadcast(c *gin.Context) error {
-	id, err := broadcastParam(c)
+	id, err := idParam(c, "broadcast_id")
 	if err != nil {
 		return err
 	}
@@ -110,7 +97,7 @@ func (a *API) getBroadcast(c *gin.Context) error {
 
 // cancelBroadcast serves DELETE /msg/v1/broadcast?broadcast_id=N.
 func (a *API) cancelBroadcast(c *gin.Context) error {
-	id, err := broadcastParam(c)
+	id, err := idParam(c, "broadcast_id")
 	if err != nil {
 		return err
 	}

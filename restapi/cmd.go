@@ -280,7 +280,7 @@ func viewCommand(c store.Command) apitypes.Command {
 // getCommand serves GET /cmd/v1/cmd?cmd_id=&wait= (docs/api.md, "Query a
 // command").
 func (a *API) getCommand(c *gin.Context) error {
-	id, err := cmdIDParam(c)
+	id, err := idParam(c, "cmd_id")
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (a *API) getCommand(c *gin.Context) error {
 // cancelCommand serves DELETE /cmd/v1/cmd?cmd_id= (docs/api.md, "Cancel
 // a command"): the command as it stands afterwards.
 func (a *API) cancelCommand(c *gin.Context) error {
-	id, err := cmdIDParam(c)
+	id, err := idParam(c, "cmd_id")
 	if err != nil {
 		return err
 	}
@@ -318,18 +318,6 @@ func (a *API) cancelCommand(c *gin.Context) error {
 		return err
 	}
 	return a.writeRead(c, viewCommand(cmd))
-}
-
-func cmdIDParam(c *gin.Context) (int64, error) {
-	s, ok := c.GetQuery("cmd_id")
-	if !ok || s == "" {
-		return 0, errMissing("cmd_id")
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, errInvalid("cmd_id must be an integer")
-	}
-	return id, nil
 }
 
 // admitWait admits a command call that waits as a long-poll, before it

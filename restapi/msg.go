@@ -127,7 +127,7 @@ func checkURLSyntax(s string) error {
 // getMessage serves GET /msg/v1/msg?msgid= (docs/api.md, "Query a
 // message").
 func (a *API) getMessage(c *gin.Context) error {
-	id, err := msgidParam(c)
+	id, err := idParam(c, "msgid")
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (a *API) getMessage(c *gin.Context) error {
 // the message as it stands afterwards, its last record saying whether
 // the retraction succeeded (7) or not (8).
 func (a *API) retractMessage(c *gin.Context) error {
-	id, err := msgidParam(c)
+	id, err := idParam(c, "msgid")
 	if err != nil {
 		return err
 	}
@@ -154,14 +154,16 @@ func (a *API) retractMessage(c *gin.Context) error {
 	return writeJSON(c, viewMessage(m))
 }
 
-func msgidParam(c *gin.Context) (int64, error) {
-	s, ok := c.GetQuery("msgid")
+// idParam reads the integer id in the query parameter name (msgid,
+// cmd_id, broadcast_id): missing is 1002, not an integer 1003.
+func idParam(c *gin.Context, name string) (int64, error) {
+	s, ok := c.GetQuery(name)
 	if !ok || s == "" {
-		return 0, errMissing("msgid")
+		return 0, errMissing(name)
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, errInvalid("msgid must be an integer")
+		return 0, errInvalid("%s must be an integer", name)
 	}
 	return id, nil
 }
