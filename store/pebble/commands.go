@@ -52,15 +52,23 @@ func (s *Store) deviceExists(app, name string) (bool, error) {
 	return s.exists(key(pDevice, app, name))
 }
 
-// openCount counts the device's open commands; under its stripe.
+// openCount counts the device's open commands; under its stripe. The
+// count is kept in memory after the first (cmdcount.go).
 func (s *Store) openCount(app, device string) (int, error) {
+	if n, ok := s.openCmds.get(app, device); ok {
+		return n, nil
+	}
 	p := cmdOpenPrefix(app, device)
 	n := 0
 	err := s.scan(p, prefixEnd(p), func(_, _ []byte) (bool, error) {
 		n++
 		return true, nil
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	s.openCmds.put(app, device, n)
+	return n, nil
 }
 
 // putCommand adds c, and its index entries, to b; it returns c encoded.
@@ -141,9 +149,15 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 		return evs, putSeq(b, appKey, seqNo, e)
 	})
 	if err != nil {
+		for i := range out {
+			s.openCmds.drop(appKey, out[i].DeviceName)
+		}
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
 	for i := range out {
+		if out[i].Open() {
+			s.openCountAdd(appKey, out[i].DeviceName, 1)
+		}
 		s.cmds.put(out[i], raws[i])
 	}
 	return out, nil
@@ -217,7 +231,11 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
 	}
 	if err != nil {
+		s.openCmds.drop(appKey, c.DeviceName)
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
+	}
+	if wasOpen && !c.Open() {
+		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
 	s.cmds.put(c, written)
 	return c, nil

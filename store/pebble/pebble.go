@@ -99,6 +99,8 @@ type Store struct {
 	msgs msgCache
 	// cmds holds the open commands as last written (cmdcache.go).
 	cmds cmdCache
+	// openCmds caches devices' open-command counts (cmdcount.go).
+	openCmds cache[int]
 	// disk is the free-space floor (diskfloor.go).
 	disk diskFloor
 
