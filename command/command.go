@@ -335,7 +335,7 @@ func (s *Service) finish(c *store.Command, state string, code int, result json.R
 
 // ended wakes the calls waiting for c, here and on the other nodes.
 func (s *Service) ended(ctx context.Context, c store.Command) {
-	s.waiters.wake(c.ID)
+	s.waiters.wakeEnded(c)
 	if s.waker != nil {
 		s.waker.CommandEnded(ctx, c.AppKey, c.ID)
 	}
