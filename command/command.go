@@ -201,11 +201,20 @@ func (s *Service) Send(ctx context.Context, app store.App, names []string, req R
 	if err != nil {
 		return nil, err
 	}
+	var queued []store.Command
+	var queuedDevs []store.Device
 	for j, c := range stored {
 		results[at[j]] = Result{Command: c, DeviceName: c.DeviceName}
 		if c.State == store.CmdQueued {
-			s.router.NotifyCommand(c, byName[c.DeviceName])
+			queued, queuedDevs = append(queued, c), append(queuedDevs, byName[c.DeviceName])
 		}
+	}
+	if br, ok := s.router.(BatchRouter); ok && len(queued) > 1 {
+		br.NotifyCommands(queued, queuedDevs)
+		return results, nil
+	}
+	for i, c := range queued {
+		s.router.NotifyCommand(c, queuedDevs[i])
 	}
 	return results, nil
 }

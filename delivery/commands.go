@@ -106,11 +106,7 @@ func (cs *CommandSender) lock(app, dev string) func() {
 // overtaken by a send or PUBACK of the same command.
 func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, queued bool) {
 	var sent []store.Command
-	defer func() {
-		for _, cmd := range sent {
-			cs.recordSent(ctx, cmd)
-		}
-	}()
+	defer func() { cs.recordSentAll(ctx, sent) }()
 	defer cs.lock(app, dev)()
 	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
 	if err != nil {
@@ -319,9 +315,7 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 	}
 	sent, freed := cs.drain(ctx, c, app, dev)
 	unlock()
-	for _, cmd := range sent {
-		cs.recordSent(ctx, cmd)
-	}
+	cs.recordSentAll(ctx, sent)
 	// A place no command took goes to the messages: one a command's
 	// PUBACK freed (a message's PUBACK frees its own), or given up.
 	if cs.freed != nil && ((ok && len(sent) == 0) || freed) {
@@ -341,9 +335,7 @@ func (cs *CommandSender) Drain(c Conn, app, dev string) {
 	unlock := cs.lock(app, dev)
 	sent, _ := cs.drain(ctx, c, app, dev)
 	unlock()
-	for _, cmd := range sent {
-		cs.recordSent(ctx, cmd)
-	}
+	cs.recordSentAll(ctx, sent)
 	if cs.freed != nil {
 		cs.freed(c, app, dev)
 	}
