@@ -51,6 +51,12 @@ func (cs *CommandSender) recordSentAll(ctx context.Context, cmds []store.Command
 		updates[i] = store.CommandUpdate{AppKey: cmd.AppKey, ID: cmd.ID, Fn: fn}
 	}
 	_, errs, err := b.UpdateCommands(ctx, updates)
+	if errors.Is(err, errors.ErrUnsupported) {
+		for _, cmd := range cmds {
+			cs.recordSent(ctx, cmd)
+		}
+		return
+	}
 	if err != nil {
 		cs.log.Error("record commands sent", "commands", len(cmds), "err", err)
 		return
