@@ -29,3 +29,20 @@ type BatchRouter interface {
 	// device of cmds[i] as read before.
 	NotifyCommands(cmds []store.Command, devs []store.Device)
 }
+
+// DeliveredAt returns the UpdateCommand fn that records the PUBACK, at
+// the Unix ms at, of a command published to device: the write Delivered
+// makes, for a caller that writes many commands' at once. Its answer is
+// due within its timeout from at.
+func DeliveredAt(device string, at int64) func(*store.Command) error {
+	return func(c *store.Command) error {
+		if c.DeviceName != device || !c.Undelivered() {
+			return ErrUnchanged
+		}
+		if c.TimeSent == 0 {
+			c.TimeSent = at
+		}
+		c.State, c.TimeDelivered, c.Deadline = store.CmdDelivered, at, at+c.Timeout*1000
+		return nil
+	}
+}

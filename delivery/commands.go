@@ -13,10 +13,12 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// CommandStore is what the CommandSender reads: a device's open
-// commands, and Barrier before it hands the device what it read.
+// CommandStore is what the CommandSender reads and writes: a device's
+// open commands, Barrier before it hands the device what it read, and
+// the delivered states of commands (cmdacks.go).
 type CommandStore interface {
 	OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error)
+	UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error)
 	Barrier(ctx context.Context) error
 }
 
@@ -67,6 +69,9 @@ type CommandSender struct {
 
 	// locks order the sends to one device (accepted order).
 	locks [64]sync.Mutex
+
+	// acks stores the delivered states (cmdacks.go).
+	acks cmdAckStage
 }
 
 type cmdRef struct {
@@ -121,8 +126,8 @@ func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, qu
 		return
 	}
 	for _, cmd := range open {
-		if queued && cmd.State != store.CmdQueued {
-			continue
+		if queued && cmd.State != store.CmdQueued || cs.acks.acking(cmd.ID) {
+			continue // a PUBACK came for it: its delivered state is on its way
 		}
 		if cs.publish(c, cmd) {
 			sent = append(sent, cmd)
@@ -286,8 +291,9 @@ func (cs *CommandSender) recordSent(ctx context.Context, cmd store.Command) {
 }
 
 // Acked takes a PUBACK on c, the device's connection: when it
-// acknowledges a command, the command is delivered once that is stored,
-// and Acked reports true. Either way the place the PUBACK freed goes to
+// acknowledges a command, the command is delivered, stored by the ack
+// stage of commands (cmdacks.go) so the read loop does not wait for the
+// fsync, and Acked reports true. Either way the place the PUBACK freed goes to
 // the commands waiting on c, if any, before any message. It holds the
 // device's lock, so a publish under way has recorded its packet id, and
 // a read of Attach sees the delivery.
@@ -309,9 +315,7 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 	cs.mu.Unlock()
 	if ok {
 		cs.active.Add(-1)
-		if err := cs.svc.Delivered(ctx, ref.app, ref.dev, ref.id); err != nil {
-			cs.log.Error("record a command delivered", "app", ref.app, "cmd_id", ref.id, "err", err)
-		}
+		cs.acks.add(cs, cmdAck{ref: ref, at: cs.now().UnixMilli()})
 	}
 	sent, freed := cs.drain(ctx, c, app, dev)
 	unlock()
