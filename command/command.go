@@ -86,6 +86,7 @@ type Store interface {
 	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
 	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
 	Barrier(ctx context.Context) error
+	StartJob(ctx context.Context, appKey string, id, step, next int64, starts []store.JobStart) ([]store.Command, error)
 	store.Commands
 }
 
@@ -353,7 +354,11 @@ func doneEvent(c store.Command, now int64) store.Event {
 		Code    int             `json:"code"`
 		Result  json.RawMessage `json:"result,omitempty"`
 		Message string          `json:"message"`
-	}{strconv.FormatInt(c.ID, 10), c.Name, c.State, c.Code, c.Result, c.Message}
+		JobID   string          `json:"job_id,omitempty"`
+	}{CmdID: strconv.FormatInt(c.ID, 10), Name: c.Name, State: c.State, Code: c.Code, Result: c.Result, Message: c.Message}
+	if c.Job != 0 {
+		data.JobID = strconv.FormatInt(c.Job, 10)
+	}
 	b, _ := json.Marshal(data)
 	return store.Event{Type: EventDone, AppKey: c.AppKey, DeviceName: c.DeviceName, Time: now, Data: b}
 }
