@@ -105,6 +105,15 @@ type Service struct {
 	// dropped counts answers and progress reports dropped: late,
 	// repeated, or for a command that is unknown or ended.
 	dropped atomic.Int64
+	// lastSend is when the last Send began (Unix ns): jobs give way to
+	// commands sent through the API (Sending).
+	lastSend atomic.Int64
+}
+
+// Sending reports whether a Send began within the last second.
+func (s *Service) Sending() bool {
+	last := s.lastSend.Load()
+	return last != 0 && s.now().UnixNano()-last < int64(time.Second)
 }
 
 // NewService returns a Service that stores in st and numbers commands
@@ -156,6 +165,7 @@ const (
 // Errors are the store's (store.ErrSeqUsed when the seq_no was recorded
 // meanwhile).
 func (s *Service) Send(ctx context.Context, app store.App, names []string, req Request, single bool, seqNo int64, seq store.CommandSeq) ([]Result, error) {
+	s.lastSend.Store(s.now().UnixNano())
 	devs, err := s.store.GetDevices(ctx, app.Key, names)
 	if err != nil {
 		return nil, fmt.Errorf("read devices: %w", err)

@@ -150,6 +150,9 @@ func NewService(st Store, ids *idgen.Generator, runner *Runner) *Service {
 	return &Service{store: st, ids: ids, runner: runner, now: time.Now}
 }
 
+// Runner returns the runner the Service wakes.
+func (s *Service) Runner() *Runner { return s.runner }
+
 // Create accepts spec for app: its targets are fixed now (disabled
 // devices left out of a tag or all; a list's names must all exist), and
 // the job is stored with them and the seq_no entry seqFor builds, in
