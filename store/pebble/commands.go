@@ -1,12 +1,10 @@
 package pebble
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -56,17 +54,6 @@ func (s *Store) deviceExists(app, name string) (bool, error) {
 	return s.exists(key(pDevice, app, name))
 }
 
-// openCount counts the device's open commands; under its stripe.
-func (s *Store) openCount(app, device string) (int, error) {
-	p := cmdOpenPrefix(app, device)
-	n := 0
-	err := s.scan(p, prefixEnd(p), func(_, _ []byte) (bool, error) {
-		n++
-		return true, nil
-	})
-	return n, err
-}
-
 // putCommand adds c, and its index entries, to b; it returns c encoded.
 func putCommand(b *pebble.Batch, c store.Command) ([]byte, error) {
 	raw, err := json.Marshal(c)
@@ -114,7 +101,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 			return nil, err
 		}
 	}
-	out, err := s.admitCommands(appKey, cmds)
+	out, devs, err := s.admitCommands(appKey, cmds)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +135,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		}
 		return evs, putSeq(b, appKey, seqNo, e)
 	})
+	s.noteOpened(appKey, out, devs, err == nil)
 	if err != nil {
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
@@ -156,121 +144,6 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		s.cmds.put(out[i], raws[i])
 	}
 	return out, nil
-}
-
-// admitCommands returns cmds of appKey as they are to be stored, each
-// queued one passed through store.AdmitCommand against its device as
-// stored; under the devices' stripes.
-func (s *Store) admitCommands(appKey string, cmds []store.Command) ([]store.Command, error) {
-	out := slices.Clone(cmds)
-	var names []string
-	for i := range out {
-		out[i].AppKey = appKey
-		if out[i].State == store.CmdQueued {
-			names = append(names, out[i].DeviceName)
-		}
-	}
-	devs, err := s.readAdmission(appKey, names)
-	if err != nil {
-		return nil, fmt.Errorf("create commands: %w", err)
-	}
-	opened := map[string]int{}
-	for i := range out {
-		c := &out[i]
-		if c.State != store.CmdQueued {
-			continue
-		}
-		d := devs[c.DeviceName]
-		if store.AdmitCommand(c, d.exists, d.open+opened[c.DeviceName]) {
-			opened[c.DeviceName]++
-		}
-	}
-	return out, nil
-}
-
-// admission is what AdmitCommand needs of a device.
-type admission struct {
-	exists bool
-	open   int
-}
-
-// batchAdmission is how many devices a write names from which
-// readAdmission reads them all with two iterators, in key order,
-// rather than with a lookup and a scan each (which took three quarters
-// of a 1,000-command write).
-const batchAdmission = 8
-
-// readAdmission reads whether each named device of appKey exists and
-// how many commands it has open; under the devices' stripes.
-func (s *Store) readAdmission(appKey string, names []string) (map[string]admission, error) {
-	out := make(map[string]admission, len(names))
-	if len(names) < batchAdmission {
-		for _, n := range names {
-			exists, err := s.deviceExists(appKey, n)
-			if err != nil || !exists {
-				out[n] = admission{}
-				if err != nil {
-					return nil, err
-				}
-				continue
-			}
-			open, err := s.openCount(appKey, n)
-			if err != nil {
-				return nil, err
-			}
-			out[n] = admission{true, open}
-		}
-		return out, nil
-	}
-	names = slices.Compact(slices.Sorted(slices.Values(names)))
-	var unknown []string
-	var keys [][]byte
-	for _, n := range names {
-		if _, ok := s.devices.get(appKey, n); ok {
-			out[n] = admission{exists: true}
-		} else {
-			unknown = append(unknown, n)
-			keys = append(keys, key(pDevice, appKey, n))
-		}
-	}
-	err := s.seekEach(key(pDevice, appKey, ""), keys, func(i int, _ []byte) error {
-		out[unknown[i]] = admission{exists: true}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	err = s.seekRanges(key(pCmdOpen, appKey, ""), names, func(n string) []byte { return cmdOpenPrefix(appKey, n) },
-		func(n string, it *pebble.Iterator, p []byte) bool {
-			if a := out[n]; a.exists && it.Valid() && bytes.HasPrefix(it.Key(), p) {
-				out[n] = admission{true, a.open + 1}
-				return true
-			}
-			return false
-		})
-	return out, err
-}
-
-// seekRanges seeks one iterator over the keys under prefix to key(n)
-// for each of names, in order (so each seek moves forward), and calls
-// fn there and after each Next for as long as fn asks for one.
-func (s *Store) seekRanges(prefix []byte, names []string, key func(string) []byte, fn func(n string, it *pebble.Iterator, k []byte) (next bool)) error {
-	if len(names) == 0 {
-		return nil
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return fmt.Errorf("iterate %q: %w", prefix, err)
-	}
-	for _, n := range names {
-		k := key(n)
-		for ok := it.SeekGE(k); fn(n, it, k) && ok; ok = it.Next() {
-		}
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("iterate %q: %w", prefix, err)
-	}
-	return nil
 }
 
 // getCommand reads command id of appKey.
@@ -347,6 +220,9 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		err = s.writeLazy(fill)
 	} else {
 		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
+	}
+	if wasOpen && !c.Open() {
+		s.noteEnded(appKey, c.DeviceName, err == nil)
 	}
 	if err != nil {
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)

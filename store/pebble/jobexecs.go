@@ -154,6 +154,9 @@ type execWrites struct {
 // of an earlier attempt than the stored execution's writes none.
 func (s *Store) prepareExecs(appKey string, cmds []store.Command, step *jobStep) (*execWrites, error) {
 	var ex execWrites
+	if !slices.ContainsFunc(cmds, func(c store.Command) bool { return c.Job != 0 }) {
+		return &ex, nil
+	}
 	seen := map[int64]*jobState{}
 	at := map[string]int{} // where in ex.w each execution key is written
 	for _, c := range cmds {
