@@ -137,6 +137,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 	})
 	s.noteOpened(appKey, out, devs, err == nil)
 	if err != nil {
+		ex.forget()
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
 	ex.apply()
@@ -225,6 +226,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		s.noteEnded(appKey, c.DeviceName, err == nil)
 	}
 	if err != nil {
+		ex.forget()
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
 	ex.apply()

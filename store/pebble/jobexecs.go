@@ -242,6 +242,17 @@ func (ex *execWrites) apply() {
 	}
 }
 
+// forget drops the counts of the jobs after a write whose outcome is
+// unknown (its commit failed, perhaps after the batch was applied): the
+// next read counts the executions again.
+func (ex *execWrites) forget() {
+	for _, st := range ex.locked {
+		st.cmu.Lock()
+		st.loaded, st.counts = false, nil
+		st.cmu.Unlock()
+	}
+}
+
 // release gives back the execs locks.
 func (ex *execWrites) release() {
 	for _, st := range ex.locked {
