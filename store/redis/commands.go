@@ -23,7 +23,8 @@ import (
 // commands, which DueCommands reads, and {P g}:maxid, raised to every
 // command id before its write as for messages (ids of both come from one
 // generator). Each write is an optimistic transaction on the keys it
-// reads, with the events it emits appended in its MULTI.
+// reads, with the events it emits appended in its MULTI and, for a job's
+// command, its execution written there too (jobs.go).
 
 func (s *Store) cmdKey(app string, id int64) string   { return s.app(app) + "c:" + itoa(id) }
 func (s *Store) cmdOpenKey(app, device string) string { return s.app(app) + "co:" + device }
@@ -40,16 +41,31 @@ return 1`)
 // CreateCommands stores cmds with seq in one transaction; see
 // store.Commands.
 func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.Command, seqNo int64, seq store.CommandSeq) ([]store.Command, error) {
+	out, err := s.createCommands(ctx, appKey, cmds, seqNo, seq, nil)
+	if err != nil {
+		return nil, fmt.Errorf("create commands: %w", err)
+	}
+	return out, nil
+}
+
+// createCommands admits and stores cmds in one optimistic transaction on
+// the devices they name (and, for a job's step, the job): each with its
+// events and, for a job's command, its execution. With step, the write
+// happens only if the job is running at step.Step, and moves it on.
+func (s *Store) createCommands(ctx context.Context, appKey string, cmds []store.Command, seqNo int64, seq store.CommandSeq, step *jobStep) ([]store.Command, error) {
 	var maxID int64
 	for _, c := range cmds {
 		maxID = max(maxID, c.ID)
 	}
 	if len(cmds) > 0 {
 		if err := raiseScript.Run(ctx, s.rdb, []string{s.maxIDKey(), s.cmdAppsKey()}, maxID, appKey).Err(); err != nil {
-			return nil, fmt.Errorf("create commands: %w", err)
+			return nil, err
 		}
 	}
 	keys := []string{s.seqKey(appKey, seqNo)}
+	if step != nil {
+		keys = append(keys, s.jobKey(appKey, step.ID))
+	}
 	for _, c := range cmds {
 		keys = append(keys, s.devKey(appKey, c.DeviceName), s.cmdOpenKey(appKey, c.DeviceName))
 	}
@@ -68,7 +84,11 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 		out = slices.Clone(cmds)
 		exists := map[string]*goredis.IntCmd{}
 		counts := map[string]*goredis.IntCmd{}
+		var job *goredis.SliceCmd
 		if _, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			if step != nil {
+				job = p.HMGet(ctx, s.jobKey(appKey, step.ID), "state", "step")
+			}
 			for _, c := range out {
 				if c.State == store.CmdQueued && exists[c.DeviceName] == nil {
 					exists[c.DeviceName] = p.Exists(ctx, s.devKey(appKey, c.DeviceName))
@@ -77,6 +97,9 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 			}
 			return nil
 		}); err != nil {
+			return err
+		}
+		if err := step.check(job); err != nil {
 			return err
 		}
 		opened := map[string]int{}
@@ -111,6 +134,12 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 			for i, c := range out {
 				s.putCommand(ctx, p, c, datas[i])
 			}
+			if err := s.putExecutions(ctx, p, appKey, out); err != nil {
+				return err
+			}
+			if step != nil {
+				p.HSet(ctx, s.jobKey(appKey, step.ID), "step", step.Step+1, "next", step.Next)
+			}
 			if has == "1" {
 				p.Do(ctx, "SET", s.seqKey(appKey, seqNo), seqData, "PXAT", pxat)
 			}
@@ -120,7 +149,7 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 		return err
 	}, keys...)
 	if err != nil {
-		return nil, fmt.Errorf("create commands: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -147,7 +176,8 @@ func (s *Store) GetCommand(ctx context.Context, appKey string, id int64) (store.
 }
 
 // UpdateCommand applies fn in an optimistic transaction on the command;
-// see store.Commands.
+// see store.Commands. A job's command writes its execution in the same
+// MULTI, lazy writes included (Redis has one durability for all writes).
 func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error) {
 	k := s.cmdKey(appKey, id)
 	var out store.Command
@@ -167,6 +197,9 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		}
 		if _, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			s.putCommand(ctx, p, c, data)
+			if err := s.putExecutions(ctx, p, appKey, []store.Command{c}); err != nil {
+				return err
+			}
 			s.txAppend(ctx, p, appKey, evs)
 			return nil
 		}); err != nil {

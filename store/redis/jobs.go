@@ -1,45 +1,476 @@
 package redis
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/devmsg/devmsg/store"
 )
 
-// errJobsUnbuilt is returned by the job methods until this backend
-// keeps jobs.
-var errJobsUnbuilt = errors.New("redis store: jobs not built yet")
+// Jobs (store.Jobs).
+//
+// Keys, in the app's slot:
+//
+//	{P a:<app>}:job:<id>          the job: hash of its JSON (def) and the
+//	                              fields a step or an update moves (state,
+//	                              step, next), which a transaction reads
+//	                              without decoding JSON
+//	{P a:<app>}:jt:<id>           its targets: a list of device names in
+//	                              index order (LRANGE reads a page)
+//	{P a:<app>}:jx:<id>           its executions with a command: hash of
+//	                              target index to Execution JSON
+//	{P a:<app>}:jc:<id>           hash of state to how many of its
+//	                              executions are in it (ExecPending is not
+//	                              kept: it is Targets less the rest)
+//	{P a:<app>}:ji:<id>           sorted set of the indexes in jx (score and
+//	                              member the index), for JobExecutions
+//	{P a:<app>}:js:<id>:<state>   the same for the executions in state
+//
+// and {P g}:jobs, the global index of jobs that may be Active (score the
+// id, member "<id> <app>"), kept as {P g}:bcasts is for broadcasts.
+//
+// A job's command is written by the optimistic transaction of every
+// command write (commands.go); its MULTI also runs noteExecsLua, which
+// reads the execution as stored, moves the counts and state indexes from
+// its state to the command's and stores the new execution. Reading the
+// stored execution in the transaction makes the counts follow the
+// executions exactly whatever the callers believe the state before was.
+// Target indexes are sorted-set scores: exact below 2^53.
 
-// CreateJob is not built yet.
-func (s *Store) CreateJob(context.Context, store.Job, []string, int64, *store.SeqEntry) error {
-	return errJobsUnbuilt
+func (s *Store) jobKey(app string, id int64) string        { return s.app(app) + "job:" + itoa(id) }
+func (s *Store) jobTargetsKey(app string, id int64) string { return s.app(app) + "jt:" + itoa(id) }
+func (s *Store) jobExecsKey(app string, id int64) string   { return s.app(app) + "jx:" + itoa(id) }
+func (s *Store) jobCountsKey(app string, id int64) string  { return s.app(app) + "jc:" + itoa(id) }
+func (s *Store) jobIndexKey(app string, id int64) string   { return s.app(app) + "ji:" + itoa(id) }
+func (s *Store) jobStatePrefix(app string, id int64) string {
+	return s.app(app) + "js:" + itoa(id) + ":"
+}
+func (s *Store) activeJobsKey() string { return s.global + ":jobs" }
+
+// execStates are the states an execution with a command can be in (its
+// command's), whose index keys noteExecsLua is given.
+var execStates = []string{
+	store.CmdQueued, store.CmdSent, store.CmdDelivered, store.CmdInProgress, store.CmdSucceeded,
+	store.CmdFailed, store.CmdTimedOut, store.CmdExpired, store.CmdOffline, store.CmdRejected, store.CmdCancelled,
 }
 
-// GetJob is not built yet.
-func (s *Store) GetJob(context.Context, string, int64) (store.Job, error) {
-	return store.Job{}, errJobsUnbuilt
+// noteExecsLua stores the executions of a job's commands, run in the
+// MULTI of the commands' write. An execution of an earlier attempt than
+// the one stored is left out (a late write of an attempt a retry has
+// replaced). Nothing is written for a job that does not exist.
+// KEYS: job, executions, counts, index, then the state index of each
+// state ARGV names. ARGV: the number of states, the states, the prefix
+// of state index keys (for a state not named), then per execution: its
+// index, attempt, state and JSON. Returns how many were stored.
+const noteExecsLua = `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local n = tonumber(ARGV[1])
+local byState = {}
+for i = 1, n do byState[ARGV[1 + i]] = KEYS[4 + i] end
+local prefix = ARGV[2 + n]
+local function stateKey(st) return byState[st] or (prefix .. st) end
+local wrote = 0
+for a = 3 + n, #ARGV, 4 do
+  local idx, attempt, st = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2]
+  local cur = redis.call('HGET', KEYS[2], idx)
+  local old = nil
+  if cur then
+    local e = cjson.decode(cur)
+    if (tonumber(e.attempt) or 0) > attempt then
+      old = false
+    else
+      old = e.state
+    end
+  end
+  if old ~= false then
+    if old ~= st then
+      if old then
+        redis.call('HINCRBY', KEYS[3], old, -1)
+        redis.call('ZREM', stateKey(old), idx)
+      end
+      redis.call('HINCRBY', KEYS[3], st, 1)
+      redis.call('ZADD', stateKey(st), idx, idx)
+    end
+    redis.call('ZADD', KEYS[4], idx, idx)
+    redis.call('HSET', KEYS[2], idx, ARGV[a + 3])
+    wrote = wrote + 1
+  end
+end
+return wrote
+`
+
+// putExecutions queues on p, a MULTI, the executions of the job commands
+// among cmds, all of app: one noteExecsLua per job.
+func (s *Store) putExecutions(ctx context.Context, p goredis.Pipeliner, app string, cmds []store.Command) error {
+	var jobs []int64
+	byJob := map[int64][]any{}
+	for _, c := range cmds {
+		if c.Job == 0 {
+			continue
+		}
+		data, err := json.Marshal(store.ExecutionOf(c))
+		if err != nil {
+			return fmt.Errorf("encode execution of command %d: %w", c.ID, err)
+		}
+		if _, ok := byJob[c.Job]; !ok {
+			jobs = append(jobs, c.Job)
+		}
+		byJob[c.Job] = append(byJob[c.Job], itoa(c.JobIndex), c.Attempt, c.State, data)
+	}
+	for _, id := range jobs {
+		execs := byJob[id]
+		states := slices.Clone(execStates)
+		for i := 2; i < len(execs); i += 4 {
+			if st := execs[i].(string); !slices.Contains(states, st) {
+				states = append(states, st)
+			}
+		}
+		keys := make([]string, 0, 4+len(states))
+		keys = append(keys, s.jobKey(app, id), s.jobExecsKey(app, id), s.jobCountsKey(app, id), s.jobIndexKey(app, id))
+		args := make([]any, 0, 2+len(states)+len(execs))
+		args = append(args, len(states))
+		prefix := s.jobStatePrefix(app, id)
+		for _, st := range states {
+			keys = append(keys, prefix+st)
+			args = append(args, st)
+		}
+		args = append(append(args, prefix), execs...)
+		p.Eval(ctx, noteExecsLua, keys, args...)
+	}
+	return nil
 }
 
-// UpdateJob is not built yet.
-func (s *Store) UpdateJob(context.Context, string, int64, func(*store.Job) error) (store.Job, error) {
-	return store.Job{}, errJobsUnbuilt
+// jobStep is the job step a command write makes (StartJob).
+type jobStep struct {
+	ID, Step, Next int64
 }
 
-// StartJob is not built yet.
-func (s *Store) StartJob(context.Context, string, int64, int64, int64, []store.JobStart) ([]store.Command, error) {
-	return nil, errJobsUnbuilt
+// check refuses the step unless job, the job's state and step as the
+// transaction read them, says it is running at st.Step. A nil step
+// passes.
+func (st *jobStep) check(job *goredis.SliceCmd) error {
+	if st == nil {
+		return nil
+	}
+	vals, err := job.Result()
+	if err != nil {
+		return err
+	}
+	if len(vals) != 2 || vals[0] == nil {
+		return store.ErrNotFound
+	}
+	state, _ := vals[0].(string)
+	step, _ := vals[1].(string)
+	if state != store.JobRunning || step != itoa(st.Step) {
+		return store.ErrVersionConflict
+	}
+	return nil
 }
 
-// JobTargets is not built yet.
-func (s *Store) JobTargets(context.Context, string, int64, int64, int) ([]string, error) {
-	return nil, errJobsUnbuilt
+// jobFields is j's hash as field and value pairs.
+func jobFields(j store.Job) ([]any, error) {
+	j.Counts, j.Emit = nil, nil
+	def, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	return []any{"def", def, "state", j.State, "step", itoa(j.Step), "next", itoa(j.Next)}, nil
 }
 
-// JobExecutions is not built yet.
-func (s *Store) JobExecutions(context.Context, string, int64, string, int64, int) ([]store.Execution, error) {
-	return nil, errJobsUnbuilt
+// decodeJob reads a job's hash and its counts; store.ErrNotFound if the
+// hash is empty.
+func decodeJob(h, counts map[string]string) (store.Job, error) {
+	var j store.Job
+	def, ok := h["def"]
+	if !ok {
+		return j, store.ErrNotFound
+	}
+	if err := json.Unmarshal([]byte(def), &j); err != nil {
+		return j, fmt.Errorf("decode job: %w", err)
+	}
+	j.State = h["state"]
+	var err error
+	if j.Step, err = strconv.ParseInt(cmp.Or(h["step"], "0"), 10, 64); err != nil {
+		return j, fmt.Errorf("decode job step: %w", err)
+	}
+	if j.Next, err = strconv.ParseInt(cmp.Or(h["next"], "0"), 10, 64); err != nil {
+		return j, fmt.Errorf("decode job next: %w", err)
+	}
+	started := make(map[string]int64, len(counts))
+	for st, v := range counts {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return j, fmt.Errorf("decode job count %s: %w", st, err)
+		}
+		started[st] = n
+	}
+	store.FillCounts(&j, started)
+	return j, nil
 }
 
-// ActiveJobs is not built yet: no job is active.
-func (s *Store) ActiveJobs(context.Context) ([]store.Job, error) { return nil, nil }
+func jobMember(app string, id int64) string { return itoa(id) + " " + app }
+
+// createJobScript stores a new job's hash and its targets and records the
+// seq_no. KEYS: seq_no entry, job, targets. ARGV: has seq, entry JSON,
+// entry expiry, the number of hash arguments, the hash's field and value
+// pairs, then the targets. Returns -1 seq_no used, -4 exists, else 0.
+var createJobScript = newScript(`
+if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return -4 end
+local nf = tonumber(ARGV[4])
+redis.call('HSET', KEYS[2], unpack(ARGV, 5, 4 + nf))
+redis.call('DEL', KEYS[3])
+for i = 5 + nf, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if ARGV[1] == '1' then redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3]) end
+return 0
+`)
+
+// CreateJob adds j to the global index of active jobs, then stores it
+// with its targets and records seq in one script on the app's slot.
+func (s *Store) CreateJob(ctx context.Context, j store.Job, targets []string, seqNo int64, seq *store.SeqEntry) error {
+	if int64(len(targets)) != j.Targets {
+		return fmt.Errorf("create job %d: %d targets, job says %d", j.ID, len(targets), j.Targets)
+	}
+	has, data, pxat, err := seqArgs(seq)
+	if err != nil {
+		return fmt.Errorf("create job %d: %w", j.ID, err)
+	}
+	fields, err := jobFields(j)
+	if err != nil {
+		return fmt.Errorf("create job %d: %w", j.ID, err)
+	}
+	if j.Active() {
+		if err := s.rdb.ZAdd(ctx, s.activeJobsKey(), goredis.Z{Score: float64(j.ID), Member: jobMember(j.AppKey, j.ID)}).Err(); err != nil {
+			return fmt.Errorf("create job %d: %w", j.ID, err)
+		}
+	}
+	keys := []string{s.seqKey(j.AppKey, seqNo), s.jobKey(j.AppKey, j.ID), s.jobTargetsKey(j.AppKey, j.ID)}
+	args := make([]any, 0, 4+len(fields)+len(targets))
+	args = append(append(args, has, data, pxat, len(fields)), fields...)
+	for _, t := range targets {
+		args = append(args, t)
+	}
+	res, err := s.run(ctx, createJobScript, keys, args...).Int64()
+	if err != nil {
+		return fmt.Errorf("create job %d: %w", j.ID, err)
+	}
+	switch res {
+	case codeSeqUsed:
+		return store.ErrSeqUsed
+	case codeExists:
+		return store.ErrAlreadyExists
+	}
+	return nil
+}
+
+// readJob queues on p the reads of the app's job and its counts.
+func (s *Store) readJob(ctx context.Context, p goredis.Pipeliner, app string, id int64) (h, counts *goredis.MapStringStringCmd) {
+	return p.HGetAll(ctx, s.jobKey(app, id)), p.HGetAll(ctx, s.jobCountsKey(app, id))
+}
+
+// GetJob reads the job and its counts in one MULTI: one moment of both.
+func (s *Store) GetJob(ctx context.Context, appKey string, id int64) (store.Job, error) {
+	var h, counts *goredis.MapStringStringCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		h, counts = s.readJob(ctx, p, appKey, id)
+		return nil
+	}); err != nil {
+		return store.Job{}, fmt.Errorf("get job %d: %w", id, err)
+	}
+	return decodeJob(h.Val(), counts.Val())
+}
+
+// UpdateJob applies fn in an optimistic transaction on the job's hash, so
+// a step or another update in between makes fn run again. The counts fn
+// sees are read with the job but not watched: command writes move them
+// all the time, and a job update does not depend on their last value.
+func (s *Store) UpdateJob(ctx context.Context, appKey string, id int64, fn func(*store.Job) error) (store.Job, error) {
+	k := s.jobKey(appKey, id)
+	var out store.Job
+	err := s.watch(ctx, func(tx *goredis.Tx) error {
+		var h, counts *goredis.MapStringStringCmd
+		if _, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			h, counts = s.readJob(ctx, p, appKey, id)
+			return nil
+		}); err != nil {
+			return err
+		}
+		j, err := decodeJob(h.Val(), counts.Val())
+		if err != nil {
+			return err
+		}
+		was := j.Active()
+		evs, err := store.ApplyJobUpdate(&j, fn)
+		if err != nil {
+			return err
+		}
+		fields, err := jobFields(j)
+		if err != nil {
+			return err
+		}
+		// A job that becomes Active again (an ended one unswept) goes
+		// back into the global index first, as CreateJob puts it there.
+		if !was && j.Active() {
+			if err := s.rdb.ZAdd(ctx, s.activeJobsKey(), goredis.Z{Score: float64(id), Member: jobMember(appKey, id)}).Err(); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			p.HSet(ctx, k, fields[:4]...) // def and state: step and next are StartJob's
+			s.txAppend(ctx, p, appKey, evs)
+			return nil
+		}); err != nil {
+			return err
+		}
+		out = j
+		return nil
+	}, k)
+	if err != nil {
+		return store.Job{}, err
+	}
+	return out, nil
+}
+
+// StartJob stores the step's commands by the same transaction as
+// CreateCommands, which also watches the job, checks it is running at
+// step and moves its Step and Next in its MULTI.
+func (s *Store) StartJob(ctx context.Context, appKey string, id, step, next int64, starts []store.JobStart) ([]store.Command, error) {
+	cmds := make([]store.Command, len(starts))
+	for i, st := range starts {
+		cmds[i] = st.Command
+	}
+	out, err := s.createCommands(ctx, appKey, cmds, 0, nil, &jobStep{ID: id, Step: step, Next: next})
+	if err != nil {
+		return nil, fmt.Errorf("start job %d step %d: %w", id, step, err)
+	}
+	return out, nil
+}
+
+// JobTargets reads a range of the job's list of targets.
+func (s *Store) JobTargets(ctx context.Context, appKey string, id, from int64, limit int) ([]string, error) {
+	from = max(from, 0)
+	var exists *goredis.IntCmd
+	var names *goredis.StringSliceCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		exists = p.Exists(ctx, s.jobKey(appKey, id))
+		if limit > 0 {
+			names = p.LRange(ctx, s.jobTargetsKey(appKey, id), from, from+int64(limit)-1)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("targets of job %d: %w", id, err)
+	}
+	if exists.Val() == 0 {
+		return nil, store.ErrNotFound
+	}
+	if names == nil {
+		return []string{}, nil
+	}
+	return names.Val(), nil
+}
+
+// jobExecutionsScript reads up to ARGV[2] executions from the index
+// ARGV[1] on, of the index KEYS[2] (all, or one state's). KEYS: job,
+// index, executions. Returns {0} if there is no job, else 1 and the
+// executions' JSON. Not fenced: it writes nothing.
+var jobExecutionsScript = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+local idx = redis.call('ZRANGE', KEYS[2], ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, ARGV[2])
+local out = {1}
+for i = 1, #idx, 1000 do
+  local vals = redis.call('HMGET', KEYS[3], unpack(idx, i, math.min(i + 999, #idx)))
+  for _, v in ipairs(vals) do out[#out + 1] = v end
+end
+return out
+`)
+
+// JobExecutions reads a page of the job's index of executions (or of
+// those in state) and the executions it names, in one script.
+func (s *Store) JobExecutions(ctx context.Context, appKey string, id int64, state string, from int64, limit int) ([]store.Execution, error) {
+	index := s.jobIndexKey(appKey, id)
+	if state != "" {
+		index = s.jobStatePrefix(appKey, id) + state
+	}
+	keys := []string{s.jobKey(appKey, id), index, s.jobExecsKey(appKey, id)}
+	res, err := jobExecutionsScript.Run(ctx, s.rdb, keys, max(from, 0), max(limit, 0)).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("executions of job %d: %w", id, err)
+	}
+	if len(res) == 0 || res[0] != int64(1) {
+		return nil, store.ErrNotFound
+	}
+	out := make([]store.Execution, 0, len(res)-1)
+	for _, v := range res[1:] {
+		str, ok := v.(string)
+		if !ok {
+			continue
+		}
+		var e store.Execution
+		if err := json.Unmarshal([]byte(str), &e); err != nil {
+			return nil, fmt.Errorf("decode execution of job %d: %w", id, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ActiveJobs reads the global index and each job it names in one
+// pipeline, dropping the entries of jobs no longer Active. An entry whose
+// job is missing stays, as its creator may be about to write it.
+func (s *Store) ActiveJobs(ctx context.Context) ([]store.Job, error) {
+	members, err := s.rdb.ZRange(ctx, s.activeJobsKey(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("active jobs: %w", err)
+	}
+	type entry struct {
+		member    string
+		h, counts *goredis.MapStringStringCmd
+	}
+	entries := make([]entry, 0, len(members))
+	if _, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, mem := range members {
+			idStr, app, ok := strings.Cut(mem, " ")
+			id, err := strconv.ParseInt(idStr, 10, 64)
+			if !ok || err != nil {
+				continue
+			}
+			e := entry{member: mem}
+			e.h, e.counts = s.readJob(ctx, p, app, id)
+			entries = append(entries, e)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("active jobs: %w", err)
+	}
+	var out []store.Job
+	var gone []any
+	for _, e := range entries {
+		j, err := decodeJob(e.h.Val(), e.counts.Val())
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, err
+		case j.Active():
+			out = append(out, j)
+		default:
+			gone = append(gone, e.member)
+		}
+	}
+	if len(gone) > 0 {
+		if err := s.rdb.ZRem(ctx, s.activeJobsKey(), gone...).Err(); err != nil {
+			return nil, fmt.Errorf("active jobs: %w", err)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Job) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
