@@ -37,12 +37,13 @@ import (
 // and {P g}:jobs, the global index of jobs that may be Active (score the
 // id, member "<id> <app>"), kept as {P g}:bcasts is for broadcasts.
 //
-// A job's command is written by the optimistic transaction of every
-// command write (commands.go); its MULTI also runs noteExecsLua, which
-// reads the execution as stored, moves the counts and state indexes from
-// its state to the command's and stores the new execution. Reading the
-// stored execution in the transaction makes the counts follow the
-// executions exactly whatever the callers believe the state before was.
+// Every write of a job's command stores its execution in the same atomic
+// write (commands.go): createCommandsScript, or the MULTI of
+// UpdateCommand, runs noteExecs, which reads the execution as stored,
+// moves the counts and state indexes from its state to the command's and
+// stores the new execution. Reading the stored execution in that write
+// makes the counts follow the executions exactly, whatever the callers
+// believe the state before was (JobStart.Prev is not needed).
 // Target indexes are sorted-set scores: exact below 2^53.
 
 func (s *Store) jobKey(app string, id int64) string        { return s.app(app) + "job:" + itoa(id) }
@@ -55,124 +56,81 @@ func (s *Store) jobStatePrefix(app string, id int64) string {
 }
 func (s *Store) activeJobsKey() string { return s.global + ":jobs" }
 
-// execStates are the states an execution with a command can be in (its
-// command's), whose index keys noteExecsLua is given.
-var execStates = []string{
-	store.CmdQueued, store.CmdSent, store.CmdDelivered, store.CmdInProgress, store.CmdSucceeded,
-	store.CmdFailed, store.CmdTimedOut, store.CmdExpired, store.CmdOffline, store.CmdRejected, store.CmdCancelled,
-}
-
-// noteExecsLua stores the executions of a job's commands, run in the
-// MULTI of the commands' write. An execution of an earlier attempt than
-// the one stored is left out (a late write of an attempt a retry has
-// replaced). Nothing is written for a job that does not exist.
-// KEYS: job, executions, counts, index, then the state index of each
-// state ARGV names. ARGV: the number of states, the states, the prefix
-// of state index keys (for a state not named), then per execution: its
-// index, attempt, state and JSON. Returns how many were stored.
+// noteExecsLua's noteExecs stores executions of the job whose keys are
+// job, execs, counts and index, and whose state indexes' keys start with
+// prefix: those whose four ARGV (target index, attempt, state, JSON)
+// start at the indexes in starts. It reads each execution as stored,
+// moves the counts and state indexes from its state to the new one and
+// stores the new one, unless the stored one is of a later attempt (a
+// late write of an attempt a retry has replaced). Nothing is written for
+// a job that does not exist. Returns how many it stored.
 const noteExecsLua = `
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local n = tonumber(ARGV[1])
-local byState = {}
-for i = 1, n do byState[ARGV[1 + i]] = KEYS[4 + i] end
-local prefix = ARGV[2 + n]
-local function stateKey(st) return byState[st] or (prefix .. st) end
-local wrote = 0
-for a = 3 + n, #ARGV, 4 do
-  local idx, attempt, st = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2]
-  local cur = redis.call('HGET', KEYS[2], idx)
-  local old = nil
-  if cur then
-    local e = cjson.decode(cur)
-    if (tonumber(e.attempt) or 0) > attempt then
-      old = false
-    else
-      old = e.state
+local function noteExecs(job, execs, counts, index, prefix, starts)
+  if #starts == 0 or redis.call('EXISTS', job) == 0 then return 0 end
+  local delta, order, wrote = {}, {}, 0
+  local function move(st, d)
+    if delta[st] == nil then
+      delta[st] = 0
+      order[#order + 1] = st
     end
+    delta[st] = delta[st] + d
   end
-  if old ~= false then
-    if old ~= st then
-      if old then
-        redis.call('HINCRBY', KEYS[3], old, -1)
-        redis.call('ZREM', stateKey(old), idx)
+  for _, a in ipairs(starts) do
+    local idx, attempt, st = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2]
+    local cur = redis.call('HGET', execs, idx)
+    local old = nil
+    if cur then
+      local e = cjson.decode(cur)
+      if (tonumber(e.attempt) or 0) > attempt then old = false else old = e.state end
+    end
+    if old ~= false then
+      if old ~= st then
+        if old then
+          move(old, -1)
+          redis.call('ZREM', prefix .. old, idx)
+        end
+        move(st, 1)
+        redis.call('ZADD', prefix .. st, idx, idx)
       end
-      redis.call('HINCRBY', KEYS[3], st, 1)
-      redis.call('ZADD', stateKey(st), idx, idx)
+      redis.call('ZADD', index, idx, idx)
+      redis.call('HSET', execs, idx, ARGV[a + 3])
+      wrote = wrote + 1
     end
-    redis.call('ZADD', KEYS[4], idx, idx)
-    redis.call('HSET', KEYS[2], idx, ARGV[a + 3])
-    wrote = wrote + 1
   end
+  for _, st in ipairs(order) do
+    if delta[st] ~= 0 then redis.call('HINCRBY', counts, st, delta[st]) end
+  end
+  return wrote
 end
-return wrote
 `
 
-// putExecutions queues on p, a MULTI, the executions of the job commands
-// among cmds, all of app: one noteExecsLua per job.
-func (s *Store) putExecutions(ctx context.Context, p goredis.Pipeliner, app string, cmds []store.Command) error {
-	var jobs []int64
-	byJob := map[int64][]any{}
-	for _, c := range cmds {
-		if c.Job == 0 {
-			continue
-		}
-		data, err := json.Marshal(store.ExecutionOf(c))
-		if err != nil {
-			return fmt.Errorf("encode execution of command %d: %w", c.ID, err)
-		}
-		if _, ok := byJob[c.Job]; !ok {
-			jobs = append(jobs, c.Job)
-		}
-		byJob[c.Job] = append(byJob[c.Job], itoa(c.JobIndex), c.Attempt, c.State, data)
+// txNoteExecSrc stores one execution inside an optimistic transaction
+// (EVAL in MULTI), whose WATCH already checked the fence. KEYS: job,
+// executions, counts, index. ARGV: state-index prefix, then the
+// execution's index, attempt, state and JSON.
+const txNoteExecSrc = noteExecsLua + `
+return noteExecs(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], {2})
+`
+
+// putExecution queues on p, a MULTI, the write of the execution c stands
+// for, if it is a job's command.
+func (s *Store) putExecution(ctx context.Context, p goredis.Pipeliner, c store.Command) error {
+	if c.Job == 0 {
+		return nil
 	}
-	for _, id := range jobs {
-		execs := byJob[id]
-		states := slices.Clone(execStates)
-		for i := 2; i < len(execs); i += 4 {
-			if st := execs[i].(string); !slices.Contains(states, st) {
-				states = append(states, st)
-			}
-		}
-		keys := make([]string, 0, 4+len(states))
-		keys = append(keys, s.jobKey(app, id), s.jobExecsKey(app, id), s.jobCountsKey(app, id), s.jobIndexKey(app, id))
-		args := make([]any, 0, 2+len(states)+len(execs))
-		args = append(args, len(states))
-		prefix := s.jobStatePrefix(app, id)
-		for _, st := range states {
-			keys = append(keys, prefix+st)
-			args = append(args, st)
-		}
-		args = append(append(args, prefix), execs...)
-		p.Eval(ctx, noteExecsLua, keys, args...)
+	data, err := json.Marshal(store.ExecutionOf(c))
+	if err != nil {
+		return fmt.Errorf("encode execution of command %d: %w", c.ID, err)
 	}
+	app, id := c.AppKey, c.Job
+	keys := []string{s.jobKey(app, id), s.jobExecsKey(app, id), s.jobCountsKey(app, id), s.jobIndexKey(app, id)}
+	p.Eval(ctx, txNoteExecSrc, keys, s.jobStatePrefix(app, id), itoa(c.JobIndex), c.Attempt, c.State, data)
 	return nil
 }
 
 // jobStep is the job step a command write makes (StartJob).
 type jobStep struct {
 	ID, Step, Next int64
-}
-
-// check refuses the step unless job, the job's state and step as the
-// transaction read them, says it is running at st.Step. A nil step
-// passes.
-func (st *jobStep) check(job *goredis.SliceCmd) error {
-	if st == nil {
-		return nil
-	}
-	vals, err := job.Result()
-	if err != nil {
-		return err
-	}
-	if len(vals) != 2 || vals[0] == nil {
-		return store.ErrNotFound
-	}
-	state, _ := vals[0].(string)
-	step, _ := vals[1].(string)
-	if state != store.JobRunning || step != itoa(st.Step) {
-		return store.ErrVersionConflict
-	}
-	return nil
 }
 
 // jobFields is j's hash as field and value pairs.
@@ -341,9 +299,9 @@ func (s *Store) UpdateJob(ctx context.Context, appKey string, id int64, fn func(
 	return out, nil
 }
 
-// StartJob stores the step's commands by the same transaction as
-// CreateCommands, which also watches the job, checks it is running at
-// step and moves its Step and Next in its MULTI.
+// StartJob stores the step's commands by the same script as
+// CreateCommands, which also checks the job is running at step and moves
+// its Step and Next.
 func (s *Store) StartJob(ctx context.Context, appKey string, id, step, next int64, starts []store.JobStart) ([]store.Command, error) {
 	cmds := make([]store.Command, len(starts))
 	for i, st := range starts {
