@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 
@@ -137,8 +138,15 @@ func TestJobBasics(t *testing.T) {
 		t.Fatalf("step %d next %d", got7.Step, got7.Next)
 	}
 
-	// Updates move the executions; a retry replaces its execution, and a
-	// late write of the attempt it replaced is left out.
+	testJobRetry(t, s, j, names)
+	testJobEnd(t, s)
+}
+
+// testJobRetry follows TestJobBasics: updates move the executions; a
+// retry replaces its execution, and a late write of the attempt it
+// replaced is left out.
+func testJobRetry(t *testing.T, s *Store, j store.Job, names []string) {
+	ctx := context.Background()
 	for _, st := range []string{store.CmdSent, store.CmdDelivered, store.CmdFailed} {
 		_, err := s.UpdateCommand(ctx, "app", 100, func(c *store.Command) error { c.State = st; c.Lazy = st == store.CmdSent; return nil })
 		must(t, err)
@@ -146,7 +154,7 @@ func TestJobBasics(t *testing.T) {
 	wantCounts(t, s, map[string]int64{store.ExecPending: 6, store.CmdQueued: 2, store.CmdRejected: 1, store.CmdFailed: 1})
 	retry := jobStarts(j, names, 0, 1, 300)
 	retry[0].Command.Attempt, retry[0].Prev = 2, store.CmdFailed
-	_, err = s.StartJob(ctx, "app", 7, 1, 4, retry)
+	_, err := s.StartJob(ctx, "app", 7, 1, 4, retry)
 	must(t, err)
 	wantCounts(t, s, map[string]int64{store.ExecPending: 6, store.CmdQueued: 3, store.CmdRejected: 1})
 	_, err = s.UpdateCommand(ctx, "app", 100, func(c *store.Command) error { c.Message = "late"; return nil })
@@ -159,7 +167,12 @@ func TestJobBasics(t *testing.T) {
 		t.Fatalf("queued executions from 1: %+v %v", e, err)
 	}
 
-	// Ending the job: not running, so no step; Active until swept.
+}
+
+// testJobEnd follows testJobRetry: an ended job makes no step and stays
+// Active until swept.
+func testJobEnd(t *testing.T, s *Store) {
+	ctx := context.Background()
 	act, err := s.ActiveJobs(ctx)
 	must(t, err)
 	if len(act) != 1 || act[0].ID != 7 || act[0].Counts[store.CmdQueued] != 3 {
@@ -324,4 +337,38 @@ func BenchmarkStartJob(b *testing.B) {
 	if err := admin.ConfigSet(context.Background(), "appendfsync", "everysec").Err(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// TestCreateCommandsStaleRead runs the create script with admission's
+// reads out of date: a device deleted since, and one whose open count
+// moved. The script writes nothing and asks for a new read, and the
+// commands are then stored as the devices now are.
+func TestCreateCommandsStaleRead(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	j, names := jobFixture(t, s, 2)
+	starts := jobStarts(j, names, 0, 2, 50)
+	cmds := []store.Command{starts[0].Command, starts[1].Command}
+	b := newCmdBatch("app", cmds)
+	for _, stale := range [][2]int64{{1, 0}, {0, 1}} {
+		exists := []*goredis.IntCmd{goredis.NewIntResult(stale[0], nil), goredis.NewIntResult(1, nil)}
+		open := []*goredis.IntCmd{goredis.NewIntResult(stale[1], nil), goredis.NewIntResult(0, nil)}
+		if stale[0] == 1 {
+			must(t, s.DeleteDevice(ctx, "app", names[0]))
+		}
+		keys, args, err := s.createCommandsArgs(b, slices.Clone(cmds), 0, nil, &jobStep{ID: 7, Next: 2}, exists, open)
+		must(t, err)
+		if res, err := s.run(ctx, createCommandsScript, keys, args...).Int64(); err != nil || res != codeRetry {
+			t.Fatalf("stale read %v: %d %v", stale, res, err)
+		}
+		if _, err := s.GetCommand(ctx, "app", 50); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a refused write stored a command: %v", err)
+		}
+	}
+	out, err := s.StartJob(ctx, "app", 7, 0, 2, starts)
+	must(t, err)
+	if out[0].State != store.CmdRejected || out[0].Code != store.CodeDeviceDeleted || out[1].State != store.CmdQueued {
+		t.Fatalf("stored %+v", out)
+	}
+	wantCounts(t, s, map[string]int64{store.CmdRejected: 1, store.CmdQueued: 1})
 }
