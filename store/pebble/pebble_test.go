@@ -28,11 +28,11 @@ func TestConformance(t *testing.T) {
 			}
 		})
 		return s
-	}, storetest.SkipJobs("pebble jobs: not built yet"))
+	})
 }
 
 func TestReopen(t *testing.T) {
-	storetest.RunReopenTests(t, func(t *testing.T, dir string) store.Store { return open(t, dir) }, storetest.SkipJobs("pebble jobs: not built yet"))
+	storetest.RunReopenTests(t, func(t *testing.T, dir string) store.Store { return open(t, dir) })
 }
 
 // The benchmarks are storetest's, on Pebble: each op one batch committed

@@ -71,7 +71,7 @@ func (f *jobReopen) check(s store.Store) error {
 	}
 	var got []string
 	for _, e := range ex {
-		got = append(got, fmt.Sprint(e.Index, e.CmdID, e.State, e.Attempt))
+		got = append(got, fmt.Sprintf("%d %d %s %d", e.Index, e.CmdID, e.State, e.Attempt))
 	}
 	if w := []string{"0 501 succeeded 1", "1 502 sent 1", "2 503 rejected 1"}; !slices.Equal(got, w) {
 		return fmt.Errorf("executions %q, want %q", got, w)
