@@ -69,7 +69,7 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 // per command: member, device number, open, due, JSON, job number (0 for
 // none), and its execution's index, attempt, state and JSON; per job: its
 // state-index key prefix; then the events.
-var createCommandsScript = newScript(appendEventsLua + noteExecsLua + `
+var createCommandsScript = newScript(appendEventsLua + bulkLua + noteExecsLua + `
 local ndev, ncmd, njob, nev = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 if ARGV[4] == '1' then
@@ -88,20 +88,24 @@ end
 local base = 5 + 2 * ndev
 local starts = {}
 for j = 1, njob do starts[j] = {} end
+local sets, dueAdd, dueRem = {}, {}, {}
 for i = 1, ncmd do
   local co = KEYS[5 + 2 * tonumber(ARGV[a + 1])]
-  redis.call('SET', KEYS[base + i], ARGV[a + 4])
+  sets[#sets + 1], sets[#sets + 2] = KEYS[base + i], ARGV[a + 4]
   if ARGV[a + 2] == '1' then
     redis.call('ZADD', co, 0, ARGV[a])
-    redis.call('ZADD', KEYS[2], ARGV[a + 3], ARGV[a])
+    dueAdd[#dueAdd + 1], dueAdd[#dueAdd + 2] = ARGV[a + 3], ARGV[a]
   else
     redis.call('ZREM', co, ARGV[a])
-    redis.call('ZREM', KEYS[2], ARGV[a])
+    dueRem[#dueRem + 1] = ARGV[a]
   end
   local j = tonumber(ARGV[a + 5])
   if j > 0 then table.insert(starts[j], a + 6) end
   a = a + 10
 end
+bulk('MSET', false, sets, 2)
+bulk('ZADD', KEYS[2], dueAdd, 2)
+bulk('ZREM', KEYS[2], dueRem, 1)
 local jk = base + ncmd
 for j = 1, njob do
   noteExecs(KEYS[jk + 1], KEYS[jk + 2], KEYS[jk + 3], KEYS[jk + 4], ARGV[a], starts[j])

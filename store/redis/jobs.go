@@ -56,51 +56,93 @@ func (s *Store) jobStatePrefix(app string, id int64) string {
 }
 func (s *Store) activeJobsKey() string { return s.global + ":jobs" }
 
+// bulkLua's bulk calls cmd on key (none when false) with the arguments
+// in list, items of per arguments each, a few hundred items per call, so
+// that a batch costs a few calls instead of one per item and unpack stays
+// within Lua's stack.
+const bulkLua = `
+local function bulk(cmd, key, list, per)
+  local step = 500 * per
+  for i = 1, #list, step do
+    local j = math.min(i + step - 1, #list)
+    if key then redis.call(cmd, key, unpack(list, i, j)) else redis.call(cmd, unpack(list, i, j)) end
+  end
+end
+`
+
 // noteExecsLua's noteExecs stores executions of the job whose keys are
 // job, execs, counts and index, and whose state indexes' keys start with
 // prefix: those whose four ARGV (target index, attempt, state, JSON)
-// start at the indexes in starts. It reads each execution as stored,
-// moves the counts and state indexes from its state to the new one and
-// stores the new one, unless the stored one is of a later attempt (a
-// late write of an attempt a retry has replaced). Nothing is written for
-// a job that does not exist. Returns how many it stored.
+// start at the indexes in starts, in that order. It reads the executions
+// as stored, moves the counts and state indexes from their states to the
+// new ones and stores the new ones, each unless the one it replaces is of
+// a later attempt (a late write of an attempt a retry has replaced).
+// Nothing is written for a job that does not exist. Returns how many it
+// stored. Needs bulkLua.
 const noteExecsLua = `
 local function noteExecs(job, execs, counts, index, prefix, starts)
   if #starts == 0 or redis.call('EXISTS', job) == 0 then return 0 end
-  local delta, order, wrote = {}, {}, 0
-  local function move(st, d)
-    if delta[st] == nil then
-      delta[st] = 0
-      order[#order + 1] = st
-    end
-    delta[st] = delta[st] + d
+  local idxs = {}
+  for i, a in ipairs(starts) do idxs[i] = ARGV[a] end
+  local stored = {}
+  for i = 1, #idxs, 1000 do
+    local vals = redis.call('HMGET', execs, unpack(idxs, i, math.min(i + 999, #idxs)))
+    for k, v in ipairs(vals) do stored[i + k - 1] = v end
   end
-  for _, a in ipairs(starts) do
-    local idx, attempt, st = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2]
-    local cur = redis.call('HGET', execs, idx)
-    local old = nil
-    if cur then
-      local e = cjson.decode(cur)
-      if (tonumber(e.attempt) or 0) > attempt then old = false else old = e.state end
+  local orig, cur, final, order = {}, {}, {}, {}
+  for i, a in ipairs(starts) do
+    local idx = idxs[i]
+    if cur[idx] == nil then
+      local st, att = false, 0
+      if stored[i] then
+        local e = cjson.decode(stored[i])
+        st, att = e.state, tonumber(e.attempt) or 0
+      end
+      orig[idx], cur[idx] = st, att
+      order[#order + 1] = idx
     end
-    if old ~= false then
+    local attempt = tonumber(ARGV[a + 1])
+    if cur[idx] <= attempt then cur[idx], final[idx] = attempt, a end
+  end
+  local lists, names = {}, {}
+  local function push(op, st, ...)
+    local k = op .. st
+    if lists[k] == nil then
+      lists[k] = {}
+      names[#names + 1] = {op, st, k}
+    end
+    for _, v in ipairs({...}) do table.insert(lists[k], v) end
+  end
+  local delta, zidx, hset = {}, {}, {}
+  for _, idx in ipairs(order) do
+    local a = final[idx]
+    if a then
+      local old, st = orig[idx], ARGV[a + 2]
       if old ~= st then
         if old then
-          move(old, -1)
-          redis.call('ZREM', prefix .. old, idx)
+          push('ZREM', old, idx)
+          delta[old] = (delta[old] or 0) - 1
         end
-        move(st, 1)
-        redis.call('ZADD', prefix .. st, idx, idx)
+        push('ZADD', st, idx, idx)
+        delta[st] = (delta[st] or 0) + 1
       end
-      redis.call('ZADD', index, idx, idx)
-      redis.call('HSET', execs, idx, ARGV[a + 3])
-      wrote = wrote + 1
+      zidx[#zidx + 1], zidx[#zidx + 2] = idx, idx
+      hset[#hset + 1], hset[#hset + 2] = idx, ARGV[a + 3]
     end
   end
-  for _, st in ipairs(order) do
-    if delta[st] ~= 0 then redis.call('HINCRBY', counts, st, delta[st]) end
+  for _, n in ipairs(names) do
+    if n[1] == 'ZREM' then bulk('ZREM', prefix .. n[2], lists[n[3]], 1) else bulk('ZADD', prefix .. n[2], lists[n[3]], 2) end
   end
-  return wrote
+  bulk('ZADD', index, zidx, 2)
+  bulk('HSET', execs, hset, 2)
+  for _, n in ipairs(names) do
+    local d = delta[n[2]]
+    if d and d ~= 0 then
+      redis.call('HINCRBY', counts, n[2], d)
+      delta[n[2]] = 0
+    end
+  end
+  return #hset / 2
 end
 `
 
@@ -108,7 +150,7 @@ end
 // (EVAL in MULTI), whose WATCH already checked the fence. KEYS: job,
 // executions, counts, index. ARGV: state-index prefix, then the
 // execution's index, attempt, state and JSON.
-const txNoteExecSrc = noteExecsLua + `
+const txNoteExecSrc = bulkLua + noteExecsLua + `
 return noteExecs(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], {2})
 `
 
