@@ -266,6 +266,12 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job, targets []string, se
 	}
 	switch res {
 	case codeSeqUsed:
+		// Not written: its index entry goes, unless a job of that id
+		// exists after all, so that refused retries leave no entries
+		// for ActiveJobs to read.
+		if n, err := s.rdb.Exists(ctx, s.jobKey(j.AppKey, j.ID)).Result(); err == nil && n == 0 {
+			s.rdb.ZRem(ctx, s.activeJobsKey(), jobMember(j.AppKey, j.ID))
+		}
 		return store.ErrSeqUsed
 	case codeExists:
 		return store.ErrAlreadyExists

@@ -118,6 +118,16 @@ func TestJobBasics(t *testing.T) {
 	if err := s.CreateJob(ctx, j, names, 0, nil); !errors.Is(err, store.ErrAlreadyExists) {
 		t.Fatalf("second create: %v", err)
 	}
+	seq := &store.SeqEntry{Fingerprint: "f", Status: 201, Body: []byte(`{}`), ExpiresAt: 1 << 50}
+	must(t, s.PutSeq(ctx, "app", 3, *seq))
+	other := j
+	other.ID = 8
+	if err := s.CreateJob(ctx, other, names, 3, seq); !errors.Is(err, store.ErrSeqUsed) {
+		t.Fatalf("create with a used seq_no: %v", err)
+	}
+	if n, err := s.rdb.ZCard(ctx, s.activeJobsKey()).Result(); err != nil || n != 1 {
+		t.Fatalf("index holds %d entries after a refused create: %v", n, err)
+	}
 	wantCounts(t, s, map[string]int64{store.ExecPending: 10})
 
 	// A deleted device's command is stored rejected, with its execution.
