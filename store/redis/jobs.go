@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -25,6 +27,8 @@ import (
 //	                              without decoding JSON
 //	{P a:<app>}:jt:<id>           its targets: a list of device names in
 //	                              index order (LRANGE reads a page)
+//	{P a:<app>}:jtn:<id>:<rand>   a long list of targets being staged by
+//	                              CreateJob (expires unless renamed to jt)
 //	{P a:<app>}:jx:<id>           its executions with a command: hash of
 //	                              target index to Execution JSON
 //	{P a:<app>}:jc:<id>           hash of state to how many of its
@@ -219,24 +223,68 @@ func decodeJob(h, counts map[string]string) (store.Job, error) {
 func jobMember(app string, id int64) string { return itoa(id) + " " + app }
 
 // createJobScript stores a new job's hash and its targets and records the
-// seq_no. KEYS: seq_no entry, job, targets. ARGV: has seq, entry JSON,
-// entry expiry, the number of hash arguments, the hash's field and value
-// pairs, then the targets. Returns -1 seq_no used, -4 exists, else 0.
+// seq_no. KEYS: seq_no entry, job, targets, staged targets. ARGV: has
+// seq, entry JSON, entry expiry, staged, the number of hash arguments,
+// the hash's field and value pairs, then the targets unless staged.
+// Staged targets are renamed into place, or deleted when the job is
+// refused. Returns -1 seq_no used, -4 exists, else 0.
 var createJobScript = newScript(`
-if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return -4 end
-local nf = tonumber(ARGV[4])
-redis.call('HSET', KEYS[2], unpack(ARGV, 5, 4 + nf))
+local staged = ARGV[4] == '1'
+local refused = 0
+if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
+  refused = -1
+elseif redis.call('EXISTS', KEYS[2]) == 1 then
+  refused = -4
+end
+if refused ~= 0 then
+  if staged then redis.call('DEL', KEYS[4]) end
+  return refused
+end
+local nf = tonumber(ARGV[5])
+redis.call('HSET', KEYS[2], unpack(ARGV, 6, 5 + nf))
 redis.call('DEL', KEYS[3])
-for i = 5 + nf, #ARGV, 1000 do
-  redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+if staged then
+  redis.call('RENAME', KEYS[4], KEYS[3])
+  redis.call('PERSIST', KEYS[3])
+else
+  for i = 6 + nf, #ARGV, 1000 do
+    redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
 end
 if ARGV[1] == '1' then redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3]) end
 return 0
 `)
 
+// jobTargetsInline is the most targets CreateJob writes in its script;
+// more are staged first, in commands of this many names, so that Redis
+// serves other clients between them instead of running one script for
+// seconds (a million targets take about two).
+const jobTargetsInline = 10_000
+
+// stageTargets pushes targets on to a new key of app's slot, which
+// expires unless createJobScript renames it into place, and returns it.
+func (s *Store) stageTargets(ctx context.Context, app string, id int64, targets []string) (string, error) {
+	k := s.app(app) + "jtn:" + itoa(id) + ":" + strconv.FormatUint(rand.Uint64(), 16)
+	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i := 0; i < len(targets); i += jobTargetsInline {
+			chunk := targets[i:min(i+jobTargetsInline, len(targets))]
+			names := make([]any, len(chunk))
+			for n, t := range chunk {
+				names[n] = t
+			}
+			p.RPush(ctx, k, names...)
+			if i == 0 {
+				p.Expire(ctx, k, time.Hour)
+			}
+		}
+		return nil
+	})
+	return k, err
+}
+
 // CreateJob adds j to the global index of active jobs, then stores it
-// with its targets and records seq in one script on the app's slot.
+// with its targets and records seq in one script on the app's slot; a
+// long list of targets is staged first (stageTargets).
 func (s *Store) CreateJob(ctx context.Context, j store.Job, targets []string, seqNo int64, seq *store.SeqEntry) error {
 	if int64(len(targets)) != j.Targets {
 		return fmt.Errorf("create job %d: %d targets, job says %d", j.ID, len(targets), j.Targets)
@@ -254,11 +302,19 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job, targets []string, se
 			return fmt.Errorf("create job %d: %w", j.ID, err)
 		}
 	}
-	keys := []string{s.seqKey(j.AppKey, seqNo), s.jobKey(j.AppKey, j.ID), s.jobTargetsKey(j.AppKey, j.ID)}
-	args := make([]any, 0, 4+len(fields)+len(targets))
-	args = append(append(args, has, data, pxat, len(fields)), fields...)
-	for _, t := range targets {
-		args = append(args, t)
+	staged := s.jobTargetsKey(j.AppKey, j.ID) // unused unless staging
+	if len(targets) > jobTargetsInline {
+		if staged, err = s.stageTargets(ctx, j.AppKey, j.ID, targets); err != nil {
+			return fmt.Errorf("create job %d: %w", j.ID, err)
+		}
+	}
+	keys := []string{s.seqKey(j.AppKey, seqNo), s.jobKey(j.AppKey, j.ID), s.jobTargetsKey(j.AppKey, j.ID), staged}
+	args := make([]any, 0, 5+len(fields)+len(targets))
+	args = append(append(args, has, data, pxat, boolArg(len(targets) > jobTargetsInline), len(fields)), fields...)
+	if len(targets) <= jobTargetsInline {
+		for _, t := range targets {
+			args = append(args, t)
+		}
 	}
 	res, err := s.run(ctx, createJobScript, keys, args...).Int64()
 	if err != nil {

@@ -410,3 +410,45 @@ func redisCPU(b *testing.B, admin *goredis.Client) float64 {
 	}
 	return total
 }
+
+// TestCreateJobStaged creates a job with more targets than the script
+// takes inline: they are staged, renamed into place without an expiry,
+// and a refused job leaves no staged list behind.
+func TestCreateJobStaged(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	n := 2*jobTargetsInline + 7
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("dev-%06d", i)
+	}
+	j := store.Job{ID: 1, AppKey: "app", State: store.JobScheduled, Targets: int64(n), TimeCreate: 1}
+	must(t, s.CreateJob(ctx, j, names, 0, nil))
+	for _, from := range []int{0, jobTargetsInline - 3, n - 5} {
+		got, err := s.JobTargets(ctx, "app", 1, int64(from), 10)
+		must(t, err)
+		if want := names[from:min(from+10, n)]; !slices.Equal(got, want) {
+			t.Fatalf("targets from %d: %v, want %v", from, got, want)
+		}
+	}
+	if ttl, err := s.rdb.TTL(ctx, s.jobTargetsKey("app", 1)).Result(); err != nil || ttl != -1 {
+		t.Fatalf("targets expire in %v: %v", ttl, err)
+	}
+	if err := s.CreateJob(ctx, j, names, 0, nil); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	seq := &store.SeqEntry{Fingerprint: "f", Status: 201, Body: []byte(`{}`), ExpiresAt: 1 << 50}
+	must(t, s.PutSeq(ctx, "app", 3, *seq))
+	j.ID = 2
+	if err := s.CreateJob(ctx, j, names, 3, seq); !errors.Is(err, store.ErrSeqUsed) {
+		t.Fatalf("create with a used seq_no: %v", err)
+	}
+	staged, err := s.rdb.Keys(ctx, s.app("app")+"jtn:*").Result()
+	if err != nil || len(staged) != 0 {
+		t.Fatalf("staged lists left: %v %v", staged, err)
+	}
+	got, err := s.JobTargets(ctx, "app", 1, int64(n-1), 10)
+	if err != nil || len(got) != 1 || got[0] != names[n-1] {
+		t.Fatalf("targets changed by a refused create: %v %v", got, err)
+	}
+}
