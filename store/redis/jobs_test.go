@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -450,5 +451,53 @@ func TestCreateJobStaged(t *testing.T) {
 	got, err := s.JobTargets(ctx, "app", 1, int64(n-1), 10)
 	if err != nil || len(got) != 1 || got[0] != names[n-1] {
 		t.Fatalf("targets changed by a refused create: %v %v", got, err)
+	}
+}
+
+// BenchmarkUpdateJobCommand measures UpdateCommand of a job's commands,
+// which also write their execution and move the job's counts, against
+// the same updates of plain commands, from 16 goroutines, appendfsync
+// everysec.
+func BenchmarkUpdateJobCommand(b *testing.B) {
+	requireServer(b)
+	for _, kind := range []string{"job", "plain"} {
+		b.Run(kind, func(b *testing.B) {
+			const n = 4000
+			ctx := context.Background()
+			s := open(b, standalone, newPrefix())
+			defer s.Close()
+			j, names := jobFixture(b, s, n)
+			starts := jobStarts(j, names, 0, n, 1)
+			cmds := make([]store.Command, n)
+			for i, st := range starts {
+				cmds[i] = st.Command
+				if kind == "plain" {
+					cmds[i].Job, cmds[i].JobIndex, cmds[i].Attempt = 0, 0, 0
+				}
+			}
+			for i := 0; i < n; i += 1000 {
+				if _, err := s.CreateCommands(ctx, "app", cmds[i:i+1000], 0, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			states := []string{store.CmdSent, store.CmdDelivered, store.CmdInProgress}
+			var next atomic.Int64
+			b.SetParallelism(8)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					op := next.Add(1) - 1
+					id, st := 1+op%n, states[(op/n)%3]
+					if _, err := s.UpdateCommand(ctx, "app", id, func(c *store.Command) error {
+						c.State, c.Progress = st, int(op)
+						return nil
+					}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "updates/s")
+		})
 	}
 }
