@@ -501,3 +501,43 @@ func BenchmarkUpdateJobCommand(b *testing.B) {
 		})
 	}
 }
+
+// TestJobExecBatchRules holds the batch path of executions to the rules
+// of the single one: within a batch, and against what is stored, an
+// execution of an earlier attempt never replaces a later one.
+func TestJobExecBatchRules(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	j, names := jobFixture(t, s, 3)
+	st := jobStarts(j, names, 0, 3, 10)
+	second := st[0].Command
+	second.ID, second.Attempt = 20, 2
+	first := st[0].Command
+	first.State = store.CmdFailed
+	// Index 0: attempt 2 then attempt 1 in one batch; index 1 twice,
+	// the later write winning; index 2 once.
+	again := st[1].Command
+	again.State = store.CmdSent
+	_, err := s.CreateCommands(ctx, "app", []store.Command{second, first, st[1].Command, again, st[2].Command}, 0, nil)
+	must(t, err)
+	ex, err := s.JobExecutions(ctx, "app", 7, "", 0, 10)
+	must(t, err)
+	if len(ex) != 3 || ex[0].CmdID != 20 || ex[0].Attempt != 2 || ex[1].State != store.CmdSent {
+		t.Fatalf("executions %+v", ex)
+	}
+	j2, err := s.GetJob(ctx, "app", 7)
+	must(t, err)
+	if j2.Counts[store.CmdQueued] != 2 || j2.Counts[store.CmdSent] != 1 || j2.Counts[store.CmdFailed] != 0 {
+		t.Fatalf("counts %v", j2.Counts)
+	}
+	// Against what is stored: attempt 1 of index 0 again, in a batch.
+	first.ID = 30
+	_, err = s.CreateCommands(ctx, "app", []store.Command{first}, 0, nil)
+	must(t, err)
+	if ex, err := s.JobExecutions(ctx, "app", 7, "", 0, 1); err != nil || ex[0].CmdID != 20 {
+		t.Fatalf("execution of index 0 %+v %v", ex, err)
+	}
+	if got, err := s.JobExecutions(ctx, "app", 7, store.CmdFailed, 0, 10); err != nil || len(got) != 0 {
+		t.Fatalf("failed executions %+v %v", got, err)
+	}
+}
