@@ -149,9 +149,15 @@ func TestJobCountsWhileWriting(t *testing.T) {
 	}
 }
 
-// BenchmarkStartJob starts a job's targets in steps of 1000 (a job
-// runner's batches), reporting commands started per second.
+// BenchmarkStartJob starts a job's 100,000 targets in steps of 1000 (a
+// job runner's batches), reporting commands started per second. The
+// targets are in name order, as a fleet lists them; Shuffled, in none.
 func BenchmarkStartJob(b *testing.B) {
+	b.Run("Sorted", func(b *testing.B) { benchStartJob(b, "dev-%06d") })
+	b.Run("Shuffled", func(b *testing.B) { benchStartJob(b, "dev-%d") })
+}
+
+func benchStartJob(b *testing.B, format string) {
 	ctx := context.Background()
 	const n, stepSize = 100_000, 1000
 	s, err := Open(b.TempDir(), WithSweepInterval(0))
@@ -162,7 +168,7 @@ func BenchmarkStartJob(b *testing.B) {
 	targets := make([]string, n)
 	devs := make([]store.Device, n)
 	for i := range targets {
-		targets[i] = fmt.Sprint("dev-", i)
+		targets[i] = fmt.Sprintf(format, i)
 		devs[i] = store.Device{AppKey: "app", Name: targets[i], Secret: "s", TimeCreate: 1}
 	}
 	for i := 0; i < n; i += 1000 {
