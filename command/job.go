@@ -7,14 +7,12 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// JobTarget is one command a job step starts: the target's device and
-// place in the job, the attempt, and the state its execution leaves
-// (store.ExecPending for a first attempt).
+// JobTarget is one command a job step starts: the target's device,
+// its place in the job and the attempt.
 type JobTarget struct {
 	DeviceName string
 	Index      int64
 	Attempt    int
-	Prev       string
 }
 
 // StartJob makes one step of job j: a command for each of targets, as
@@ -52,7 +50,7 @@ func (s *Service) StartJob(ctx context.Context, j store.Job, next int64, targets
 		for k := range c.Emit {
 			c.Emit[k] = doneEvent(c, now)
 		}
-		starts[i] = store.JobStart{Command: c, Prev: t.Prev}
+		starts[i] = store.JobStart{Command: c}
 	}
 	stored, err := s.store.StartJob(ctx, j.AppKey, j.ID, j.Step, next, starts)
 	if err != nil {

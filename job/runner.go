@@ -200,7 +200,7 @@ func (r *Runner) job(ctx context.Context, j store.Job) error {
 				return fmt.Errorf("read targets: %w", err)
 			}
 			for i, name := range names {
-				ts = append(ts, command.JobTarget{DeviceName: name, Index: j.Next + int64(i), Attempt: 1, Prev: store.ExecPending})
+				ts = append(ts, command.JobTarget{DeviceName: name, Index: j.Next + int64(i), Attempt: 1})
 			}
 			next += int64(len(names))
 		}
@@ -279,7 +279,7 @@ func (r *Runner) retries(ctx context.Context, j store.Job) ([]command.JobTarget,
 			}
 			for _, e := range es {
 				if e.Attempt <= max {
-					out = append(out, command.JobTarget{DeviceName: e.DeviceName, Index: e.Index, Attempt: e.Attempt + 1, Prev: st})
+					out = append(out, command.JobTarget{DeviceName: e.DeviceName, Index: e.Index, Attempt: e.Attempt + 1})
 					found++
 				}
 			}

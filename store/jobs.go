@@ -121,12 +121,10 @@ func ExecutionOf(c Command) Execution {
 }
 
 // JobStart is one command a job step starts: Command has Job, JobIndex
-// and Attempt set, and Prev is the state its execution leaves:
-// ExecPending for a first attempt, the last attempt's final state for a
-// retry.
+// and Attempt set. The store reads the state its execution leaves (none
+// for a first attempt, the last attempt's final state for a retry).
 type JobStart struct {
 	Command Command
-	Prev    string
 }
 
 // FillCounts sets j.Counts from started, the job's executions with a

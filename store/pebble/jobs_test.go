@@ -42,7 +42,7 @@ func startedJob(t testing.TB, s *Store, n int) {
 		for i := from; i < to; i++ {
 			c := store.Command{ID: int64(i + 1), DeviceName: targets[i], Name: "reboot", Params: j.Command.Params,
 				TTL: 60, Timeout: 30, State: store.CmdQueued, TimeCreate: 1000, Job: 1, JobIndex: int64(i), Attempt: 1}
-			starts = append(starts, store.JobStart{Command: c, Prev: store.ExecPending})
+			starts = append(starts, store.JobStart{Command: c})
 		}
 		if _, err := s.StartJob(ctx, "app", 1, int64(step), int64(to), starts); err != nil {
 			t.Fatal(err)
@@ -202,7 +202,7 @@ func benchStartJob(b *testing.B, format string) {
 				cmdID++
 				c := store.Command{ID: cmdID, DeviceName: targets[i], Name: "reboot", Params: j.Command.Params,
 					TTL: 60, Timeout: 30, State: store.CmdQueued, TimeCreate: 1000, Job: job, JobIndex: int64(i), Attempt: 1}
-				starts = append(starts, store.JobStart{Command: c, Prev: store.ExecPending})
+				starts = append(starts, store.JobStart{Command: c})
 			}
 			if _, err := s.StartJob(ctx, "app", job, int64(step), int64(from+stepSize), starts); err != nil {
 				b.Fatal(err)

@@ -47,7 +47,7 @@ import (
 // moves the counts and state indexes from its state to the command's and
 // stores the new execution. Reading the stored execution in that write
 // makes the counts follow the executions exactly, whatever the callers
-// believe the state before was (JobStart.Prev is not needed).
+// believe the state before was.
 // Target indexes are sorted-set scores: exact below 2^53.
 
 func (s *Store) jobKey(app string, id int64) string        { return s.app(app) + "job:" + itoa(id) }

@@ -48,7 +48,7 @@ func jobFixture(t testing.TB, s *Store, n int) (store.Job, []string) {
 func jobStarts(j store.Job, names []string, from, to int, firstID int64) []store.JobStart {
 	out := make([]store.JobStart, 0, to-from)
 	for i := from; i < to; i++ {
-		out = append(out, store.JobStart{Prev: store.ExecPending, Command: store.Command{
+		out = append(out, store.JobStart{Command: store.Command{
 			ID: firstID + int64(i-from), AppKey: j.AppKey, DeviceName: names[i], Name: j.Command.Name, TTL: j.TTL,
 			Timeout: j.Command.Timeout, State: store.CmdQueued, TimeCreate: 1, Job: j.ID, JobIndex: int64(i), Attempt: 1,
 		}})
@@ -166,7 +166,7 @@ func testJobRetry(t *testing.T, s *Store, j store.Job, names []string) {
 	}
 	wantCounts(t, s, map[string]int64{store.ExecPending: 6, store.CmdQueued: 2, store.CmdRejected: 1, store.CmdFailed: 1})
 	retry := jobStarts(j, names, 0, 1, 300)
-	retry[0].Command.Attempt, retry[0].Prev = 2, store.CmdFailed
+	retry[0].Command.Attempt = 2
 	_, err := s.StartJob(ctx, "app", 7, 1, 4, retry)
 	must(t, err)
 	wantCounts(t, s, map[string]int64{store.ExecPending: 6, store.CmdQueued: 3, store.CmdRejected: 1})

@@ -57,7 +57,7 @@ func jobCmd(cmdID int64, j store.Job, index int64, dev string, attempt int) stor
 func firstStarts(j store.Job, targets []string, from, to int, firstID int64) []store.JobStart {
 	var out []store.JobStart
 	for i := from; i < to; i++ {
-		out = append(out, store.JobStart{Command: jobCmd(firstID+int64(i-from), j, int64(i), targets[i], 1), Prev: store.ExecPending})
+		out = append(out, store.JobStart{Command: jobCmd(firstID+int64(i-from), j, int64(i), targets[i], 1)})
 	}
 	return out
 }
@@ -499,7 +499,7 @@ func testJobRetry(t *testing.T, s store.Store) {
 		t.Fatalf("failed execution %+v", e)
 	}
 	// Attempt 2 of index 0, with the first attempt of index 2 ("gone").
-	retry := store.JobStart{Command: jobCmd(50, j, 0, "d0", 2), Prev: store.CmdFailed}
+	retry := store.JobStart{Command: jobCmd(50, j, 0, "d0", 2)}
 	starts := append([]store.JobStart{retry}, firstStarts(j, targets, 2, 3, 51)...)
 	out, err := s.StartJob(ctx, "a", 1, 1, 3, starts)
 	must(t, err)
