@@ -89,6 +89,14 @@ func newEnvWith(t *testing.T, tune func(*restapi.Config)) *env {
 			t.Errorf("close store: %v", err)
 		}
 	})
+	return newEnvOn(t, st, tune, nil)
+}
+
+// newEnvOn is newEnvWith on st; wrap, when not nil, stands between the
+// console (and the test server) and the API.
+func newEnvOn(t *testing.T, st store.Store, tune func(*restapi.Config), wrap func(http.Handler, restapi.Config) http.Handler) *env {
+	t.Helper()
+	var err error
 	e := &env{t: t, st: st, clock: &clock{t: time.Unix(1_790_000_000, 0)}, reg: prometheus.NewRegistry(), events: &recentDeliveries{}}
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := restapi.Config{
@@ -116,6 +124,9 @@ func newEnvWith(t *testing.T, tune func(*restapi.Config)) *env {
 		t.Fatalf("new api: %v", err)
 	}
 	e.api = api.Handler()
+	if wrap != nil {
+		e.api = wrap(e.api, cfg)
+	}
 	e.c, err = New(Config{API: e.api, Gatherer: e.reg, Logger: discard, Now: e.clock.Now})
 	if err != nil {
 		t.Fatalf("new console: %v", err)
