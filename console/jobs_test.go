@@ -139,7 +139,7 @@ func TestJobsPageFormErrors(t *testing.T) {
 				t.Error("the form's error also shows at the top of the page")
 			}
 			// The form comes back as it was sent.
-			if !p.has(`id="job-name" name="name" spellcheck="false" placeholder="reboot" value="reboot"`) {
+			if !p.has(`id="job-name" name="name" required spellcheck="false" placeholder="reboot" value="reboot"`) {
 				t.Error("the form lost the command name")
 			}
 		})
