@@ -73,7 +73,7 @@ type jobView struct {
 	apitypes.Job
 }
 
-// Counts returns the job's non-zero counts (and pending always), in
+// States returns the job's non-zero counts (and pending always), in
 // execStates order, then any state the console does not know.
 func (j jobView) States() []stateCount {
 	var out []stateCount
@@ -218,19 +218,19 @@ func (c *Console) jobsPage(q *req) error {
 		var j jobView
 		err := q.appAPI(http.MethodGet, "/job/v1/job", url.Values{"job_id": {strconv.FormatInt(id, 10)}}, nil, &j.Job)
 		var ae *apiError
-		switch {
-		case errors.As(err, &ae) && ae.notFound():
+		if errors.As(err, &ae) && ae.notFound() {
 			c.forgetJob(q.s.id, q.key, id)
 			continue
-		case errors.As(err, &ae): // over the rate limit, say: the rest of the page still shows
-			d.Note = "Not every job could be read: " + ae.Message
-		case err != nil:
-			return err
-		default:
-			d.Jobs = append(d.Jobs, j)
-			continue
 		}
-		break
+		if errors.As(err, &ae) {
+			// Over the rate limit, say: the rest of the page still shows.
+			d.Note = "Not every job could be read: " + ae.Message
+			break
+		}
+		if err != nil {
+			return err
+		}
+		d.Jobs = append(d.Jobs, j)
 	}
 	if f := c.takeFormFlash(q.s.id, "job-create"); f != nil {
 		d.Error, d.Form = f.Message, f.Values

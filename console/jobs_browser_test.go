@@ -235,6 +235,21 @@ func TestJobsBrowser(t *testing.T) {
 	if dir := os.Getenv("DEVMSG_SHOTS"); dir != "" {
 		b.screenshot(filepath.Join(dir, "jobs-desktop.png"))
 	}
+
+	// On a phone neither page is wider than the screen: tables scroll in
+	// their own box.
+	b.run("phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	for _, p := range []struct{ name, path string }{{"jobs", "/console/apps/" + a.Key + "/jobs"}, {"job", "/console/apps/" + a.Key + "/jobs/" + id}} {
+		b.open(p.path)
+		var over int
+		b.eval(`document.documentElement.scrollWidth - document.documentElement.clientWidth`, &over)
+		if over > 1 {
+			t.Errorf("the %s page is %d px wider than a phone", p.name, over)
+		}
+		if dir := os.Getenv("DEVMSG_SHOTS"); dir != "" {
+			b.screenshot(filepath.Join(dir, p.name+"-phone.png"))
+		}
+	}
 }
 
 // json64 is a decimal id as a JSON number.

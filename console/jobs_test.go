@@ -1,12 +1,19 @@
 package console
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/devmsg/devmsg/store"
 )
 
 // createTagged registers devices carrying tag.
@@ -218,4 +225,48 @@ func TestJobsLookupAndPaging(t *testing.T) {
 	}
 	p = b.get(jobs + "/" + id + "?state=bogus")
 	p.want(t, 200, `id="job-execs-error"`)
+}
+
+func TestJobsFormReachesTheJob(t *testing.T) {
+	e := newJobsEnv(t)
+	a := e.createApp("fleet")
+	e.createTagged(a, "lamp", "lamp-a", "lamp-b")
+	b := e.browser()
+	b.loginAdmin()
+	jobs := "/console/apps/" + a.Key + "/jobs"
+	b.get(jobs)
+	start := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Minute)
+	form := jobForm("lamp")
+	for k, v := range map[string]string{"rate": "600", "ramp_start": "10", "ramp_factor": "2.5", "ramp_every": "5",
+		"abort_percent": "25.5", "abort_min_done": "4", "retry_failed": "2", "retry_timed_out": "3",
+		"start_at": start.Format("2006-01-02T15:04")} {
+		form.Set(k, v)
+	}
+	form["abort_state"] = []string{"failed", "timed_out"}
+	p := b.post(jobs, form)
+	m := jobURLRE.FindStringSubmatch(p.url)
+	if m == nil {
+		t.Fatalf("after create at %s:\n%s", p.url, p.text("job-create-error"))
+	}
+	if s := p.text("job-state"); s != "scheduled" {
+		t.Errorf("a job starting in two days is %q", s)
+	}
+	id, _ := strconv.ParseInt(m[1], 10, 64)
+	j, err := e.st.GetJob(context.Background(), a.Key, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.Job{Tag: "lamp", Command: store.JobCommand{Name: "reboot", Params: json.RawMessage(`{"delay_s":5}`), Timeout: 30},
+		TTL: 60, StartAt: start.Unix(), Rate: 600, Ramp: &store.JobRamp{Start: 10, Factor: 2.5, Every: 5},
+		Abort:   []store.JobAbort{{States: []string{"failed", "timed_out"}, Percent: 25.5, MinDone: 4}},
+		Retries: map[string]int{"failed": 2, "timed_out": 3}}
+	got := store.Job{Tag: j.Tag, Command: j.Command, TTL: j.TTL, StartAt: j.StartAt, Rate: j.Rate, Ramp: j.Ramp, Abort: j.Abort, Retries: j.Retries}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("stored job\n%+v\nwant\n%+v", got, want)
+	}
+	// Every device: no tag.
+	form = jobForm("")
+	form.Set("target", "all")
+	p = b.post(jobs, form)
+	p.want(t, 200, "accepted for 2 devices")
 }
