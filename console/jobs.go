@@ -486,8 +486,9 @@ func startAtOf(v string) (*int64, error) {
 }
 
 // jobAction pauses, resumes or cancels the form's job (POST
-// /job/v1/job/pause, /resume, /cancel) and goes back to its page.
-func (c *Console) jobAction(verb, done string) actionFunc {
+// /job/v1/job/pause, /resume, /cancel) and goes back to its page; done
+// says what was done, and state is the job's state after it.
+func (c *Console) jobAction(verb, done, state string) actionFunc {
 	return func(q *req) (string, error) {
 		id, err := strconv.ParseInt(q.r.PathValue("id"), 10, 64)
 		if err != nil || id <= 0 {
@@ -498,7 +499,12 @@ func (c *Console) jobAction(verb, done string) actionFunc {
 		if err := q.appAPI(http.MethodPost, "/job/v1/job/"+verb, nil, apitypes.JobRef{JobID: id}, &out); err != nil {
 			return back, err
 		}
-		c.setFlash(q.s.id, &flash{Kind: "ok", Message: fmt.Sprintf("Job %d %s: it is now %s.", id, done, out.State)})
+		msg := fmt.Sprintf("Job %d %s.", id, done)
+		if out.State != state {
+			// Resumed before its start time, or cancelled after it ended.
+			msg = fmt.Sprintf("Job %d is %s.", id, out.State)
+		}
+		c.setFlash(q.s.id, &flash{Kind: "ok", Message: msg})
 		return back, nil
 	}
 }

@@ -264,6 +264,10 @@ func TestJobsFormReachesTheJob(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("stored job\n%+v\nwant\n%+v", got, want)
 	}
+	// Paused and resumed before its start time, it is scheduled again.
+	b.post(jobs+"/"+m[1]+"/pause", nil).want(t, 200, "Job "+m[1]+" paused.")
+	b.post(jobs+"/"+m[1]+"/resume", nil).want(t, 200, "Job "+m[1]+" is scheduled.")
+
 	// Every device: no tag.
 	form = jobForm("")
 	form.Set("target", "all")
