@@ -66,9 +66,27 @@ func TestJobsPageCreateAndControl(t *testing.T) {
 	if p.has(`data-device="fan-a"`) {
 		t.Error("a device without the tag is a target")
 	}
+	// Every POST form carries the CSRF token; a POST without it does
+	// nothing.
+	for _, pg := range []page{p, b.get(jobs), b.get(jobs + "/" + id)} {
+		forms, tokens := strings.Count(pg.body, `method="post"`), strings.Count(pg.body, `name="csrf" value="`+b.csrf+`"`)
+		if forms < 2 || forms != tokens {
+			t.Errorf("%s: %d POST forms, %d CSRF inputs", pg.url, forms, tokens)
+		}
+	}
+	b.post(jobs+"/"+id+"/cancel", url.Values{"csrf": {"forged"}}).want(t, http.StatusForbidden, "CSRF check failed")
+	p = b.get(jobs + "/" + id)
 	// The counts add up to the targets, and the bar draws them.
 	if !p.has(`class="job-bar"`) || !p.has(`id="job-count-pending"`) {
 		t.Errorf("no bar or pending count:\n%s", p.text("job-progress"))
+	}
+	sum := 0
+	for _, m := range regexp.MustCompile(`id="job-count-[a-z_]+">(\d+)<`).FindAllStringSubmatch(p.body, -1) {
+		n, _ := strconv.Atoi(m[1])
+		sum += n
+	}
+	if sum != 2 {
+		t.Errorf("the counts add up to %d, not the 2 targets", sum)
 	}
 
 	p = b.post(jobs+"/"+id+"/pause", nil)
