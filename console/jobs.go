@@ -29,9 +29,6 @@ const (
 	executionsPerPage = 50
 )
 
-// jobStates are a job's states: active ones first.
-var jobStates = []string{"scheduled", "running", "paused", "done", "cancelled", "aborted"}
-
 // execStates are an execution's states in the order the page shows
 // them: not reached, under way, then ended.
 var execStates = []string{"pending", "queued", "sent", "delivered", "in_progress",
