@@ -237,6 +237,7 @@ func (c *Console) jobsPage(q *req) error {
 
 type jobData struct {
 	Job        jobView
+	Chart      Chart
 	Executions []apitypes.JobExecution
 	Next       string // the cursor of the next page, "" on the last
 	Cursor     string // this page's cursor, "" on the first
@@ -259,6 +260,7 @@ func (c *Console) jobPage(q *req) error {
 		return err
 	}
 	c.rememberJob(q.s.id, q.key, id)
+	d.Chart = c.jobChart(q.key, d.Job)
 	query := q.r.URL.Query()
 	d.State, d.Cursor, d.ExecStates = strings.TrimSpace(query.Get("state")), query.Get("cursor"), execStates
 	params := url.Values{"job_id": {sid}, "limit": {strconv.Itoa(executionsPerPage)}}
@@ -280,6 +282,31 @@ func (c *Console) jobPage(q *req) error {
 		d.Executions, d.Next = ex.Executions, ex.Next
 	}
 	return q.render(http.StatusOK, "job", "Job "+sid, "jobs", d)
+}
+
+// jobChart records what the page read of the app's job and draws its
+// executions started, succeeded and ended badly over the time this
+// node's console watched it, as the broadcast page does.
+func (c *Console) jobChart(app string, j jobView) Chart {
+	var started, ok, bad int64
+	for s, n := range j.Counts {
+		switch execKind(s) {
+		case "pending":
+		case "ok":
+			ok += n
+			started += n
+		case "bad":
+			bad += n
+			started += n
+		default:
+			started += n
+		}
+	}
+	run := c.progress.record("job:"+app+"/"+strconv.FormatInt(j.JobID, 10),
+		progressSample{At: time.Now(), Queued: started, Delivered: ok, Failed: bad})
+	ch := Chart{ID: "job-chart", Title: "Executions over time",
+		Empty: "The chart fills in while this page is open: this node's console draws what it reads of the job every 2 seconds."}
+	return drawProgress(ch, [3]string{"started", "succeeded", "failed"}, time.UnixMilli(j.TimeCreate), run)
 }
 
 // PageQuery is the query of the executions page at cursor, keeping the

@@ -206,6 +206,23 @@ func TestJobsBrowser(t *testing.T) {
 		b.screenshot(filepath.Join(dir, "job-desktop.png"))
 	}
 
+	// The chart of executions over time draws as the page refreshes.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var lines int
+		b.eval(`document.querySelectorAll("#job-chart polyline.chart-line").length`, &lines)
+		if lines == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job's chart has %d lines: %s", lines, b.read("#job-chart"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if dir := os.Getenv("DEVMSG_SHOTS"); dir != "" {
+		b.screenshot(filepath.Join(dir, "job-chart-desktop.png"))
+	}
+
 	b.click("#job-pause-submit")
 	b.waitRead("#job-state", "paused", 5*time.Second)
 	b.click("#job-resume-submit")
