@@ -2,6 +2,7 @@ package restapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
 )
@@ -624,5 +626,49 @@ func TestJobNotFound(t *testing.T) {
 	e.call("GET", "/job/v1/job?job_id=x", nil).wantError(t, 400, 1003, "job_id must be an integer")
 	if v := e.getJob(id); v.State != "running" {
 		t.Fatalf("the other app changed the job: %+v", v)
+	}
+}
+
+// TestJobAPITypes: the job requests of package apitypes are read field
+// by field, and each answer decodes as its apitypes type, which writes
+// it back byte for byte.
+func TestJobAPITypes(t *testing.T) {
+	e := newJobEnv(t)
+	lampFleet(e)
+	rate, timeout, ttl, at := int64(120), int64(90), int64(3600), time.Now().Add(time.Hour).Unix()
+	req := apitypes.JobRequest{
+		SeqNo:   1,
+		Target:  apitypes.JobTarget{DeviceNames: []string{"lamp-1", "lamp-2", "lamp-off"}},
+		Command: apitypes.JobCommand{Name: "ota", Params: json.RawMessage(`{"version":"2.1"}`), Timeout: &timeout},
+		TTL:     &ttl, StartAt: &at,
+		Rollout: &apitypes.JobRollout{Rate: &rate, Ramp: &apitypes.JobRamp{Start: 10, Factor: 1.5, Every: 5}},
+		Abort:   []apitypes.JobAbort{{States: []string{"failed"}, Percent: 12.5, MinDone: 8}},
+		Retries: &apitypes.JobRetries{Failed: 2, TimedOut: 1},
+	}
+	r := e.call("POST", "/job/v1/jobs", req)
+	var created apitypes.JobCreated
+	answer(t, "create", r, &created)
+	if created.Targets != 2 {
+		t.Fatalf("created %+v", created)
+	}
+	j, err := e.st.GetJob(context.Background(), e.app.Key, created.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != "scheduled" || j.StartAt != at || j.TTL != ttl || j.Rate != rate || j.Command.Timeout != timeout ||
+		string(j.Command.Params) != `{"version":"2.1"}` || *j.Ramp != (store.JobRamp{Start: 10, Factor: 1.5, Every: 5}) ||
+		len(j.Abort) != 1 || j.Abort[0].Percent != 12.5 || j.Abort[0].MinDone != 8 || j.Retries["failed"] != 2 || j.Retries["timed_out"] != 1 {
+		t.Fatalf("stored %+v", j)
+	}
+	var v apitypes.Job
+	answer(t, "get", e.call("GET", fmt.Sprintf("/job/v1/job?job_id=%d", created.JobID), nil), &v)
+	var ex apitypes.JobExecutions
+	answer(t, "executions", e.call("GET", fmt.Sprintf("/job/v1/job/executions?job_id=%d&limit=1", created.JobID), nil), &ex)
+	if len(ex.Executions) != 1 || ex.Next != "1" {
+		t.Fatalf("executions %+v", ex)
+	}
+	answer(t, "pause", e.call("POST", "/job/v1/job/pause", apitypes.JobRef{JobID: created.JobID}), &v)
+	if v.State != "paused" {
+		t.Fatalf("paused %+v", v)
 	}
 }
