@@ -25,6 +25,7 @@ import (
 
 	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/job"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -70,6 +71,9 @@ type env struct {
 	clock  *clock
 	reg    *prometheus.Registry
 	events *recentDeliveries
+	// jobs is the API's jobs service; its runner runs only once a test
+	// starts it (newJobsEnv).
+	jobs *job.Service
 
 	mu     sync.Mutex
 	sleeps []time.Duration // delays after failed sign-ins
@@ -89,14 +93,6 @@ func newEnvWith(t *testing.T, tune func(*restapi.Config)) *env {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	return newEnvOn(t, st, tune, nil)
-}
-
-// newEnvOn is newEnvWith on st; wrap, when not nil, stands between the
-// console (and the test server) and the API.
-func newEnvOn(t *testing.T, st store.Store, tune func(*restapi.Config), wrap func(http.Handler, restapi.Config) http.Handler) *env {
-	t.Helper()
-	var err error
 	e := &env{t: t, st: st, clock: &clock{t: time.Unix(1_790_000_000, 0)}, reg: prometheus.NewRegistry(), events: &recentDeliveries{}}
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := restapi.Config{
@@ -124,9 +120,7 @@ func newEnvOn(t *testing.T, st store.Store, tune func(*restapi.Config), wrap fun
 		t.Fatalf("new api: %v", err)
 	}
 	e.api = api.Handler()
-	if wrap != nil {
-		e.api = wrap(e.api, cfg)
-	}
+	e.jobs = cfg.Jobs
 	e.c, err = New(Config{API: e.api, Gatherer: e.reg, Logger: discard, Now: e.clock.Now})
 	if err != nil {
 		t.Fatalf("new console: %v", err)

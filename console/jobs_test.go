@@ -16,6 +16,19 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
+// newJobsEnv is newEnv with the jobs' runner started, so jobs start
+// their commands.
+func newJobsEnv(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t)
+	r := e.jobs.Runner()
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return e
+}
+
 // createTagged registers devices carrying tag.
 func (e *env) createTagged(a app, tag string, names ...string) {
 	e.t.Helper()

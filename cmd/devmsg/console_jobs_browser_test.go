@@ -28,7 +28,8 @@ func jobsServed(t *testing.T, f *fleet) {
 // message; a slow job on a tag is paused, resumed and cancelled from its
 // page; and a fast one on a tag with two devices online (one answering
 // success, one failure) and one offline ends by itself on the open page,
-// its executions showing each device's command, state and code.
+// its executions showing each device's command, state and code, each
+// command a link to it on its device's page.
 func TestConsoleJobsBrowser(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -101,4 +102,16 @@ func TestConsoleJobsBrowser(t *testing.T) {
 		t.Errorf("counts succeeded,failed,offline %q", counts)
 	}
 	b.docShot("job")
+
+	// A cmd_id opens the device's page at that command.
+	failedCmd := row("lamp-b", "exec-cmd")
+	b.click(`#job-execs tr[data-device="lamp-b"] .exec-cmd a`)
+	if s := liveSel(b, "#cmd-"+failedCmd+" .cmd-state"); s != "failed" {
+		t.Errorf("lamp-b's page shows command %s as %q", failedCmd, s)
+	}
+	var hash string
+	b.run("hash", chromedp.Evaluate(`location.pathname + location.hash`, &hash))
+	if hash != "/console/apps/"+demoKey+"/devices/lamp-b#cmd-"+failedCmd {
+		t.Errorf("the cmd_id link led to %s", hash)
+	}
 }
