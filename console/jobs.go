@@ -455,6 +455,11 @@ func abortOf(form url.Values, get func(string) string) ([]apitypes.JobAbort, err
 	if len(states) == 0 && get("abort_percent") == "" && get("abort_min_done") == "" {
 		return nil, nil
 	}
+	if get("abort_percent") == "" {
+		// The body cannot leave percent out, and 0 would abort the job
+		// at the first execution to end in a ticked state.
+		return nil, userErrorf("Enter the abort rule's percent (0 to 100): the job aborts when more than that share of its ended executions are in the ticked states.")
+	}
 	a := apitypes.JobAbort{States: append([]string{}, states...)}
 	var err error
 	if a.Percent, err = optFloat("abort_percent", get("abort_percent")); err != nil {

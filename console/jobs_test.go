@@ -156,6 +156,8 @@ func TestJobsPageFormErrors(t *testing.T) {
 	}{
 		{"the API's range", map[string]string{"rate": "0"}, "rollout.rate must be 1 to 1000000"},
 		{"the API's abort rule", map[string]string{"abort_percent": "150"}, "abort[0].states must name at least one state"},
+		{"the API's ramp", map[string]string{"ramp_start": "1", "ramp_every": "5"}, "rollout.ramp.factor must be 1.1 to 5"},
+		{"an abort rule without its percent", map[string]string{"abort_min_done": "5"}, "Enter the abort rule's percent"},
 		{"not a number", map[string]string{"timeout": "soon"}, `timeout must be a whole number, not "soon"`},
 		{"not JSON", map[string]string{"params": "{oops"}, "Params must be JSON"},
 		{"no tag", map[string]string{"tag": ""}, "Name a tag, or choose every device."},
