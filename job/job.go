@@ -163,6 +163,9 @@ func NewService(st Store, ids *idgen.Generator, runner *Runner) *Service {
 	return &Service{store: st, ids: ids, runner: runner, now: time.Now}
 }
 
+// SetClock has s take the time from now; for tests.
+func (s *Service) SetClock(now func() time.Time) { s.now = now }
+
 // Runner returns the runner the Service wakes.
 func (s *Service) Runner() *Runner { return s.runner }
 

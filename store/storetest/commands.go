@@ -115,6 +115,20 @@ func testCommandsAdmission(t *testing.T, s store.Store) {
 	if c, err := s.GetCommand(ctx, "a", int64(store.MaxOpenCommands+1)); err != nil || c.State != store.CmdRejected {
 		t.Fatalf("rejected command stored as %+v, %v", c, err)
 	}
+	// A write to many devices finds d1's stored commands too.
+	var many []store.Command
+	for i := range 12 {
+		dev := fmt.Sprint("e", i)
+		mustDevices(t, s, "a", dev)
+		many = append(many, cmd(int64(2000+2*i), dev), cmd(int64(2001+2*i), "d1"))
+	}
+	out, err = s.CreateCommands(ctx, "a", many, 0, nil)
+	must(t, err)
+	for i, c := range out {
+		if want := []string{store.CmdQueued, store.CmdRejected}[i%2]; c.State != want {
+			t.Fatalf("command %d to %s: %s, want %s", c.ID, c.DeviceName, c.State, want)
+		}
+	}
 }
 
 func testCommandsConcurrentLimit(t *testing.T, s store.Store) {
