@@ -653,3 +653,47 @@ func TestJobAPITypes(t *testing.T) {
 		t.Fatalf("paused %+v", v)
 	}
 }
+
+// TestJobAcrossRestart: a job accepted (200) and midway is there after
+// the server restarts on the same data, with the commands it had
+// started, and the runner carries it on to done without starting a
+// second command for a target.
+func TestJobAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	devs := fleet(e, "dev", "fleet", 5)
+	e.runJobs()
+	// A command a second, each ending offline at once.
+	id, _ := e.createJob(`{"seq_no":1,"target":{"tag":"fleet"},"command":{"name":"ping"},"rollout":{"rate":60}}`)
+	before := e.waitJob(id, func(v jobView) bool { return v.Counts["offline"] >= 2 })
+	e.restart()
+	after := e.getJob(id)
+	if after.State != "running" || after.Targets != 5 || after.Counts["offline"] < before.Counts["offline"] {
+		t.Fatalf("after the restart %+v, before %+v", after, before)
+	}
+	started := e.allExecutions(id, "offline", 10)
+	e.runJobs()
+	done := e.waitJob(id, func(v jobView) bool { return v.State == "done" })
+	if want := map[string]int64{"offline": 5, "pending": 0}; !maps.Equal(done.Counts, want) {
+		t.Fatalf("done %+v", done)
+	}
+	execs := e.allExecutions(id, "", 10)
+	if !slices.Equal(names(execs), devs) {
+		t.Fatalf("executions %v", names(execs))
+	}
+	for i, x := range execs {
+		if x.Attempt != 1 {
+			t.Fatalf("execution %+v", x)
+		}
+		if i < len(started) && x.CmdID != started[i].CmdID {
+			t.Fatalf("%s has command %d, had %d before the restart", x.DeviceName, x.CmdID, started[i].CmdID)
+		}
+	}
+	// Each command ends with one command.done: one each is one command each.
+	for _, d := range devs {
+		r := e.call("GET", "/event/v1/events?types=command.done&device_name="+d, nil)
+		r.wantOK(t)
+		if n := strings.Count(string(r.body), `"type":"command.done"`); n != 1 {
+			t.Fatalf("%s had %d commands: %s", d, n, r.body)
+		}
+	}
+}
