@@ -76,7 +76,7 @@ func progressChart(created time.Time, run []progressSample) Chart {
 // drawProgress fills c with run's three counts (named names: Queued,
 // Delivered, Failed) in equal steps from created, as progressChart
 // describes. The job page draws its executions started, succeeded and
-// ended badly with it.
+// failed with it.
 func drawProgress(c Chart, names [3]string, created time.Time, run []progressSample) Chart {
 	if len(run) == 0 {
 		return c

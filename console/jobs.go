@@ -162,7 +162,7 @@ func (c *Console) rememberJob(sessionID, app string, id int64) {
 func (c *Console) forgetJob(sessionID, app string, id int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s, ok := c.sessions[sessionID]; ok {
+	if s, ok := c.sessions[sessionID]; ok && s.jobs != nil {
 		s.jobs[app] = slices.DeleteFunc(s.jobs[app], func(x int64) bool { return x == id })
 	}
 }
