@@ -12,17 +12,6 @@ import (
 	sdk "github.com/devmsg/devmsg/sdk/device"
 )
 
-// jobsServed skips the test while the server does not run jobs: the
-// /job/v1 routes not served yet ("no such endpoint"), or the store
-// without jobs (an internal error). A job that does not exist is a 400.
-func jobsServed(t *testing.T, f *fleet) {
-	t.Helper()
-	st, body := f.rest("GET", "/job/v1/job?job_id=1", "")
-	if st != 400 {
-		t.Skipf("the server does not run jobs yet: GET /job/v1/job answered %d %s", st, body)
-	}
-}
-
 // TestConsoleJobsBrowser runs jobs from the console in headless
 // Chromium against the whole program: an invalid form shows the API's
 // message; a slow job on a tag is paused, resumed and cancelled from its
@@ -33,7 +22,6 @@ func jobsServed(t *testing.T, f *fleet) {
 func TestConsoleJobsBrowser(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	jobsServed(t, f)
 	f.restOK("POST", "/device/v1/devices", `{"device":[{"name":"lamp-a","tags":["lamp"]},{"name":"lamp-b","tags":["lamp"]},{"name":"lamp-c","tags":["lamp"]}]}`, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
