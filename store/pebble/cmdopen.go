@@ -11,12 +11,8 @@ import (
 )
 
 // Admission of commands (store.AdmitCommand): whether each device
-// exists and how many commands it has open, read under its stripe.
-//
-// s.openCmds caches devices' open command counts. Every write that
-// adds or removes a device's O/ key holds its stripe and moves or drops
-// its entry after the commit, so an entry is never staler than the
-// database; a device without one is counted from its keys.
+// exists and how many commands it has open (openCount, kept in
+// s.openCmds: cmdcount.go), read under its stripe.
 
 // admission is what AdmitCommand needs of a device.
 type admission struct {
@@ -26,8 +22,8 @@ type admission struct {
 
 // admitCommands returns cmds of appKey as they are to be stored, each
 // queued one passed through store.AdmitCommand against its device as
-// stored, and the devices as read; under the devices' stripes.
-func (s *Store) admitCommands(appKey string, cmds []store.Command) ([]store.Command, map[string]admission, error) {
+// stored; under the devices' stripes.
+func (s *Store) admitCommands(appKey string, cmds []store.Command) ([]store.Command, error) {
 	out := slices.Clone(cmds)
 	var names []string
 	for i := range out {
@@ -38,7 +34,7 @@ func (s *Store) admitCommands(appKey string, cmds []store.Command) ([]store.Comm
 	}
 	devs, err := s.readAdmission(appKey, names)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create commands: %w", err)
+		return nil, fmt.Errorf("create commands: %w", err)
 	}
 	opened := map[string]int{}
 	for i := range out {
@@ -51,55 +47,7 @@ func (s *Store) admitCommands(appKey string, cmds []store.Command) ([]store.Comm
 			opened[c.DeviceName]++
 		}
 	}
-	return out, devs, nil
-}
-
-// noteOpened moves the cached open counts of the devices out's open
-// commands were written to, once the write committed (ok): a device
-// whose count the write read (devs) has it moved, any other dropped.
-// Under the devices' stripes.
-func (s *Store) noteOpened(appKey string, out []store.Command, devs map[string]admission, ok bool) {
-	added := map[string]int{}
-	for _, c := range out {
-		if c.Open() {
-			added[c.DeviceName]++
-		}
-	}
-	for n, k := range added {
-		if d, known := devs[n]; ok && known && d.exists {
-			s.openCmds.put(appKey, n, d.open+k)
-		} else {
-			s.openCmds.drop(appKey, n)
-		}
-	}
-}
-
-// noteEnded takes a command that ended from its device's cached open
-// count, once the write committed (ok; else the count is dropped).
-// Under the device's stripe.
-func (s *Store) noteEnded(appKey, device string, ok bool) {
-	if n, cached := s.openCmds.get(appKey, device); ok && cached && n > 0 {
-		s.openCmds.put(appKey, device, n-1)
-		return
-	}
-	s.openCmds.drop(appKey, device)
-}
-
-// openCount counts the device's open commands; under its stripe.
-func (s *Store) openCount(app, device string) (int, error) {
-	if n, ok := s.openCmds.get(app, device); ok {
-		return n, nil
-	}
-	p := cmdOpenPrefix(app, device)
-	n := 0
-	err := s.scan(p, prefixEnd(p), func(_, _ []byte) (bool, error) {
-		n++
-		return true, nil
-	})
-	if err == nil {
-		s.openCmds.put(app, device, n)
-	}
-	return n, err
+	return out, nil
 }
 
 // batchAdmission is how many devices a write names from which

@@ -54,6 +54,25 @@ func (s *Store) deviceExists(app, name string) (bool, error) {
 	return s.exists(key(pDevice, app, name))
 }
 
+// openCount counts the device's open commands; under its stripe. The
+// count is kept in memory after the first (cmdcount.go).
+func (s *Store) openCount(app, device string) (int, error) {
+	if n, ok := s.openCmds.get(app, device); ok {
+		return n, nil
+	}
+	p := cmdOpenPrefix(app, device)
+	n := 0
+	err := s.scan(p, prefixEnd(p), func(_, _ []byte) (bool, error) {
+		n++
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.openCmds.put(app, device, n)
+	return n, nil
+}
+
 // putCommand adds c, and its index entries, to b; it returns c encoded.
 func putCommand(b *pebble.Batch, c store.Command) ([]byte, error) {
 	raw, err := json.Marshal(c)
@@ -101,7 +120,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 			return nil, err
 		}
 	}
-	out, devs, err := s.admitCommands(appKey, cmds)
+	out, err := s.admitCommands(appKey, cmds)
 	if err != nil {
 		return nil, err
 	}
@@ -135,13 +154,18 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		}
 		return evs, putSeq(b, appKey, seqNo, e)
 	})
-	s.noteOpened(appKey, out, devs, err == nil)
 	if err != nil {
+		for i := range out {
+			s.openCmds.drop(appKey, out[i].DeviceName)
+		}
 		ex.forget()
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
 	ex.apply()
 	for i := range out {
+		if out[i].Open() {
+			s.openCountAdd(appKey, out[i].DeviceName, 1)
+		}
 		s.cmds.put(out[i], raws[i])
 	}
 	return out, nil
@@ -222,12 +246,13 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	} else {
 		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
 	}
-	if wasOpen && !c.Open() {
-		s.noteEnded(appKey, c.DeviceName, err == nil)
-	}
 	if err != nil {
+		s.openCmds.drop(appKey, c.DeviceName)
 		ex.forget()
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
+	}
+	if wasOpen && !c.Open() {
+		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
 	ex.apply()
 	s.cmds.put(c, written)
