@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,8 +103,8 @@ func (s *Spec) Validate() error {
 			return invalid(f+".min_done", "%s.min_done must be 0 or more, got %d", f, a.MinDone)
 		}
 	}
-	for st, n := range s.Retries {
-		if n < 0 || n > MaxRetries {
+	for _, st := range slices.Sorted(maps.Keys(s.Retries)) {
+		if n := s.Retries[st]; n < 0 || n > MaxRetries {
 			return invalid("retries."+st, "retries.%s must be 0 to %d, got %d", st, MaxRetries, n)
 		}
 	}
@@ -205,9 +207,6 @@ func (s *Service) Create(ctx context.Context, app store.App, spec Spec, seqNo in
 	if spec.StartAt > now.Unix() {
 		j.State = store.JobScheduled
 	}
-	if j.Targets == 0 {
-		j.State, j.TimeDone, j.Swept = store.JobDone, j.TimeCreate, true
-	}
 	var seq *store.SeqEntry
 	if seqFor != nil {
 		seq = seqFor(j.ID, j.Targets)
@@ -293,8 +292,12 @@ func (s *Service) Executions(ctx context.Context, appKey string, id int64, state
 		}
 	}
 	if (state == "" || state == store.ExecPending) && len(execs) <= limit {
-		// Targets at or past Next have no command yet.
+		// Targets at or past Next had no command when j was read; those
+		// the runner reached since are among execs, read after j.
 		start := max(from, j.Next)
+		if len(execs) > 0 {
+			start = max(start, execs[len(execs)-1].Index+1)
+		}
 		names, err := s.store.JobTargets(ctx, appKey, id, start, limit+1-len(execs))
 		if err != nil {
 			return nil, -1, jobErr(id, err)

@@ -180,8 +180,17 @@ func TestJobTargets(t *testing.T) {
 	}
 	t.Run("no targets", func(t *testing.T) {
 		id, targets := e.createJob(`{"seq_no":90,"target":{"tag":"none"},"command":{"name":"ota"}}`)
-		if v := e.getJob(id); targets != 0 || v.State != "done" || v.TimeDone == 0 || v.Counts["pending"] != 0 {
-			t.Fatalf("job of no targets: %d, %+v", targets, v)
+		if targets != 0 {
+			t.Fatalf("job of no targets has %d", targets)
+		}
+		e.runJobs() // it ends at the runner's next look, with its job.done
+		if v := e.waitJob(id, func(v jobView) bool { return v.State != "running" }); v.State != "done" || v.TimeDone == 0 || v.Counts["pending"] != 0 {
+			t.Fatalf("job of no targets: %+v", v)
+		}
+		r := e.call("GET", "/event/v1/events?types=job.done", nil)
+		r.wantOK(t)
+		if !strings.Contains(string(r.body), fmt.Sprintf(`"job_id":"%d"`, id)) {
+			t.Fatalf("no job.done for the job of no targets: %s", r.body)
 		}
 	})
 	t.Run("start_at ahead", func(t *testing.T) {
