@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,4 +102,57 @@ func TestJobsWithSimulatedDevices(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestJobRampWithRealDevices measures a ramp on `devmsg sim` devices
+// from the commands' creation times: the first commands come about one
+// every 0.5 s (120 a minute), and once every two succeeded double the
+// rate, the last ones come many to a second.
+func TestJobRampWithRealDevices(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"sim", "--broker", "tcp://" + f.s.mqtt["tcp"], "--app-key", demoKey, "--count", "40", "--prefix", "jramp-",
+			"--create", "--api", "http://" + f.s.addr, "--master-secret", demoSecret, "--report-every", "0", "--quiet"}, out, out)
+	}()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 15*time.Second, "40 simulated devices connected", func() bool { return strings.Contains(out.String(), "sim: 40 devices connected, 0 failed") })
+
+	id, _ := f.job(`{"seq_no":1,"target":{"all":true},"command":{"name":"ping"},"ttl":30,
+		"rollout":{"rate":6000,"ramp":{"start":120,"factor":2,"every":2}}}`)
+	if j := f.waitJobEnd(id, 60*time.Second); j.State != "done" || j.Counts["succeeded"] != 40 {
+		t.Fatalf("ramp job: %+v", j)
+	}
+	st, b := f.rest("GET", fmt.Sprintf("/job/v1/job/executions?job_id=%d&limit=1000", id), "")
+	var page struct {
+		Executions []execView `json:"executions"`
+	}
+	if st != 200 || json.Unmarshal(b, &page) != nil || len(page.Executions) != 40 {
+		t.Fatalf("executions: %d %s", st, b)
+	}
+	created := make([]int64, 0, 40)
+	for _, e := range page.Executions {
+		var v cmdView
+		f.restOK("GET", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d", e.CmdID), "", &v)
+		created = append(created, v.TimeCreate)
+	}
+	slices.Sort(created)
+	first := created[3] - created[0]  // three gaps, at 120 a minute then 240: over 1 s
+	last := created[39] - created[30] // nine gaps, at 16 times that rate or more
+	if first < 700 || last*4 > first*9 {
+		t.Fatalf("command creation times (ms from the first) %v: the first 4 took %d ms, the last 10 %d ms", offsets(created), first, last)
+	}
+	t.Logf("the first 4 commands took %d ms, the last 10 %d ms", first, last)
+}
+
+func offsets(ts []int64) []int64 {
+	out := make([]int64, len(ts))
+	for i, v := range ts {
+		out[i] = v - ts[0]
+	}
+	return out
 }
