@@ -1,4 +1,4 @@
-.PHONY: images run build test test-mochi test-race lint bench crash-loop crash-loop-commands crash-loop-events crash-fanout churn
+.PHONY: images run build test test-mochi test-race lint bench crash-loop crash-loop-commands crash-loop-events crash-fanout crash-job churn
 
 # `devmsg version` prints this; without git (a source tarball) it stays "dev".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -69,6 +69,13 @@ crash-loop-events:
 # (docs/api.md, "Broadcast").
 crash-fanout:
 	DEVMSG_FANOUT_DEVICES=$${DEVMSG_FANOUT_DEVICES:-50000} go test -count=1 -timeout 30m -run 'TestKill9DuringFanout$$|TestClusterFanoutNodeKilled$$' -v ./cmd/devmsg
+
+# kill -9 during a job (CI runs 3,000 and 1,000 devices): a job over 50,000
+# devices, the server killed 20 times (once, on two Redis nodes, the node
+# running the job); every target must end with exactly one command per
+# attempt and the job's counts must equal its executions.
+crash-job:
+	DEVMSG_JOB_CRASH_TARGETS=$${DEVMSG_JOB_CRASH_TARGETS:-50000} DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-20} go test -count=1 -timeout 60m -run 'TestJobCrashLoop$$|TestClusterJobSurvivesItsNode$$' -v ./cmd/devmsg
 
 # The devmsg image (devmsg:$${VERSION:-dev}, as docker-compose.yml runs it),
 # with local stand-ins for the base images when no registry can be reached:

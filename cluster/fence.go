@@ -277,3 +277,26 @@ func (f *fenced) OpenCommands(ctx context.Context, appKey, device string, limit 
 	}
 	return f.Store.OpenCommands(ctx, appKey, device, limit)
 }
+
+func (f *fenced) CreateJob(ctx context.Context, j store.Job, targets []string, seqNo int64, seq *store.SeqEntry) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.done(f.Store.CreateJob(ctx, j, targets, seqNo, seq))
+}
+
+func (f *fenced) UpdateJob(ctx context.Context, appKey string, id int64, fn func(*store.Job) error) (store.Job, error) {
+	if err := f.check(); err != nil {
+		return store.Job{}, err
+	}
+	j, err := f.Store.UpdateJob(ctx, appKey, id, fn)
+	return j, f.done(err)
+}
+
+func (f *fenced) StartJob(ctx context.Context, appKey string, id, step, next int64, starts []store.JobStart) ([]store.Command, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	out, err := f.Store.StartJob(ctx, appKey, id, step, next, starts)
+	return out, f.done(err)
+}

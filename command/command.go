@@ -86,6 +86,7 @@ type Store interface {
 	GetDevice(ctx context.Context, appKey, name string) (store.Device, error)
 	GetDevices(ctx context.Context, appKey string, names []string) ([]store.Device, error)
 	Barrier(ctx context.Context) error
+	StartJob(ctx context.Context, appKey string, id, step, next int64, starts []store.JobStart) ([]store.Command, error)
 	store.Commands
 }
 
@@ -104,6 +105,15 @@ type Service struct {
 	// dropped counts answers and progress reports dropped: late,
 	// repeated, or for a command that is unknown or ended.
 	dropped atomic.Int64
+	// lastSend is when the last Send began (Unix ns): jobs give way to
+	// commands sent through the API (Sending).
+	lastSend atomic.Int64
+}
+
+// Sending reports whether a Send began within the last second.
+func (s *Service) Sending() bool {
+	last := s.lastSend.Load()
+	return last != 0 && s.now().UnixNano()-last < int64(time.Second)
 }
 
 // NewService returns a Service that stores in st and numbers commands
@@ -155,6 +165,7 @@ const (
 // Errors are the store's (store.ErrSeqUsed when the seq_no was recorded
 // meanwhile).
 func (s *Service) Send(ctx context.Context, app store.App, names []string, req Request, single bool, seqNo int64, seq store.CommandSeq) ([]Result, error) {
+	s.lastSend.Store(s.now().UnixNano())
 	devs, err := s.store.GetDevices(ctx, app.Key, names)
 	if err != nil {
 		return nil, fmt.Errorf("read devices: %w", err)
@@ -362,7 +373,11 @@ func doneEvent(c store.Command, now int64) store.Event {
 		Code    int             `json:"code"`
 		Result  json.RawMessage `json:"result,omitempty"`
 		Message string          `json:"message"`
-	}{strconv.FormatInt(c.ID, 10), c.Name, c.State, c.Code, c.Result, c.Message}
+		JobID   string          `json:"job_id,omitempty"`
+	}{CmdID: strconv.FormatInt(c.ID, 10), Name: c.Name, State: c.State, Code: c.Code, Result: c.Result, Message: c.Message}
+	if c.Job != 0 {
+		data.JobID = strconv.FormatInt(c.Job, 10)
+	}
 	b, _ := json.Marshal(data)
 	return store.Event{Type: EventDone, AppKey: c.AppKey, DeviceName: c.DeviceName, Time: now, Data: b}
 }

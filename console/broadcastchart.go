@@ -11,7 +11,7 @@ import (
 // refreshes every 2 s while the broadcast is live), so the chart covers
 // the time someone watched it, from its acceptance.
 const (
-	// progressKept is how many broadcasts' samples are kept.
+	// progressKept is how many broadcasts' (and jobs') samples are kept.
 	progressKept = 50
 	// progressSamples is the most samples kept of one broadcast; when
 	// full, every other one is dropped.
@@ -70,6 +70,14 @@ const progressFresh = 10 * time.Second
 func progressChart(created time.Time, run []progressSample) Chart {
 	c := Chart{ID: "broadcast-chart", Title: "Delivery over time",
 		Empty: "The chart fills in while this page is open: this node's console draws what it reads of the broadcast every 2 seconds."}
+	return drawProgress(c, [3]string{"queued", "delivered", "failed"}, created, run)
+}
+
+// drawProgress fills c with run's three counts (named names: Queued,
+// Delivered, Failed) in equal steps from created, as progressChart
+// describes. The job page draws its executions started, succeeded and
+// failed with it.
+func drawProgress(c Chart, names [3]string, created time.Time, run []progressSample) Chart {
 	if len(run) == 0 {
 		return c
 	}
@@ -95,6 +103,6 @@ func progressChart(created time.Time, run []progressSample) Chart {
 		s := run[max(i-1, 0)]
 		q[b], d[b], f[b] = float64(s.Queued), float64(s.Delivered), float64(s.Failed)
 	}
-	c.Series = []Series{{"queued", q}, {"delivered", d}, {"failed", f}}
+	c.Series = []Series{{names[0], q}, {names[1], d}, {names[2], f}}
 	return c
 }

@@ -241,6 +241,13 @@ func (c *Console) routes() {
 	m.Handle("POST /console/apps/{key}/broadcast", c.action(c.createBroadcast))
 	m.Handle("POST /console/apps/{key}/broadcast/cancel", c.action(c.cancelBroadcast))
 
+	m.Handle("GET /console/apps/{key}/jobs", c.page(c.jobsPage))
+	m.Handle("POST /console/apps/{key}/jobs", c.action(c.createJob))
+	m.Handle("GET /console/apps/{key}/jobs/{id}", c.page(c.jobPage))
+	m.Handle("POST /console/apps/{key}/jobs/{id}/pause", c.action(c.jobAction("pause", "paused", "paused")))
+	m.Handle("POST /console/apps/{key}/jobs/{id}/resume", c.action(c.jobAction("resume", "resumed", "running")))
+	m.Handle("POST /console/apps/{key}/jobs/{id}/cancel", c.action(c.jobAction("cancel", "cancelled", "cancelled")))
+
 	m.Handle("GET /console/apps/{key}/callbacks", c.page(c.callbacksPage))
 	m.Handle("POST /console/apps/{key}/callbacks/switch", c.action(c.setSwitch))
 	m.Handle("POST /console/apps/{key}/callbacks/types", c.action(c.setTypes))

@@ -25,6 +25,7 @@ import (
 
 	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/callback"
+	"github.com/devmsg/devmsg/job"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -70,6 +71,9 @@ type env struct {
 	clock  *clock
 	reg    *prometheus.Registry
 	events *recentDeliveries
+	// jobs is the API's jobs service; its runner runs only once a test
+	// starts it (newJobsEnv).
+	jobs *job.Service
 
 	mu     sync.Mutex
 	sleeps []time.Duration // delays after failed sign-ins
@@ -116,6 +120,7 @@ func newEnvWith(t *testing.T, tune func(*restapi.Config)) *env {
 		t.Fatalf("new api: %v", err)
 	}
 	e.api = api.Handler()
+	e.jobs = cfg.Jobs
 	e.c, err = New(Config{API: e.api, Gatherer: e.reg, Logger: discard, Now: e.clock.Now})
 	if err != nil {
 		t.Fatalf("new console: %v", err)

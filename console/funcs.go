@@ -55,6 +55,11 @@ var funcs = template.FuncMap{
 	// count formats a metric value.
 	"count": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
 	"inc":   func(i int) int { return i + 1 },
+	// execKind groups a job execution's state for its colour.
+	"execKind": execKind,
+	// recentJobs and executionsPerPage are the jobs pages' sizes.
+	"recentJobs":        func() int { return recentJobs },
+	"executionsPerPage": func() int { return executionsPerPage },
 	// trendPoints is the most values a device page's sparkline shows.
 	"trendPoints": func() int { return trendPoints },
 }

@@ -39,6 +39,9 @@ type session struct {
 	// commands holds the ids of the commands the session sent, by
 	// app/device, newest first (see rememberCommand).
 	commands map[string][]int64
+	// jobs holds the ids of the jobs the session created or opened, by
+	// app, newest first (see rememberJob).
+	jobs map[string][]int64
 }
 
 // flash is the outcome of a POST, shown once by the page it redirects to.
@@ -54,6 +57,10 @@ type flash struct {
 	Batch *batchResult
 	// MsgID is a message just sent, linked to its trace.
 	MsgID string
+	// Form names the form an error belongs to: the page shows the error
+	// next to that form, not at the top, and Values refill it.
+	Form   string
+	Values url.Values
 }
 
 type newApp struct{ Name, Key, MasterSecret string }
@@ -132,6 +139,20 @@ func (c *Console) takeFlash(id string) *flash {
 	defer c.mu.Unlock()
 	s, ok := c.sessions[id]
 	if !ok {
+		return nil
+	}
+	f := s.flash
+	s.flash = nil
+	return f
+}
+
+// takeFormFlash takes the session's flash if it belongs to form: the
+// page shows it beside that form rather than at the top.
+func (c *Console) takeFormFlash(id, form string) *flash {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.sessions[id]
+	if !ok || s.flash == nil || s.flash.Form != form {
 		return nil
 	}
 	f := s.flash

@@ -25,11 +25,13 @@ const (
 	// domain (package command).
 	TypeCommandProgress = "command.progress"
 	TypeCommandDone     = "command.done"
+	// TypeJobDone is made by the job domain (package job) as a job ends.
+	TypeJobDone = "job.done"
 )
 
 // Types lists every event type, in the order the docs give them.
 var Types = []string{TypeUp, TypeEvent, TypeOnline, TypeOffline, TypeReported,
-	TypeCreated, TypeDeleted, TypeEnabled, TypeDisabled, TypeCommandProgress, TypeCommandDone}
+	TypeCreated, TypeDeleted, TypeEnabled, TypeDisabled, TypeCommandProgress, TypeCommandDone, TypeJobDone}
 
 // KnownType reports whether t is an event type.
 func KnownType(t string) bool {

@@ -498,9 +498,16 @@ func (br *Broadcaster) wait(ctx context.Context, n int) error {
 }
 
 // sending reports whether a single send began within yieldWindow.
-func (br *Broadcaster) sending() bool {
-	last := br.svc.lastSend.Load()
-	return last != 0 && br.now().UnixNano()-last < int64(yieldWindow)
+func (br *Broadcaster) sending() bool { return br.svc.sendingAt(br.now()) }
+
+// Sending reports whether a single send began within the last second:
+// the fan-outs of broadcasts and jobs give way to single sends while it
+// does.
+func (s *Service) Sending() bool { return s.sendingAt(s.now()) }
+
+func (s *Service) sendingAt(now time.Time) bool {
+	last := s.lastSend.Load()
+	return last != 0 && now.UnixNano()-last < int64(yieldWindow)
 }
 
 // enabled returns d as an enabled device.

@@ -19,6 +19,7 @@ import (
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/job"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/shadow"
 	"github.com/devmsg/devmsg/store"
@@ -61,6 +62,9 @@ type Config struct {
 	Broadcasts *message.Broadcaster
 	// Commands sends, reports and cancels device commands.
 	Commands *command.Service
+	// Jobs accepts, reports, pauses, resumes and cancels jobs; its
+	// runner runs apart from the API (started by cmd/devmsg).
+	Jobs *job.Service
 	// Apps caches apps; sharing it with the callback worker makes a
 	// settings change apply there at once. nil: the API makes its own.
 	Apps *appcache.Cache
@@ -118,6 +122,7 @@ type API struct {
 	events      *events.Service
 	broadcasts  *message.Broadcaster
 	commands    *command.Service
+	jobs        *job.Service
 	limits      Limiter
 	apps        *appcache.Cache
 	verifier    *http.Client // for callback URL verification
@@ -153,6 +158,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 		events:      cfg.Events,
 		broadcasts:  cfg.Broadcasts,
 		commands:    cfg.Commands,
+		jobs:        cfg.Jobs,
 		limits:      cfg.RateLimiter,
 		apps:        cfg.Apps,
 		now:         time.Now,
@@ -211,6 +217,14 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	cmd.DELETE("/cmd", a.limit(store.CategoryCommand), a.wrap(a.cancelCommand))
 	cmd.POST("/cmds", a.wrap(a.sendCommands)) // one command token per command
 
+	jobs := r.Group("/job/v1", a.authApp)
+	jobs.POST("/jobs", a.limit(store.CategoryCommand), a.wrap(a.createJob))
+	jobs.GET("/job", a.limit(store.CategoryQuery), a.wrap(a.getJob))
+	jobs.GET("/job/executions", a.limit(store.CategoryQuery), a.wrap(a.getExecutions))
+	jobs.POST("/job/pause", a.limit(store.CategoryCommand), a.wrap(a.changeJob((*job.Service).Pause)))
+	jobs.POST("/job/resume", a.limit(store.CategoryCommand), a.wrap(a.changeJob((*job.Service).Resume)))
+	jobs.POST("/job/cancel", a.limit(store.CategoryCommand), a.wrap(a.changeJob((*job.Service).Cancel)))
+
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
 
 	// Profiles for operators, behind the admin account.
@@ -244,7 +258,7 @@ func (cfg Config) checkServices() error {
 	}{
 		{"Messages", cfg.Messages == nil}, {"Shadows", cfg.Shadows == nil}, {"DeviceService", cfg.DeviceService == nil},
 		{"DeadLetters", cfg.DeadLetters == nil}, {"AppService", cfg.AppService == nil}, {"Events", cfg.Events == nil}, {"Broadcasts", cfg.Broadcasts == nil},
-		{"Commands", cfg.Commands == nil},
+		{"Commands", cfg.Commands == nil}, {"Jobs", cfg.Jobs == nil},
 	} {
 		if s.missing {
 			return fmt.Errorf("restapi: Config.%s is nil: cmd/devmsg builds every service (tests: restapi/restapitest)", s.name)

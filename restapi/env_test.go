@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/internal/openapitest"
+	"github.com/devmsg/devmsg/job"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
@@ -49,6 +50,9 @@ type env struct {
 	fanout *message.FanoutConfig
 	// broadcasts runs the fan-out while the server runs.
 	broadcasts *message.Broadcaster
+	// jobs is the API's job service; tests that need jobs to move start
+	// its runner (stop stops it).
+	jobs *job.Service
 }
 
 // envOption changes the API's configuration from the test default.
@@ -106,6 +110,7 @@ func (e *env) start() {
 		t.Fatalf("start fan-out: %v", err)
 	}
 	e.broadcasts = cfg.Broadcasts
+	e.jobs = cfg.Jobs
 	oapiOnce.Do(func() { oapi = openapitest.Load(t, "../docs/openapi.yaml") })
 	e.oapi = oapi
 	e.srv = httptest.NewUnstartedServer(api.Handler())
@@ -122,6 +127,7 @@ func (e *env) stop() {
 	}
 	e.srv.Close()
 	e.broadcasts.Stop()
+	e.jobs.Runner().Stop()
 	if err := e.st.Close(); err != nil {
 		e.t.Errorf("close store: %v", err)
 	}

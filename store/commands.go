@@ -68,6 +68,13 @@ type Command struct {
 	// moved on by each progress report.
 	Deadline int64 `json:"deadline,omitempty"`
 
+	// Job is the job the command is an attempt of (0 for none), JobIndex
+	// its target's place in the job and Attempt the attempt (1 for the
+	// first); see Jobs.
+	Job      int64 `json:"job,omitempty"`
+	JobIndex int64 `json:"job_index,omitempty"`
+	Attempt  int   `json:"attempt,omitempty"`
+
 	// Emit is never stored: events UpdateCommand's fn sets are appended
 	// to the event log in the same atomic write.
 	Emit []Event `json:"-"`
@@ -138,11 +145,13 @@ func AdmitCommand(c *Command, exists bool, open int) bool {
 // changed from open to ended.
 func ApplyCommandUpdate(c *Command, id int64, appKey string, fn func(*Command) error) (ended bool, err error) {
 	dev, name, wasOpen := c.DeviceName, c.Name, c.Open()
+	job, index, attempt := c.Job, c.JobIndex, c.Attempt
 	c.Emit, c.Lazy = nil, false
 	if err := fn(c); err != nil {
 		return false, err
 	}
 	c.ID, c.AppKey, c.DeviceName, c.Name = id, appKey, dev, name
+	c.Job, c.JobIndex, c.Attempt = job, index, attempt
 	if !wasOpen && c.Open() {
 		return false, fmt.Errorf("update command %d: an ended command cannot open again", id)
 	}

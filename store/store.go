@@ -655,6 +655,9 @@ type Store interface {
 	// Commands keeps device commands.
 	Commands
 
+	// Jobs keeps jobs and their executions.
+	Jobs
+
 	// Ping reports whether the store can serve requests.
 	Ping(ctx context.Context) error
 	// Close releases the store; pending writes are already durable.

@@ -87,6 +87,7 @@ func TestConsoleScreenshots(t *testing.T) {
 		{"webhooks", app + "/webhooks"},
 		{"broadcast", fmt.Sprintf("%s/broadcast?id=%d", app, bc.BroadcastID)},
 		{"callbacks", app + "/callbacks"},
+		{"jobs", app + "/jobs"},
 	}
 	for _, w := range shotWidths {
 		b.run("size "+w.name, viewport(w.width, w.height, w.mobile))

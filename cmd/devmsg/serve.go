@@ -32,6 +32,7 @@ import (
 	"github.com/devmsg/devmsg/internal/fdbudget"
 	"github.com/devmsg/devmsg/internal/netguard"
 	"github.com/devmsg/devmsg/internal/secret"
+	"github.com/devmsg/devmsg/job"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/mqttapi"
 	"github.com/devmsg/devmsg/presence"
@@ -107,6 +108,7 @@ type Main struct {
 	counted    *events.CountedStore // the store, counting the events appended
 	broadcasts *message.Broadcaster
 	commands   *command.Service
+	jobs       *job.Service
 	// stopCommands ends the command sweep.
 	stopCommands context.CancelFunc
 	api          *restapi.API
@@ -117,6 +119,7 @@ type Main struct {
 	webhooksStarted  bool // likewise
 	trimmerStarted   bool
 	fanoutStarted    bool // likewise, the broadcasts' fan-out
+	jobsStarted      bool // likewise, the jobs' runner
 	brokerStarted    bool
 	mqttAddrs        map[string]string
 	httpServer       *http.Server
@@ -335,6 +338,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 	if m.commands, err = newCommands(ctx, st, ids, m.mqttAPI, m.node != nil, log); err != nil {
 		return err
 	}
+	m.jobs = newJobs(st, ids, m.commands, messages, log)
 	m.broadcasts = message.NewBroadcaster(messages, st, message.FanoutConfig{Rate: cfg.Broadcast.Rate, YieldRate: cfg.Broadcast.YieldRate, Chunk: cfg.Broadcast.Chunk}, log)
 	m.api, err = restapi.New(restapi.Config{
 		NodeID:              cfg.NodeID,
@@ -344,6 +348,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		Messages:            messages,
 		Broadcasts:          m.broadcasts,
 		Commands:            m.commands,
+		Jobs:                m.jobs,
 		Shadows:             shadow.NewService(st, ids, m.mqttAPI),
 		AppService:          apps.NewService(apps.Config{DefaultRateLimit: cfg.RateLimit.Default}, st, appCache),
 		DeviceService:       devices.NewService(st, m.mqttAPI),
@@ -422,6 +427,9 @@ func (m *Main) startServices(ctx context.Context) error {
 		m.node.Lead(webhookLease, func() error { m.webhooks.Start(); return nil }, m.webhooks.Stop)
 		// Listening for other nodes before any device can connect.
 		m.node.Run(m.mqttAPI)
+	}
+	if err := m.startJobs(); err != nil {
+		return err
 	}
 	addrs, err := m.broker.Start()
 	if err != nil {
@@ -522,6 +530,9 @@ func (m *Main) close() error {
 	}
 	if m.fanoutStarted {
 		m.broadcasts.Stop()
+	}
+	if m.jobsStarted {
+		m.jobs.Runner().Stop()
 	}
 	if m.dispatcher != nil {
 		m.dispatcher.Stop()

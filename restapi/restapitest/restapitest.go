@@ -19,6 +19,7 @@ import (
 	"github.com/devmsg/devmsg/devices"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/appcache"
+	"github.com/devmsg/devmsg/job"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/shadow"
@@ -28,7 +29,8 @@ import (
 // Config returns cfg with every service it leaves nil built on st: no
 // device is ever online, and nothing hears of device changes or
 // redelivered dead letters. The Broadcasts it builds fans out only once
-// the test starts it.
+// the test starts it, and so does the runner of its Jobs
+// (cfg.Jobs.Runner().Start()).
 func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 	if cfg.Apps == nil {
 		cfg.Apps = appcache.New(st, time.Now)
@@ -51,6 +53,14 @@ func Config(st store.Store, cfg restapi.Config) (restapi.Config, error) {
 			return cfg, err
 		}
 		cfg.Commands = command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	if cfg.Jobs == nil {
+		ids, err := message.NewIDs(context.Background(), cfg.NodeID, st)
+		if err != nil {
+			return cfg, err
+		}
+		runner := job.NewRunner(st, cfg.Commands, job.Config{Poll: 100 * time.Millisecond}, slog.New(slog.DiscardHandler))
+		cfg.Jobs = job.NewService(st, ids, runner)
 	}
 	if cfg.Broadcasts == nil {
 		cfg.Broadcasts = message.NewBroadcaster(cfg.Messages, st, message.FanoutConfig{Poll: 100 * time.Millisecond},

@@ -20,6 +20,19 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 			return nil, store.ErrSeqUsed
 		}
 	}
+	out, err := s.createCommandsLocked(appKey, cmds)
+	if err != nil {
+		return nil, err
+	}
+	if seq != nil {
+		s.putSeq(appKey, seqNo, seq(out))
+	}
+	return out, nil
+}
+
+// createCommandsLocked admits and stores cmds, with their events and,
+// for a job's commands, their executions. Call with s.mu held.
+func (s *Store) createCommandsLocked(appKey string, cmds []store.Command) ([]store.Command, error) {
 	out := slices.Clone(cmds)
 	opened := map[devKey]int{}
 	for i := range out {
@@ -31,27 +44,28 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 			opened[k]++
 		}
 	}
-	var e *store.SeqEntry
-	if seq != nil {
-		e = seq(out)
+	stored := make([]store.Command, len(out))
+	for i := range out {
+		c, err := clone(out[i])
+		if err != nil {
+			return nil, fmt.Errorf("create command %d: %w", out[i].ID, err)
+		}
+		c.Emit = nil
+		stored[i] = c
 	}
 	var evs []store.Event
 	for i := range out {
-		c := out[i]
-		evs = append(evs, store.Stamp(c.Emit, appKey, c.DeviceName)...)
+		c := stored[i]
+		evs = append(evs, store.Stamp(out[i].Emit, appKey, c.DeviceName)...)
 		out[i].Emit = nil
-		stored, err := clone(out[i])
-		if err != nil {
-			return nil, fmt.Errorf("create command %d: %w", c.ID, err)
-		}
-		s.cmds[c.ID] = stored
+		s.cmds[c.ID] = c
 		if c.Open() {
 			k := devKey{appKey, c.DeviceName}
 			s.cmdOpen[k] = insertSorted(s.cmdOpen[k], c.ID)
 		}
 		s.lastCmdID = max(s.lastCmdID, c.ID)
+		s.noteJobCommand(c)
 	}
-	s.putSeq(appKey, seqNo, e)
 	s.appendLocked(evs)
 	return out, nil
 }
@@ -94,6 +108,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
 	s.cmds[id] = stored
+	s.noteJobCommand(stored)
 	if ended {
 		k := devKey{appKey, c.DeviceName}
 		s.cmdOpen[k] = removeSorted(s.cmdOpen[k], id)

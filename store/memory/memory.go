@@ -84,6 +84,10 @@ type Store struct {
 	cmds      map[int64]store.Command
 	cmdOpen   map[devKey][]int64
 	lastCmdID int64
+
+	// jobs holds every app's jobs, with their targets and the
+	// executions that have a command (see jobs.go).
+	jobs map[bcKey]*memJob
 }
 
 // New returns an empty store.
@@ -110,6 +114,7 @@ func New() *Store {
 		targets:    map[chunkKey][]string{},
 		cmds:       map[int64]store.Command{},
 		cmdOpen:    map[devKey][]int64{},
+		jobs:       map[bcKey]*memJob{},
 	}
 }
 

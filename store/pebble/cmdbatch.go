@@ -3,6 +3,8 @@ package pebble
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -20,8 +22,9 @@ type cmdChange struct {
 }
 
 // UpdateCommands applies the updates under the stripes of their devices,
-// all held across one commit (synced unless every change is lazy); see
-// store.CommandBatcher. The delivery of commands records their sent and
+// all held across one commit (synced unless every change is lazy), with
+// the job executions the commands stand for, as UpdateCommand writes
+// them; see store.CommandBatcher. The delivery of commands records their sent and
 // delivered states this way, many at a time, as the ack stage records
 // messages' deliveries.
 func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error) {
@@ -84,15 +87,28 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 	if len(order) == 0 {
 		return out, errs, nil
 	}
+	exs, err := s.prepareChangeExecs(order)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update commands: %w", err)
+	}
+	defer func() {
+		for _, ex := range exs {
+			ex.release()
+		}
+	}()
 	fill := func(b *pebble.Batch) error {
 		for _, ch := range order {
 			if err := fillCommandChange(b, ch); err != nil {
 				return err
 			}
 		}
+		for _, ex := range exs {
+			if err := ex.put(b); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
-	var err error
 	if lazy {
 		err = s.writeLazy(fill)
 	} else {
@@ -102,7 +118,13 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		for _, ch := range order {
 			s.openCmds.drop(ch.c.AppKey, ch.c.DeviceName)
 		}
+		for _, ex := range exs {
+			ex.forget()
+		}
 		return nil, nil, fmt.Errorf("update commands: %w", err)
+	}
+	for _, ex := range exs {
+		ex.apply()
 	}
 	for _, ch := range order {
 		if ch.wasOpen && !ch.c.Open() {
@@ -111,6 +133,28 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		s.cmds.put(ch.c, ch.raw)
 	}
 	return out, errs, nil
+}
+
+// prepareChangeExecs is prepareExecs for the changed commands, app by
+// app in app order, so that every caller takes the jobs' execs locks in
+// one order; the caller releases each.
+func (s *Store) prepareChangeExecs(order []*cmdChange) ([]*execWrites, error) {
+	byApp := map[string][]store.Command{}
+	for _, ch := range order {
+		byApp[ch.c.AppKey] = append(byApp[ch.c.AppKey], ch.c)
+	}
+	var exs []*execWrites
+	for _, app := range slices.Sorted(maps.Keys(byApp)) {
+		ex, err := s.prepareExecs(app, byApp[app], nil)
+		if err != nil {
+			for _, ex := range exs {
+				ex.release()
+			}
+			return nil, err
+		}
+		exs = append(exs, ex)
+	}
+	return exs, nil
 }
 
 // fillCommandChange adds ch to b as UpdateCommand's write does: the

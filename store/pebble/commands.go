@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -13,6 +12,9 @@ import (
 )
 
 // Device commands.
+//
+// A job's command is written with its execution (jobexecs.go) in every
+// batch that writes it.
 //
 // Keys: o/<id> → Command (JSON); O/<app>\0<device>\0<id> → empty, the
 // device's open commands in id order; D/<due ms><id> → the app key, the
@@ -96,6 +98,15 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 		return nil, err
 	}
 	defer s.exit()
+	return s.createCommands(appKey, cmds, seqNo, seq, nil)
+}
+
+// createCommands is CreateCommands inside enter. The write holds the
+// stripes of the commands' devices (and of the seq_no) from the
+// admission to the sync, and stores, with the commands, the executions
+// of those of a job (jobexecs.go) and, when step is not nil, the job
+// StartJob moves (the caller holding the job's lock).
+func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64, seq store.CommandSeq, step *jobStep) ([]store.Command, error) {
 	stripes := make([]int, 0, len(cmds)+1)
 	for _, c := range cmds {
 		stripes = append(stripes, deviceStripe(appKey, c.DeviceName))
@@ -109,34 +120,21 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 			return nil, err
 		}
 	}
-	out := slices.Clone(cmds)
-	opened := map[string]int{}
-	for i := range out {
-		c := &out[i]
-		c.AppKey = appKey
-		if c.State != store.CmdQueued {
-			continue
-		}
-		exists, err := s.deviceExists(appKey, c.DeviceName)
-		if err != nil {
-			return nil, fmt.Errorf("create command %d: %w", c.ID, err)
-		}
-		n := 0
-		if exists {
-			if n, err = s.openCount(appKey, c.DeviceName); err != nil {
-				return nil, fmt.Errorf("create command %d: %w", c.ID, err)
-			}
-		}
-		if store.AdmitCommand(c, exists, n+opened[c.DeviceName]) {
-			opened[c.DeviceName]++
-		}
+	out, err := s.admitCommands(appKey, cmds)
+	if err != nil {
+		return nil, err
 	}
 	var e *store.SeqEntry
 	if seq != nil {
 		e = seq(out)
 	}
+	ex, err := s.prepareExecs(appKey, out, step)
+	if err != nil {
+		return nil, fmt.Errorf("create commands: %w", err)
+	}
+	defer ex.release()
 	raws := make([][]byte, len(out))
-	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		var evs []store.Event
 		for i := range out {
 			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
@@ -146,14 +144,24 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 				return nil, err
 			}
 		}
+		if err := ex.put(b); err != nil {
+			return nil, err
+		}
+		if step != nil {
+			if err := putJob(b, step.job); err != nil {
+				return nil, err
+			}
+		}
 		return evs, putSeq(b, appKey, seqNo, e)
 	})
 	if err != nil {
 		for i := range out {
 			s.openCmds.drop(appKey, out[i].DeviceName)
 		}
+		ex.forget()
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
+	ex.apply()
 	for i := range out {
 		if out[i].Open() {
 			s.openCountAdd(appKey, out[i].DeviceName, 1)
@@ -209,6 +217,11 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	evs := c.Emit
 	lazy := c.Lazy && len(evs) == 0 && c.Open()
 	c.Emit, c.Lazy = nil, false
+	ex, err := s.prepareExecs(appKey, []store.Command{c}, nil)
+	if err != nil {
+		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
+	}
+	defer ex.release()
 	var written []byte
 	fill := func(b *pebble.Batch) error {
 		if wasOpen && (!c.Open() || c.Due() != oldDue) {
@@ -223,7 +236,10 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		}
 		w, perr := putCommand(b, c)
 		written = w
-		return perr
+		if perr != nil {
+			return perr
+		}
+		return ex.put(b)
 	}
 	if lazy {
 		err = s.writeLazy(fill)
@@ -232,11 +248,13 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	}
 	if err != nil {
 		s.openCmds.drop(appKey, c.DeviceName)
+		ex.forget()
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
 	if wasOpen && !c.Open() {
 		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
+	ex.apply()
 	s.cmds.put(c, written)
 	return c, nil
 }

@@ -104,6 +104,8 @@ type Store struct {
 	openCmds cache[int]
 	// disk is the free-space floor (diskfloor.go).
 	disk diskFloor
+	// jobs holds the jobs' locks and counts (jobexecs.go).
+	jobs jobStates
 
 	log        *slog.Logger
 	now        func() time.Time
