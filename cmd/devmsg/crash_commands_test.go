@@ -248,15 +248,8 @@ func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phanto
 	for tag, ids := range answered {
 		for id := range ids {
 			v, ok := get(id)
-			switch {
-			case !ok:
-				lost = append(lost, fmt.Sprintf("%s: cmd_id %d answered 200, not found", tag, id))
-			case full[id]:
-				if v.State != "rejected" {
-					lost = append(lost, fmt.Sprintf("%s: cmd_id %d answered 200 rejected (queue full), now %s", tag, id, v.State))
-				}
-			case v.State != "succeeded" || string(v.Result) != strconv.Quote(tag):
-				lost = append(lost, fmt.Sprintf("%s: cmd_id %d answered 200, now %s with %s", tag, id, v.State, v.Result))
+			if e := lostAnswered(tag, id, v, ok, full[id]); e != "" {
+				lost = append(lost, e)
 			}
 		}
 	}
@@ -293,15 +286,38 @@ func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phanto
 		}
 	}
 	t.Logf("%d cmd_ids received, %d answers PUBACKed, %d rejected with a full queue", len(received), len(l.acked), len(full))
+	lost = append(lost, tooFull(answered, full)...)
+	l.mu.Unlock()
+	return lost, phantom, duplicated, answersLost
+}
+
+// lostAnswered describes command id, answered 200 for tag and now v
+// (found: ok), if it is lost: not found, not ended with its device's
+// answer, or, when its 200 said queue full, no longer rejected.
+func lostAnswered(tag string, id int64, v cmdView, ok, full bool) string {
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s: cmd_id %d answered 200, not found", tag, id)
+	case full && v.State != "rejected":
+		return fmt.Sprintf("%s: cmd_id %d answered 200 rejected (queue full), now %s", tag, id, v.State)
+	case !full && (v.State != "succeeded" || string(v.Result) != strconv.Quote(tag)):
+		return fmt.Sprintf("%s: cmd_id %d answered 200, now %s with %s", tag, id, v.State, v.Result)
+	}
+	return ""
+}
+
+// tooFull reports, as lost, rejections with a full queue (full) of more
+// than half the commands answered 200: the devices answer every command,
+// so a server refusing that many refuses wrongly.
+func tooFull(answered map[string]map[int64]bool, full map[int64]bool) []string {
 	sent := 0
 	for _, ids := range answered {
 		sent += len(ids)
 	}
 	if len(full) > sent/2 {
-		lost = append(lost, fmt.Sprintf("%d of %d commands rejected with a full queue: the devices answer them all", len(full), sent))
+		return []string{fmt.Sprintf("%d of %d commands rejected with a full queue: the devices answer them all", len(full), sent)}
 	}
-	l.mu.Unlock()
-	return lost, phantom, duplicated, answersLost
+	return nil
 }
 
 // connectCmdCrashDevice connects a device subscribed to cmd, handing

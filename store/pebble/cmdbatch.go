@@ -24,66 +24,24 @@ type cmdChange struct {
 // UpdateCommands applies the updates under the stripes of their devices,
 // all held across one commit (synced unless every change is lazy), with
 // the job executions the commands stand for, as UpdateCommand writes
-// them; see store.CommandBatcher. The delivery of commands records their sent and
-// delivered states this way, many at a time, as the ack stage records
-// messages' deliveries.
+// them; see store.CommandBatcher. The delivery of commands records
+// their sent and delivered states this way, many at a time, as the ack
+// stage records messages' deliveries.
 func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, nil, err
 	}
 	defer s.exit()
-	out := make([]store.Command, len(updates))
 	errs := make([]error, len(updates))
+	devs := s.updateDevices(updates, errs)
 	stripes := make([]int, 0, len(updates))
-	devs := make([]string, len(updates))
 	for i, u := range updates {
-		dev, ok := s.cmds.device(u.ID)
-		if !ok {
-			c, err := s.getCommand(u.AppKey, u.ID)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			dev = c.DeviceName
+		if errs[i] == nil {
+			stripes = append(stripes, deviceStripe(u.AppKey, devs[i]))
 		}
-		devs[i] = dev
-		stripes = append(stripes, deviceStripe(u.AppKey, dev))
 	}
 	defer s.lockStripes(stripes)()
-	changed := map[int64]*cmdChange{}
-	var order []*cmdChange
-	var evs []store.Event
-	lazy := true
-	for i, u := range updates {
-		if errs[i] != nil {
-			continue
-		}
-		ch := changed[u.ID]
-		if ch == nil {
-			c, err := s.getCommand(u.AppKey, u.ID)
-			if err == nil && c.DeviceName != devs[i] {
-				err = fmt.Errorf("command %d: device %q, cached as %q", u.ID, c.DeviceName, devs[i])
-			}
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			ch = &cmdChange{c: c, oldDue: c.Due(), wasOpen: c.Open()}
-		}
-		c := ch.c
-		if _, err := store.ApplyCommandUpdate(&c, u.ID, u.AppKey, u.Fn); err != nil {
-			errs[i] = err
-			continue
-		}
-		lazy = lazy && c.Lazy && len(c.Emit) == 0 && c.Open()
-		evs = append(evs, c.Emit...)
-		c.Emit, c.Lazy = nil, false
-		ch.c, out[i] = c, c
-		if changed[u.ID] == nil {
-			changed[u.ID] = ch
-			order = append(order, ch)
-		}
-	}
+	out, order, evs, lazy := s.applyUpdates(updates, devs, errs)
 	if len(order) == 0 {
 		return out, errs, nil
 	}
@@ -133,6 +91,68 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		s.cmds.put(ch.c, ch.raw)
 	}
 	return out, errs, nil
+}
+
+// updateDevices returns the device of each update's command, from the
+// command cache or a read; an update whose command cannot be read gets
+// its error in errs.
+func (s *Store) updateDevices(updates []store.CommandUpdate, errs []error) []string {
+	devs := make([]string, len(updates))
+	for i, u := range updates {
+		dev, ok := s.cmds.device(u.ID)
+		if !ok {
+			c, err := s.getCommand(u.AppKey, u.ID)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			dev = c.DeviceName
+		}
+		devs[i] = dev
+	}
+	return devs
+}
+
+// applyUpdates reads each update's command, under its device's stripe,
+// and applies the update to it (or to its result of an earlier update of
+// the same command); it returns the commands as updated, the changes to
+// write in order, their events, and whether every change is lazy. An
+// update that fails gets its error in errs.
+func (s *Store) applyUpdates(updates []store.CommandUpdate, devs []string, errs []error) (out []store.Command, order []*cmdChange, evs []store.Event, lazy bool) {
+	out = make([]store.Command, len(updates))
+	changed := map[int64]*cmdChange{}
+	lazy = true
+	for i, u := range updates {
+		if errs[i] != nil {
+			continue
+		}
+		ch := changed[u.ID]
+		if ch == nil {
+			c, err := s.getCommand(u.AppKey, u.ID)
+			if err == nil && c.DeviceName != devs[i] {
+				err = fmt.Errorf("command %d: device %q, cached as %q", u.ID, c.DeviceName, devs[i])
+			}
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			ch = &cmdChange{c: c, oldDue: c.Due(), wasOpen: c.Open()}
+		}
+		c := ch.c
+		if _, err := store.ApplyCommandUpdate(&c, u.ID, u.AppKey, u.Fn); err != nil {
+			errs[i] = err
+			continue
+		}
+		lazy = lazy && c.Lazy && len(c.Emit) == 0 && c.Open()
+		evs = append(evs, c.Emit...)
+		c.Emit, c.Lazy = nil, false
+		ch.c, out[i] = c, c
+		if changed[u.ID] == nil {
+			changed[u.ID] = ch
+			order = append(order, ch)
+		}
+	}
+	return out, order, evs, lazy
 }
 
 // prepareChangeExecs is prepareExecs for the changed commands, app by
