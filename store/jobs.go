@@ -148,7 +148,10 @@ func FillCounts(j *Job, started map[string]int64) {
 // (Commands) with Job, JobIndex and Attempt set: every backend writes
 // the execution it stands for (ExecutionOf) in the same atomic write as
 // each write of the command, and keeps
-// the job's Counts equal to its executions as stored. Every write is
+// the job's Counts equal to its executions as stored. An execution is
+// its target's latest attempt: a write of a command whose execution
+// already stands for a later attempt (a late answer to an attempt
+// retried since) leaves the execution and the counts as they are. Every write is
 // durable when it returns, except as Commands allows for a lazy one.
 type Jobs interface {
 	// CreateJob stores a new job with its targets, the names of the

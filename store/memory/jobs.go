@@ -121,7 +121,8 @@ func (s *Store) StartJob(ctx context.Context, appKey string, id, step, next int6
 }
 
 // noteJobCommand writes the execution job command c stands for and
-// moves the job's counts from the execution's state before to c's.
+// moves the job's counts from the execution's state before to c's,
+// unless the execution stands for a later attempt (see store.Jobs).
 // Call with s.mu held.
 func (s *Store) noteJobCommand(c store.Command) {
 	if c.Job == 0 {
@@ -132,6 +133,9 @@ func (s *Store) noteJobCommand(c store.Command) {
 		return
 	}
 	if e, ok := m.execs[c.JobIndex]; ok {
+		if e.Attempt > c.Attempt {
+			return
+		}
 		m.counts[e.State]--
 	}
 	m.counts[c.State]++

@@ -14,6 +14,9 @@ import (
 
 // Device commands.
 //
+// A job's command is written with its execution (jobexecs.go) in every
+// batch that writes it.
+//
 // Keys: o/<id> → Command (JSON); O/<app>\0<device>\0<id> → empty, the
 // device's open commands in id order; D/<due ms><id> → the app key, the
 // open commands by when they are due (store.Command.Due). Every write
@@ -88,6 +91,15 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 		return nil, err
 	}
 	defer s.exit()
+	return s.createCommands(appKey, cmds, seqNo, seq, nil)
+}
+
+// createCommands is CreateCommands inside enter. The write holds the
+// stripes of the commands' devices (and of the seq_no) from the
+// admission to the sync, and stores, with the commands, the executions
+// of those of a job (jobexecs.go) and, when step is not nil, the job
+// StartJob moves (the caller holding the job's lock).
+func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64, seq store.CommandSeq, step *jobStep) ([]store.Command, error) {
 	stripes := make([]int, 0, len(cmds)+1)
 	for _, c := range cmds {
 		stripes = append(stripes, deviceStripe(appKey, c.DeviceName))
@@ -101,6 +113,54 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 			return nil, err
 		}
 	}
+	out, err := s.admitCommands(appKey, cmds)
+	if err != nil {
+		return nil, err
+	}
+	var e *store.SeqEntry
+	if seq != nil {
+		e = seq(out)
+	}
+	ex, err := s.prepareExecs(appKey, out, step)
+	if err != nil {
+		return nil, fmt.Errorf("create commands: %w", err)
+	}
+	defer ex.release()
+	raws := make([][]byte, len(out))
+	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+		var evs []store.Event
+		for i := range out {
+			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
+			out[i].Emit = nil
+			var err error
+			if raws[i], err = putCommand(b, out[i]); err != nil {
+				return nil, err
+			}
+		}
+		if err := ex.put(b); err != nil {
+			return nil, err
+		}
+		if step != nil {
+			if err := putJob(b, step.job); err != nil {
+				return nil, err
+			}
+		}
+		return evs, putSeq(b, appKey, seqNo, e)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create commands: %w", err)
+	}
+	ex.apply()
+	for i := range out {
+		s.cmds.put(out[i], raws[i])
+	}
+	return out, nil
+}
+
+// admitCommands returns cmds of appKey as they are to be stored, each
+// queued one passed through store.AdmitCommand against its device as
+// stored; under the devices' stripes.
+func (s *Store) admitCommands(appKey string, cmds []store.Command) ([]store.Command, error) {
 	out := slices.Clone(cmds)
 	opened := map[string]int{}
 	for i := range out {
@@ -122,29 +182,6 @@ func (s *Store) CreateCommands(ctx context.Context, appKey string, cmds []store.
 		if store.AdmitCommand(c, exists, n+opened[c.DeviceName]) {
 			opened[c.DeviceName]++
 		}
-	}
-	var e *store.SeqEntry
-	if seq != nil {
-		e = seq(out)
-	}
-	raws := make([][]byte, len(out))
-	err := s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
-		var evs []store.Event
-		for i := range out {
-			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
-			out[i].Emit = nil
-			var err error
-			if raws[i], err = putCommand(b, out[i]); err != nil {
-				return nil, err
-			}
-		}
-		return evs, putSeq(b, appKey, seqNo, e)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create commands: %w", err)
-	}
-	for i := range out {
-		s.cmds.put(out[i], raws[i])
 	}
 	return out, nil
 }
@@ -195,6 +232,11 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	evs := c.Emit
 	lazy := c.Lazy && len(evs) == 0 && c.Open()
 	c.Emit, c.Lazy = nil, false
+	ex, err := s.prepareExecs(appKey, []store.Command{c}, nil)
+	if err != nil {
+		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
+	}
+	defer ex.release()
 	var written []byte
 	fill := func(b *pebble.Batch) error {
 		if wasOpen && (!c.Open() || c.Due() != oldDue) {
@@ -209,7 +251,10 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		}
 		w, perr := putCommand(b, c)
 		written = w
-		return perr
+		if perr != nil {
+			return perr
+		}
+		return ex.put(b)
 	}
 	if lazy {
 		err = s.writeLazy(fill)
@@ -219,6 +264,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	if err != nil {
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
+	ex.apply()
 	s.cmds.put(c, written)
 	return c, nil
 }

@@ -99,6 +99,8 @@ type Store struct {
 	msgs msgCache
 	// cmds holds the open commands as last written (cmdcache.go).
 	cmds cmdCache
+	// jobs holds the jobs' locks and counts (jobexecs.go).
+	jobs jobStates
 	// disk is the free-space floor (diskfloor.go).
 	disk diskFloor
 

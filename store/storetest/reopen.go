@@ -16,10 +16,15 @@ import (
 // RunReopenTests checks that what a store acknowledged is there after it
 // is closed and opened again on the same dir. open must return a fresh
 // store on dir; the test closes every store it opens.
-func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Store) {
+func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Store, opts ...Option) {
+	o := optionsOf(opts)
 	dir := t.TempDir()
 	s := open(t, dir)
 	f := writeBeforeReopen(t, s)
+	var job *jobReopen
+	if o.skipJobs == "" {
+		job = writeJobBeforeReopen(t, s)
+	}
 	must(t, s.Close())
 
 	f.s = open(t, dir)
@@ -44,9 +49,13 @@ func RunReopenTests(t *testing.T, open func(t *testing.T, dir string) store.Stor
 		{"events", f.checkEvents},
 		// The pending count survives too: the queue still fills at exactly MaxPending.
 		{"queue count", f.checkQueueCount},
+		{"job", func() error { return job.check(f.s) }},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
+			if c.name == "job" && job == nil {
+				t.Skip(o.skipJobs)
+			}
 			if err := c.fn(); err != nil {
 				t.Error(err)
 			}

@@ -14,10 +14,30 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
+// Option changes how RunTests and RunReopenTests run.
+type Option func(*options)
+
+type options struct {
+	skipJobs string
+}
+
+// SkipJobs skips the Jobs part of the suite, saying why: for a backend
+// that does not keep jobs yet. Every other test runs.
+func SkipJobs(reason string) Option { return func(o *options) { o.skipJobs = reason } }
+
+func optionsOf(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
 // RunTests runs the conformance suite. newStore returns an empty store
 // that the suite may use freely; the suite does not close it, so newStore
 // registers its own cleanup.
-func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
+func RunTests(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) {
+	o := optionsOf(opts)
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s store.Store)
@@ -62,6 +82,14 @@ func RunTests(t *testing.T, newStore func(t *testing.T) store.Store) {
 	}
 	for _, tc := range append(append(append(append(tests, eventTests...), fleetTests...), updateTests...), commandTests...) {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, newStore(t))
+		})
+	}
+	for _, tc := range jobTests {
+		t.Run(tc.name, func(t *testing.T) {
+			if o.skipJobs != "" {
+				t.Skip(o.skipJobs)
+			}
 			tc.fn(t, newStore(t))
 		})
 	}
