@@ -55,7 +55,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.Store, "store", bench.StoreEmbedded, "store of the servers the bench starts: "+bench.StoreEmbedded+" (Pebble) or "+bench.StoreRedis+" (a redis-server it starts)")
 	fs.StringVar(&o.RedisFsync, "redis-fsync", "everysec", "appendfsync of the redis-server of --store redis: "+strings.Join(bench.RedisFsyncModes, " or "))
 	fs.StringVar(&o.Binary, "server-binary", "", "devmsg executable to start as the server (and the client processes of idle-memory and churn); default this one: to compare two builds' servers under one bench")
-	fs.DurationVar(&o.Timeline, "timeline", 0, "fanout: print to stderr, at this interval (e.g. 200ms), the messages sent and received so far and the server's published and delivered counts")
+	fs.DurationVar(&o.Timeline, "timeline", 0, "fanout: print to stderr, at this interval (e.g. 200ms), the messages sent and received so far and the server's published and delivered counts; job: with any value, each job's commands started at every poll (100ms)")
 	fs.IntVar(&o.Nodes, "nodes", 1, "servers to start on one store (more than 1 needs --store redis; not with idle-memory or mosquitto)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -68,7 +68,8 @@ type Options struct {
 	// Timeline, when not 0, has fanout print to Log, at this interval,
 	// the messages sent and received so far beside the server's
 	// published and delivered counts: where a run falls behind, and
-	// whether the devices or the server's PUBACK writes hold it.
+	// whether the devices or the server's PUBACK writes hold it. With
+	// any value, job prints each job's progress at every poll.
 	Timeline time.Duration
 	// Log receives the timeline; nil is os.Stderr.
 	Log      io.Writer

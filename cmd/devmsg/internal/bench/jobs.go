@@ -23,14 +23,14 @@ import (
 //
 //   - job: Subscribers of the Devices registered devices are connected
 //     over MQTT 5 and answer a command at once (as in CommandWorkloads);
-//     the rest are offline. In turn, the same way in every run:
+//     the rest are offline. In turn: job, a job to every device (POST
+//     /job/v1/jobs, target all, rollout rate JobRate, ttl JobTTL so that
+//     the offline devices' commands stay queued) with nothing beside it;
 //     job-send-base, single sends (POST /msg/v1/msg) to the connected
 //     devices at Rate (default DefaultJobSendRate) on an open-loop
-//     timetable for Duration, with no job; job-send, the same loop
-//     beside a job to every device (POST /job/v1/jobs, target all,
-//     rollout rate JobRate, ttl JobTTL so that the offline devices'
-//     commands stay queued), and job-busy, that job's progress; then
-//     job, a second job to every device with nothing beside it. Progress
+//     timetable for Duration, with no job under way; job-send, the same
+//     loop beside a second job to every device, and job-busy, that
+//     job's progress. Progress
 //     comes from polling GET /job/v1/job: commands started = targets −
 //     counts.pending. A job's figure is commands started per second
 //     between the first poll that saw one started and the first that saw
@@ -95,6 +95,15 @@ func (b *runner) jobs(ctx context.Context, out io.Writer) ([]Result, error) {
 	rate := b.jobSendRate()
 	load := b.crossNode(loadLabel(rate, 0, b.o.Subscribers))
 
+	// First the job alone, to devices with no command yet, as a first
+	// rollout finds them.
+	alone, err := b.jobRun(ctx, "job", nil)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(out, alone.r.text())
+	b.settle(ctx)
+
 	win := b.begin(ctx, "job-send-base")
 	base := b.sendTally(ctx, rate, load, "job-send-base")
 	if err := win.end(&base); err != nil {
@@ -103,7 +112,7 @@ func (b *runner) jobs(ctx context.Context, out io.Writer) ([]Result, error) {
 	fmt.Fprintln(out, base.text())
 	b.settle(ctx)
 
-	// The job and the sends start together; the sends end after
+	// A second job and the sends start together; the sends end after
 	// Duration, the job when its last target has a command.
 	var send Result
 	var sendEnd time.Time
@@ -118,19 +127,12 @@ func (b *runner) jobs(ctx context.Context, out io.Writer) ([]Result, error) {
 	send.ServerCPU, send.BenchCPU, send.RedisCPU = busy.r.ServerCPU, busy.r.BenchCPU, busy.r.RedisCPU
 	fmt.Fprintln(out, send.text())
 	fmt.Fprintln(out, busy.r.text())
-	b.settle(ctx)
-
-	alone, err := b.jobRun(ctx, "job", nil)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintln(out, alone.r.text())
-	if n := failed.Load(); n > 0 {
-		alone.r.FirstErrors = append(alone.r.FirstErrors, fmt.Sprintf("%d answers could not be published", n))
-		alone.r.Errors += n
-	}
 	b.jobSummary(out, base, send, busy, alone, sendEnd)
-	return []Result{base, send, busy.r, alone.r}, nil
+	if n := failed.Load(); n > 0 {
+		busy.r.FirstErrors = append(busy.r.FirstErrors, fmt.Sprintf("%d answers could not be published", n))
+		busy.r.Errors += n
+	}
+	return []Result{alone.r, base, send, busy.r}, nil
 }
 
 // sendTally runs the single sends' open loop at rate for Duration and
