@@ -69,44 +69,57 @@ var openStates = []string{store.CmdQueued, store.CmdSent, store.CmdDelivered, st
 // an abort rule names. Errors are *errdefs.InvalidError naming the field.
 func (s *Spec) Validate() error {
 	if s.Rate < MinRate || s.Rate > MaxRate {
-		return errdefs.Invalid("rollout.rate", "rollout.rate must be %d to %d commands a minute, got %d", MinRate, MaxRate, s.Rate)
+		return invalid("rollout.rate", "rollout.rate must be %d to %d commands a minute, got %d", MinRate, MaxRate, s.Rate)
 	}
 	if r := s.Ramp; r != nil {
 		switch {
 		case r.Start < MinRate || r.Start > s.Rate:
-			return errdefs.Invalid("rollout.ramp.start", "rollout.ramp.start must be %d to rollout.rate (%d) commands a minute, got %d", MinRate, s.Rate, r.Start)
+			return invalid("rollout.ramp.start", "rollout.ramp.start must be %d to rollout.rate (%d) commands a minute, got %d", MinRate, s.Rate, r.Start)
 		case math.IsNaN(r.Factor) || r.Factor < MinFactor || r.Factor > MaxFactor:
-			return errdefs.Invalid("rollout.ramp.factor", "rollout.ramp.factor must be %v to %v, got %v", MinFactor, MaxFactor, r.Factor)
+			return invalid("rollout.ramp.factor", "rollout.ramp.factor must be %v to %v, got %v", MinFactor, MaxFactor, r.Factor)
 		case r.Every < 1:
-			return errdefs.Invalid("rollout.ramp.every", "rollout.ramp.every must be at least 1 succeeded execution, got %d", r.Every)
+			return invalid("rollout.ramp.every", "rollout.ramp.every must be at least 1 succeeded execution, got %d", r.Every)
 		}
 	}
 	if len(s.Abort) > MaxAbortRules {
-		return errdefs.Invalid("abort", "abort holds at most %d rules, got %d", MaxAbortRules, len(s.Abort))
+		return invalid("abort", "abort holds at most %d rules, got %d", MaxAbortRules, len(s.Abort))
 	}
 	for i, a := range s.Abort {
 		f := "abort[" + strconv.Itoa(i) + "]"
 		if len(a.States) == 0 {
-			return errdefs.Invalid(f+".states", "%s.states must name at least one state", f)
+			return invalid(f+".states", "%s.states must name at least one state", f)
 		}
 		for _, st := range a.States {
 			if !isFinal(st) {
-				return errdefs.Invalid(f+".states", "%s.states: %q is not a state an execution ends in (%s)", f, st, strings.Join(finalStates, ", "))
+				return invalid(f+".states", "%s.states: %q is not a state an execution ends in (%s)", f, st, strings.Join(finalStates, ", "))
 			}
 		}
-		if math.IsNaN(a.Percent) || a.Percent < 0 || a.Percent > 100 || math.Round(a.Percent*100) != a.Percent*100 {
-			return errdefs.Invalid(f+".percent", "%s.percent must be 0 to 100 with at most two decimals, got %v", f, a.Percent)
+		if math.IsNaN(a.Percent) || a.Percent < 0 || a.Percent > 100 || decimals(a.Percent) > 2 {
+			return invalid(f+".percent", "%s.percent must be 0 to 100 with at most two decimals, got %v", f, a.Percent)
 		}
 		if a.MinDone < 0 {
-			return errdefs.Invalid(f+".min_done", "%s.min_done must be 0 or more, got %d", f, a.MinDone)
+			return invalid(f+".min_done", "%s.min_done must be 0 or more, got %d", f, a.MinDone)
 		}
 	}
 	for st, n := range s.Retries {
 		if n < 0 || n > MaxRetries {
-			return errdefs.Invalid("retries."+st, "retries.%s must be 0 to %d, got %d", st, MaxRetries, n)
+			return invalid("retries."+st, "retries.%s must be 0 to %d, got %d", st, MaxRetries, n)
 		}
 	}
 	return nil
+}
+
+// invalid is an *errdefs.InvalidError for field whose message is
+// format's whole: the messages here name their field themselves.
+func invalid(field, format string, args ...any) error {
+	return &errdefs.InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// decimals counts the decimals of f as its shortest form spells it:
+// 0.29 has two, though 0.29*100 is not a whole float64.
+func decimals(f float64) int {
+	_, frac, _ := strings.Cut(strconv.FormatFloat(f, 'f', -1, 64), ".")
+	return len(frac)
 }
 
 func isFinal(state string) bool {
@@ -222,7 +235,7 @@ func (s *Service) targets(ctx context.Context, appKey string, t Target) ([]strin
 	seen := make(map[string]bool, len(t.Names))
 	for i, n := range t.Names {
 		if seen[n] {
-			return nil, errdefs.Invalid("target.device_names", "target.device_names[%d]: device %q repeated", i, n)
+			return nil, invalid("target.device_names", "target.device_names[%d]: device %q repeated", i, n)
 		}
 		seen[n] = true
 	}
@@ -238,7 +251,7 @@ func (s *Service) targets(ctx context.Context, appKey string, t Target) ([]strin
 	for i, n := range t.Names {
 		d, ok := found[n]
 		if !ok {
-			return nil, errdefs.Invalid("target.device_names", "target.device_names[%d]: device %q not found", i, n)
+			return nil, invalid("target.device_names", "target.device_names[%d]: device %q not found", i, n)
 		}
 		if d.Flag != store.FlagDisabled {
 			out = append(out, n)

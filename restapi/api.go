@@ -217,6 +217,14 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 	cmd.DELETE("/cmd", a.limit(store.CategoryCommand), a.wrap(a.cancelCommand))
 	cmd.POST("/cmds", a.wrap(a.sendCommands)) // one command token per command
 
+	jobs := r.Group("/job/v1", a.authApp)
+	jobs.POST("/jobs", a.limit(store.CategoryCommand), a.wrap(a.createJob))
+	jobs.GET("/job", a.limit(store.CategoryQuery), a.wrap(a.getJob))
+	jobs.GET("/job/executions", a.limit(store.CategoryQuery), a.wrap(a.getExecutions))
+	jobs.POST("/job/pause", a.limit(store.CategoryCommand), a.wrap(a.changeJob((*job.Service).Pause)))
+	jobs.POST("/job/resume", a.limit(store.CategoryCommand), a.wrap(a.changeJob((*job.Service).Resume)))
+	jobs.POST("/job/cancel", a.limit(store.CategoryCommand), a.wrap(a.changeJob((*job.Service).Cancel)))
+
 	a.adminRoutes(r.Group("/admin/v1", a.authAdmin))
 
 	// Profiles for operators, behind the admin account.

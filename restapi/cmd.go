@@ -32,23 +32,12 @@ type cmdSend struct {
 // send.
 func parseCommand(obj object) (command.Request, time.Duration, error) {
 	var req command.Request
-	name, _, err := obj.stringField("name", true)
-	if err != nil {
+	var err error
+	if req.Name, err = commandName(obj, "name"); err != nil {
 		return req, 0, err
 	}
-	if !command.ValidName(name) {
-		return req, 0, errInvalid("name must be 1 to %d characters of letters, digits and - _ . :, got %q", command.MaxNameBytes, name)
-	}
-	req.Name = name
-	if obj.has("params") {
-		p := compact(obj["params"])
-		if !validJSONText(p) {
-			return req, 0, errNotText("params")
-		}
-		if len(obj["params"]) > command.MaxParamsBytes {
-			return req, 0, errInvalid("params must be at most %d bytes of JSON, got %d", command.MaxParamsBytes, len(obj["params"]))
-		}
-		req.Params = p
+	if req.Params, err = commandParams(obj, "params"); err != nil {
+		return req, 0, err
 	}
 	if req.TTL, err = intRange(obj, "ttl", command.DefaultTTL, 0, command.MaxTTL); err != nil {
 		return req, 0, err
@@ -61,6 +50,35 @@ func parseCommand(obj object) (command.Request, time.Duration, error) {
 		return req, 0, err
 	}
 	return req, time.Duration(wait) * time.Second, nil
+}
+
+// commandName reads a command's name from obj's field (as it is
+// spelt in messages: "name", "command.name").
+func commandName(obj object, field string) (string, error) {
+	name, _, err := obj.stringField(field, true)
+	if err != nil {
+		return "", err
+	}
+	if !command.ValidName(name) {
+		return "", errInvalid("%s must be 1 to %d characters of letters, digits and - _ . :, got %q", field, command.MaxNameBytes, name)
+	}
+	return name, nil
+}
+
+// commandParams reads a command's optional params (any JSON value) from
+// obj's field, compacted.
+func commandParams(obj object, field string) (json.RawMessage, error) {
+	if !obj.has(field) {
+		return nil, nil
+	}
+	p := compact(obj[field])
+	if !validJSONText(p) {
+		return nil, errNotText(field)
+	}
+	if len(obj[field]) > command.MaxParamsBytes {
+		return nil, errInvalid("%s must be at most %d bytes of JSON, got %d", field, command.MaxParamsBytes, len(obj[field]))
+	}
+	return p, nil
 }
 
 // intRange reads an optional integer field in [lo, hi] seconds.

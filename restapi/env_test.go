@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/devmsg/devmsg/internal/openapitest"
+	"github.com/devmsg/devmsg/job"
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/memory"
 	"github.com/devmsg/devmsg/store/pebble"
 )
 
@@ -49,6 +51,12 @@ type env struct {
 	fanout *message.FanoutConfig
 	// broadcasts runs the fan-out while the server runs.
 	broadcasts *message.Broadcaster
+	// jobs is the API's job service; tests that need jobs to move start
+	// its runner (stop stops it).
+	jobs *job.Service
+	// memory has the env run on the in-memory store rather than Pebble
+	// (newJobEnv).
+	memory bool
 }
 
 // envOption changes the API's configuration from the test default.
@@ -75,9 +83,12 @@ func startEnv(e *env) *env {
 func (e *env) start() {
 	t := e.t
 	t.Helper()
-	st, err := pebble.Open(e.dir)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
+	var st store.Store = memory.New()
+	if !e.memory {
+		var err error
+		if st, err = pebble.Open(e.dir); err != nil {
+			t.Fatalf("open store: %v", err)
+		}
 	}
 	cfg := restapi.Config{
 		DefaultRateLimit:    1000,
@@ -90,7 +101,7 @@ func (e *env) start() {
 	if e.deviceEvents != nil {
 		cfg.DeviceService = devices.NewService(st, e.deviceEvents)
 	}
-	cfg, err = restapitest.Config(st, cfg)
+	cfg, err := restapitest.Config(st, cfg)
 	if err != nil {
 		t.Fatalf("services: %v", err)
 	}
@@ -106,6 +117,7 @@ func (e *env) start() {
 		t.Fatalf("start fan-out: %v", err)
 	}
 	e.broadcasts = cfg.Broadcasts
+	e.jobs = cfg.Jobs
 	oapiOnce.Do(func() { oapi = openapitest.Load(t, "../docs/openapi.yaml") })
 	e.oapi = oapi
 	e.srv = httptest.NewUnstartedServer(api.Handler())
@@ -122,6 +134,7 @@ func (e *env) stop() {
 	}
 	e.srv.Close()
 	e.broadcasts.Stop()
+	e.jobs.Runner().Stop()
 	if err := e.st.Close(); err != nil {
 		e.t.Errorf("close store: %v", err)
 	}
