@@ -22,7 +22,6 @@ import (
 	"github.com/devmsg/devmsg/message"
 	"github.com/devmsg/devmsg/restapi"
 	"github.com/devmsg/devmsg/store"
-	"github.com/devmsg/devmsg/store/memory"
 	"github.com/devmsg/devmsg/store/pebble"
 )
 
@@ -54,9 +53,6 @@ type env struct {
 	// jobs is the API's job service; tests that need jobs to move start
 	// its runner (stop stops it).
 	jobs *job.Service
-	// memory has the env run on the in-memory store rather than Pebble
-	// (newJobEnv).
-	memory bool
 }
 
 // envOption changes the API's configuration from the test default.
@@ -83,12 +79,9 @@ func startEnv(e *env) *env {
 func (e *env) start() {
 	t := e.t
 	t.Helper()
-	var st store.Store = memory.New()
-	if !e.memory {
-		var err error
-		if st, err = pebble.Open(e.dir); err != nil {
-			t.Fatalf("open store: %v", err)
-		}
+	st, err := pebble.Open(e.dir)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
 	}
 	cfg := restapi.Config{
 		DefaultRateLimit:    1000,
@@ -101,7 +94,7 @@ func (e *env) start() {
 	if e.deviceEvents != nil {
 		cfg.DeviceService = devices.NewService(st, e.deviceEvents)
 	}
-	cfg, err := restapitest.Config(st, cfg)
+	cfg, err = restapitest.Config(st, cfg)
 	if err != nil {
 		t.Fatalf("services: %v", err)
 	}

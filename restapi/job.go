@@ -75,8 +75,8 @@ func (a *API) createJob(c *gin.Context) error {
 }
 
 // parseJob reads the body of POST /job/v1/jobs, each error naming its
-// field. The ranges the domain knows (rate, ramp, abort, retries) are
-// left to job.Spec.Validate.
+// field: the JSON types, the target and the command's rules. The ranges
+// of rollout and abort are job.Spec.Validate's, which Create applies.
 func parseJob(obj object, now time.Time) (job.Spec, error) {
 	spec := job.Spec{Rate: job.DefaultRate}
 	var err error
@@ -251,9 +251,6 @@ func parseAbort(obj object) ([]store.JobAbort, error) {
 	if err := json.Unmarshal(obj["abort"], &elems); err != nil || elems == nil {
 		return nil, errInvalid("abort must be an array of rules")
 	}
-	if len(elems) > job.MaxAbortRules {
-		return nil, errInvalid("abort holds at most %d rules, got %d", job.MaxAbortRules, len(elems))
-	}
 	out := make([]store.JobAbort, len(elems))
 	var ok bool
 	for i, el := range elems {
@@ -291,6 +288,7 @@ func parseRetries(obj object) (map[string]int, error) {
 			return nil, err
 		}
 		if ok {
+			// Checked here too: an int64 beyond int would not reach Validate as sent.
 			if n < 0 || n > job.MaxRetries {
 				return nil, errInvalid("retries.%s must be 0 to %d, got %d", st, job.MaxRetries, n)
 			}

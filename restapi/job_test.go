@@ -3,7 +3,6 @@ package restapi_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/devmsg/devmsg/apitypes"
 	"github.com/devmsg/devmsg/store"
-	"github.com/devmsg/devmsg/store/pebble"
 )
 
 type jobView struct {
@@ -33,23 +31,6 @@ type execView struct {
 	Code       int
 	Attempt    int
 	TimeDone   int64 `json:"time_done"`
-}
-
-// newJobEnv is newEnv on a store that keeps jobs: Pebble once its job
-// methods are built, the in-memory store until then.
-func newJobEnv(t *testing.T) *env {
-	t.Helper()
-	return startEnv(&env{t: t, dir: t.TempDir(), memory: !pebbleKeepsJobs(t)})
-}
-
-func pebbleKeepsJobs(t *testing.T) bool {
-	st, err := pebble.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	_, err = st.GetJob(context.Background(), "app", 1)
-	return errors.Is(err, store.ErrNotFound)
 }
 
 // runJobs starts the job runner until the test ends.
@@ -165,7 +146,7 @@ func lampFleet(e *env) {
 // TestJobTargets: a tag, all and a list each fix their targets at
 // acceptance, disabled devices left out; the job waits for the runner.
 func TestJobTargets(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	lampFleet(e)
 	for _, c := range []struct {
 		name, target string
@@ -215,7 +196,7 @@ func TestJobTargets(t *testing.T) {
 // TestJobValidation: every fault of a job request is 400 with its code
 // and a message naming the field.
 func TestJobValidation(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	lampFleet(e)
 	const ok = `"target":{"tag":"lamp"},"command":{"name":"ota"}`
 	for _, c := range []struct {
@@ -302,7 +283,7 @@ func TestJobValidation(t *testing.T) {
 // TestJobSeqNo: a repeat with the same body answers the same job and
 // makes none; another body with the seq_no is refused.
 func TestJobSeqNo(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	lampFleet(e)
 	const body = `{"seq_no":7,"target":{"tag":"lamp"},"command":{"name":"ota","params":{"version":"2.1"}},"rollout":{"rate":60}}`
 	id, targets := e.createJob(body)
@@ -328,7 +309,7 @@ func TestJobSeqNo(t *testing.T) {
 // paused; the 11th is 429/2002 until one ends. A repeat of an accepted
 // job is still answered.
 func TestJobActiveLimit(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	lampFleet(e)
 	var ids []int64
 	for i := range 10 {
@@ -357,7 +338,7 @@ func TestJobActiveLimit(t *testing.T) {
 
 // TestJobRateLimit: creating a job takes one command token.
 func TestJobRateLimit(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	lampFleet(e)
 	c := adminCreds()
 	e.do("PUT", "/admin/v1/apps/"+e.app.Key+"/ratelimits", `{"command":1}`, &c).wantOK(t)
@@ -414,7 +395,7 @@ func (e *env) jobDoneEvents() []jobDone {
 // done with job.done in the event log, and its executions page by
 // cursor, filtered by state.
 func TestJobRunsToDone(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	devs := fleet(e, "dev", "fleet", 7)
 	e.runJobs()
 	id, targets := e.createJob(`{"seq_no":1,"target":{"tag":"fleet"},"command":{"name":"ping"}}`)
@@ -475,7 +456,7 @@ func TestJobRunsToDone(t *testing.T) {
 // TestJobExecutionsMixed: a paused job's executions list those with a
 // command, then the targets not reached as pending, in target order.
 func TestJobExecutionsMixed(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	devs := fleet(e, "dev", "fleet", 6)
 	e.runJobs()
 	// A command a minute: the first goes at once, the next a minute on.
@@ -498,7 +479,7 @@ func TestJobExecutionsMixed(t *testing.T) {
 // rule's states above its percent aborts the job; targets not reached
 // stay pending.
 func TestJobAbort(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	fleet(e, "dev", "fleet", 10)
 	e.runJobs()
 	// A command a second, each ending offline at once: after the second
@@ -527,7 +508,7 @@ func TestJobAbort(t *testing.T) {
 // a change that does not apply is 400/1003, and a cancel cancels the
 // commands not yet sent.
 func TestJobPauseResumeCancel(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	fleet(e, "dev", "fleet", 3)
 	var v jobView
 	id, _ := e.createJob(`{"seq_no":1,"target":{"tag":"fleet"},"command":{"name":"ota"},"ttl":600}`)
@@ -606,7 +587,7 @@ func TestJobPauseResumeCancel(t *testing.T) {
 // TestJobNotFound: an unknown job, or another app's, is 400/1003 as an
 // unknown cmd_id is, on every job endpoint.
 func TestJobNotFound(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	fleet(e, "dev", "fleet", 1)
 	id, _ := e.createJob(`{"seq_no":1,"target":{"all":true},"command":{"name":"ota"}}`)
 	other := e.createApp("other")
@@ -633,7 +614,7 @@ func TestJobNotFound(t *testing.T) {
 // by field, and each answer decodes as its apitypes type, which writes
 // it back byte for byte.
 func TestJobAPITypes(t *testing.T) {
-	e := newJobEnv(t)
+	e := newEnv(t)
 	lampFleet(e)
 	rate, timeout, ttl, at := int64(120), int64(90), int64(3600), time.Now().Add(time.Hour).Unix()
 	req := apitypes.JobRequest{
@@ -670,5 +651,49 @@ func TestJobAPITypes(t *testing.T) {
 	answer(t, "pause", e.call("POST", "/job/v1/job/pause", apitypes.JobRef{JobID: created.JobID}), &v)
 	if v.State != "paused" {
 		t.Fatalf("paused %+v", v)
+	}
+}
+
+// TestJobAcrossRestart: a job accepted (200) and midway is there after
+// the server restarts on the same data, with the commands it had
+// started, and the runner carries it on to done without starting a
+// second command for a target.
+func TestJobAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	devs := fleet(e, "dev", "fleet", 5)
+	e.runJobs()
+	// A command a second, each ending offline at once.
+	id, _ := e.createJob(`{"seq_no":1,"target":{"tag":"fleet"},"command":{"name":"ping"},"rollout":{"rate":60}}`)
+	before := e.waitJob(id, func(v jobView) bool { return v.Counts["offline"] >= 2 })
+	e.restart()
+	after := e.getJob(id)
+	if after.State != "running" || after.Targets != 5 || after.Counts["offline"] < before.Counts["offline"] {
+		t.Fatalf("after the restart %+v, before %+v", after, before)
+	}
+	started := e.allExecutions(id, "offline", 10)
+	e.runJobs()
+	done := e.waitJob(id, func(v jobView) bool { return v.State == "done" })
+	if want := map[string]int64{"offline": 5, "pending": 0}; !maps.Equal(done.Counts, want) {
+		t.Fatalf("done %+v", done)
+	}
+	execs := e.allExecutions(id, "", 10)
+	if !slices.Equal(names(execs), devs) {
+		t.Fatalf("executions %v", names(execs))
+	}
+	for i, x := range execs {
+		if x.Attempt != 1 {
+			t.Fatalf("execution %+v", x)
+		}
+		if i < len(started) && x.CmdID != started[i].CmdID {
+			t.Fatalf("%s has command %d, had %d before the restart", x.DeviceName, x.CmdID, started[i].CmdID)
+		}
+	}
+	// Each command ends with one command.done: one each is one command each.
+	for _, d := range devs {
+		r := e.call("GET", "/event/v1/events?types=command.done&device_name="+d, nil)
+		r.wantOK(t)
+		if n := strings.Count(string(r.body), `"type":"command.done"`); n != 1 {
+			t.Fatalf("%s had %d commands: %s", d, n, r.body)
+		}
 	}
 }

@@ -26,6 +26,15 @@ func (m *Main) registerMetrics() {
 			}
 			return 0
 		}))
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "devmsg_cluster_job_worker",
+			Help: "1 while this node holds the jobs' lease and runs every job, else 0.",
+		}, func() float64 {
+			if node.Leading(jobLease) {
+				return 1
+			}
+			return 0
+		}))
 	}
 	registerDeviceMetrics(m.reg, m.broker, m.dispatcher)
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_command_answers_dropped_total",

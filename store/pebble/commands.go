@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -55,15 +54,23 @@ func (s *Store) deviceExists(app, name string) (bool, error) {
 	return s.exists(key(pDevice, app, name))
 }
 
-// openCount counts the device's open commands; under its stripe.
+// openCount counts the device's open commands; under its stripe. The
+// count is kept in memory after the first (cmdcount.go).
 func (s *Store) openCount(app, device string) (int, error) {
+	if n, ok := s.openCmds.get(app, device); ok {
+		return n, nil
+	}
 	p := cmdOpenPrefix(app, device)
 	n := 0
 	err := s.scan(p, prefixEnd(p), func(_, _ []byte) (bool, error) {
 		n++
 		return true, nil
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	s.openCmds.put(app, device, n)
+	return n, nil
 }
 
 // putCommand adds c, and its index entries, to b; it returns c encoded.
@@ -148,40 +155,18 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		return evs, putSeq(b, appKey, seqNo, e)
 	})
 	if err != nil {
+		for i := range out {
+			s.openCmds.drop(appKey, out[i].DeviceName)
+		}
+		ex.forget()
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
 	ex.apply()
 	for i := range out {
+		if out[i].Open() {
+			s.openCountAdd(appKey, out[i].DeviceName, 1)
+		}
 		s.cmds.put(out[i], raws[i])
-	}
-	return out, nil
-}
-
-// admitCommands returns cmds of appKey as they are to be stored, each
-// queued one passed through store.AdmitCommand against its device as
-// stored; under the devices' stripes.
-func (s *Store) admitCommands(appKey string, cmds []store.Command) ([]store.Command, error) {
-	out := slices.Clone(cmds)
-	opened := map[string]int{}
-	for i := range out {
-		c := &out[i]
-		c.AppKey = appKey
-		if c.State != store.CmdQueued {
-			continue
-		}
-		exists, err := s.deviceExists(appKey, c.DeviceName)
-		if err != nil {
-			return nil, fmt.Errorf("create command %d: %w", c.ID, err)
-		}
-		n := 0
-		if exists {
-			if n, err = s.openCount(appKey, c.DeviceName); err != nil {
-				return nil, fmt.Errorf("create command %d: %w", c.ID, err)
-			}
-		}
-		if store.AdmitCommand(c, exists, n+opened[c.DeviceName]) {
-			opened[c.DeviceName]++
-		}
 	}
 	return out, nil
 }
@@ -262,7 +247,12 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
 	}
 	if err != nil {
+		s.openCmds.drop(appKey, c.DeviceName)
+		ex.forget()
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
+	}
+	if wasOpen && !c.Open() {
+		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
 	ex.apply()
 	s.cmds.put(c, written)

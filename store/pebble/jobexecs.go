@@ -154,6 +154,9 @@ type execWrites struct {
 // of an earlier attempt than the stored execution's writes none.
 func (s *Store) prepareExecs(appKey string, cmds []store.Command, step *jobStep) (*execWrites, error) {
 	var ex execWrites
+	if !slices.ContainsFunc(cmds, func(c store.Command) bool { return c.Job != 0 }) {
+		return &ex, nil
+	}
 	seen := map[int64]*jobState{}
 	at := map[string]int{} // where in ex.w each execution key is written
 	for _, c := range cmds {
@@ -236,6 +239,17 @@ func (ex *execWrites) apply() {
 	}
 	if last != nil {
 		last.cmu.Unlock()
+	}
+}
+
+// forget drops the counts of the jobs after a write whose outcome is
+// unknown (its commit failed, perhaps after the batch was applied): the
+// next read counts the executions again.
+func (ex *execWrites) forget() {
+	for _, st := range ex.locked {
+		st.cmu.Lock()
+		st.loaded, st.counts = false, nil
+		st.cmu.Unlock()
 	}
 }
 

@@ -50,13 +50,14 @@ func putJob(b *pebble.Batch, j store.Job) error {
 	return b.Delete(activeJobKey(j.AppKey, j.ID), nil)
 }
 
-// readJob reads the app's job, Counts filled.
-func (s *Store) readJob(st *jobState) (store.Job, error) {
+// readJob reads the app's job, Counts filled. Its jobState is made
+// only for a job found, so reads of missing jobs leave none behind.
+func (s *Store) readJob(appKey string, id int64) (store.Job, error) {
 	var j store.Job
-	if err := s.getJSON(jobKey(st.ref.app, st.ref.id), &j); err != nil {
+	if err := s.getJSON(jobKey(appKey, id), &j); err != nil {
 		return store.Job{}, err
 	}
-	counts, err := s.jobCounts(st)
+	counts, err := s.jobCounts(s.jobs.of(appKey, id))
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -115,7 +116,7 @@ func (s *Store) GetJob(ctx context.Context, appKey string, id int64) (store.Job,
 		return store.Job{}, err
 	}
 	defer s.exit()
-	return s.readJob(s.jobs.of(appKey, id))
+	return s.readJob(appKey, id)
 }
 
 // UpdateJob applies fn to the app's job under its lock and stores it
@@ -128,7 +129,7 @@ func (s *Store) UpdateJob(ctx context.Context, appKey string, id int64, fn func(
 	st := s.jobs.of(appKey, id)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	j, err := s.readJob(st)
+	j, err := s.readJob(appKey, id)
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -273,7 +274,7 @@ func (s *Store) ActiveJobs(ctx context.Context) ([]store.Job, error) {
 	}
 	out := make([]store.Job, 0, len(refs))
 	for _, r := range refs {
-		j, err := s.readJob(s.jobs.of(r.app, r.id))
+		j, err := s.readJob(r.app, r.id)
 		if err != nil {
 			return nil, fmt.Errorf("active jobs: %w", err)
 		}

@@ -99,10 +99,12 @@ type Store struct {
 	msgs msgCache
 	// cmds holds the open commands as last written (cmdcache.go).
 	cmds cmdCache
-	// jobs holds the jobs' locks and counts (jobexecs.go).
-	jobs jobStates
+	// openCmds caches devices' open-command counts (cmdcount.go).
+	openCmds cache[int]
 	// disk is the free-space floor (diskfloor.go).
 	disk diskFloor
+	// jobs holds the jobs' locks and counts (jobexecs.go).
+	jobs jobStates
 
 	log        *slog.Logger
 	now        func() time.Time

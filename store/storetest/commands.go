@@ -22,6 +22,7 @@ var commandTests = []struct {
 	{"CommandsConcurrentLimit", testCommandsConcurrentLimit},
 	{"CommandUpdate", testCommandUpdate},
 	{"CommandsDue", testCommandsDue},
+	{"CommandsAdmissionMany", testCommandsAdmissionMany},
 }
 
 func cmd(id int64, dev string) store.Command {
@@ -222,5 +223,35 @@ func testCommandsDue(t *testing.T, s store.Store) {
 	must(t, err)
 	if due, _ := s.DueCommands(ctx, 20000, 10); len(due) != 1 || due[0].ID != 1 {
 		t.Fatalf("DueCommands after one ended = %+v, want 1", due)
+	}
+}
+
+// testCommandsAdmissionMany checks admission in a write to many devices,
+// one of them full with the commands of earlier writes.
+func testCommandsAdmissionMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "a", "d1")
+	full := make([]store.Command, store.MaxOpenCommands)
+	for i := range full {
+		full[i] = cmd(int64(i+1), "d1")
+	}
+	_, err := s.CreateCommands(ctx, "a", full, 0, nil)
+	must(t, err)
+	var many []store.Command
+	for i := range 12 {
+		dev := fmt.Sprint("e", i)
+		mustDevices(t, s, "a", dev)
+		many = append(many, cmd(int64(2000+2*i), dev), cmd(int64(2001+2*i), "d1"))
+	}
+	many = append(many, cmd(3000, "gone"))
+	out, err := s.CreateCommands(ctx, "a", many, 0, nil)
+	must(t, err)
+	for i, c := range out[:len(out)-1] {
+		if want := []string{store.CmdQueued, store.CmdRejected}[i%2]; c.State != want {
+			t.Fatalf("command %d to %s: %s, want %s", c.ID, c.DeviceName, c.State, want)
+		}
+	}
+	if c := out[len(out)-1]; c.State != store.CmdRejected || c.Code != store.CodeDeviceDeleted {
+		t.Fatalf("command to a missing device: %+v", c)
 	}
 }

@@ -24,6 +24,7 @@ var jobTests = []struct {
 	{"JobUpdate", testJobUpdate},
 	{"JobStart", testJobStart},
 	{"JobStartRace", testJobStartRace},
+	{"JobUpdateDuringSteps", testJobUpdateDuringSteps},
 	{"JobExecutionFollowsCommand", testJobExecutionFollowsCommand},
 	{"JobRetry", testJobRetry},
 	{"JobExecutions", testJobExecutions},
@@ -384,6 +385,34 @@ func testJobStartRace(t *testing.T, s store.Store) {
 	wantCounts(t, s, "a", 1, map[string]int64{store.CmdQueued: 2, store.ExecPending: 6})
 	if open, _ := s.OpenCommands(ctx, "a", "d0", 10); len(open) != 1 {
 		t.Fatalf("d0 has %d commands open, want 1", len(open))
+	}
+}
+
+// testJobUpdateDuringSteps checks that updates of a job made while its
+// steps are written lose none of the steps' Next and Step, nor the
+// steps their updates.
+func testJobUpdateDuringSteps(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	j, targets := startFixture(t, s)
+	done := make(chan error, 1)
+	go func() {
+		for i := range len(targets) {
+			if _, err := s.StartJob(ctx, "a", 1, int64(i), int64(i+1), firstStarts(j, targets, i, i+1, int64(i+1))); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for r := int64(1); r <= 20; r++ {
+		if _, err := s.UpdateJob(ctx, "a", 1, func(j *store.Job) error { j.Rate = r; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, <-done)
+	got := wantCounts(t, s, "a", 1, map[string]int64{store.CmdQueued: 6, store.CmdRejected: 2})
+	if got.Next != int64(len(targets)) || got.Step != int64(len(targets)) || got.Rate != 20 {
+		t.Fatalf("after steps and updates at once: next %d step %d rate %d", got.Next, got.Step, got.Rate)
 	}
 }
 
