@@ -199,14 +199,14 @@ func (s *Service) Create(ctx context.Context, app store.App, spec Spec, seqNo in
 	j := store.Job{
 		ID: s.ids.Next(), AppKey: app.Key, State: store.JobRunning, Tag: spec.Target.Tag, All: spec.Target.All,
 		Targets: int64(len(targets)), Command: spec.Command, TTL: spec.TTL, StartAt: spec.StartAt,
-		Rate: spec.Rate, Ramp: spec.Ramp, Abort: spec.Abort, Retries: spec.Retries, Swept: true,
+		Rate: spec.Rate, Ramp: spec.Ramp, Abort: spec.Abort, Retries: spec.Retries,
 		TimeCreate: now.UnixMilli(),
 	}
 	if spec.StartAt > now.Unix() {
 		j.State = store.JobScheduled
 	}
 	if j.Targets == 0 {
-		j.State, j.TimeDone = store.JobDone, j.TimeCreate
+		j.State, j.TimeDone, j.Swept = store.JobDone, j.TimeCreate, true
 	}
 	var seq *store.SeqEntry
 	if seqFor != nil {
@@ -378,7 +378,7 @@ func (s *Service) change(ctx context.Context, appKey string, id int64, what stri
 // left to the runner to sweep.
 func end(j *store.Job, state, reason string, now time.Time) {
 	j.State, j.AbortReason, j.TimeDone = state, reason, now.UnixMilli()
-	j.Swept = state == store.JobDone
+	j.Swept = state == store.JobDone // nothing is queued once every execution ended
 	counts := j.Counts
 	if counts == nil {
 		counts = map[string]int64{store.ExecPending: j.Targets}

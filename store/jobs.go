@@ -163,7 +163,9 @@ type Jobs interface {
 	GetJob(ctx context.Context, appKey string, id int64) (Job, error)
 	// UpdateJob applies fn to the app's job and stores the result with
 	// the events fn puts in Emit, atomically with respect to every other
-	// write of the job, and returns it, Counts filled. fn must not change
+	// write of the job, and returns it, Counts filled. The Counts fn
+	// sees may lag behind command writes made meanwhile (they are not
+	// held back for it); a later read catches up. fn must not change
 	// ID, AppKey, Targets, Next or Step, and an ended job never becomes
 	// active again. ErrNotFound if absent; an error from fn comes back
 	// as is and nothing is written.
@@ -176,11 +178,11 @@ type Jobs interface {
 	// not running or its Step is not step; ErrNotFound if absent.
 	StartJob(ctx context.Context, appKey string, id, step, next int64, starts []JobStart) ([]Command, error)
 	// JobTargets returns up to limit of the job's targets from index
-	// from on, in index order.
+	// from on, in index order; ErrNotFound if there is no such job.
 	JobTargets(ctx context.Context, appKey string, id, from int64, limit int) ([]string, error)
 	// JobExecutions returns up to limit of the job's executions that
 	// have a command, from index from on, in index order; only those in
-	// state when state is not "".
+	// state when state is not ""; ErrNotFound if there is no such job.
 	JobExecutions(ctx context.Context, appKey string, id int64, state string, from int64, limit int) ([]Execution, error)
 	// ActiveJobs returns every app's Active jobs, oldest first, so that
 	// a node taking over the runner finds them.
@@ -189,7 +191,8 @@ type Jobs interface {
 
 // ApplyJobUpdate runs an UpdateJob fn on j, the stored job read (Counts
 // filled), and holds it to the contract: id, app, targets, Next and Step
-// stay, and an ended job never becomes active again. It returns the
+// stay, an ended job never becomes active again, and a swept one is
+// never unswept. It returns the
 // events fn emitted, stamped with the job's app, and clears j.Emit.
 func ApplyJobUpdate(j *Job, fn func(*Job) error) ([]Event, error) {
 	was := *j
@@ -200,6 +203,9 @@ func ApplyJobUpdate(j *Job, fn func(*Job) error) ([]Event, error) {
 	j.ID, j.AppKey, j.Targets, j.Next, j.Step, j.Counts = was.ID, was.AppKey, was.Targets, was.Next, was.Step, was.Counts
 	if !JobActive(was.State) && JobActive(j.State) {
 		return nil, fmt.Errorf("update job %d: an ended job cannot become active again", was.ID)
+	}
+	if was.Swept && !j.Swept {
+		return nil, fmt.Errorf("update job %d: a swept job cannot be unswept", was.ID)
 	}
 	evs := Stamp(j.Emit, was.AppKey, "")
 	j.Emit = nil

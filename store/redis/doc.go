@@ -43,6 +43,13 @@
 //	                           fields (fleetmsgs.go)
 //	{P a:<app>}:bt:<id>:<n>    chunk n of a broadcast's targets: the device names
 //	                           joined by \0, deleted by the step that reaches them
+//	{P a:<app>}:c:<id>         Command JSON; co:<name> and cdue index the open
+//	                           ones (commands.go)
+//	{P a:<app>}:job:<id>       a job: hash of its JSON (def) and the fields its
+//	                           steps move; jt:<id> its targets (a list),
+//	                           jx:<id> its executions, jc:<id> their counts by
+//	                           state, ji:<id> and js:<id>:<state> indexes of
+//	                           them by target index (jobs.go)
 //
 // Service-wide keys share the tag {P g}:
 //
@@ -54,6 +61,8 @@
 //	{P g}:act:exp              apps that may hold pending messages
 //	{P g}:online               apps that have had online devices (only grows)
 //	{P g}:bcasts               "<id> <app>" of broadcasts that may be active
+//	{P g}:jobs                 "<id> <app>" of jobs that may be active
+//	{P g}:cmdapps              apps that have had commands
 //	P meta:<key>               GetMeta/PutMeta values
 //	P events                   pub/sub channel: the app key of each append
 //
@@ -117,10 +126,18 @@
 //     leaving the queue and expiry index, outbox entries;
 //   - RouteOutbox, DeleteCallbacks, MoveCallbacks, PutDeadLetter,
 //     RedeliverDeadLetter: entry moves within the app's slot.
+//   - CreateCommands and StartJob: seq_no check, the job's state and step
+//     (StartJob), a compare-and-set of each queued command's device as
+//     admission read it (exists, open count), then the commands, their
+//     indexes, their executions and the job's counts, the step, seq_no
+//     record and events;
+//   - CreateJob: seq_no check, id check, the job and its targets.
 //
-// The functions callers pass to UpdateApp, UpdateDevice and UpdateMessage
-// cannot run inside Redis, so those are optimistic: UpdateApp and
-// UpdateDevice read under WATCH and write in MULTI/EXEC; UpdateMessage
+// The functions callers pass to UpdateApp, UpdateDevice, UpdateCommand,
+// UpdateJob and UpdateMessage cannot run inside Redis, so those are
+// optimistic: UpdateApp, UpdateDevice, UpdateCommand (with the command's
+// execution and job counts, a script in its MULTI) and UpdateJob read
+// under WATCH and write in MULTI/EXEC; UpdateMessage
 // reads the message and its script writes only if the message is
 // unchanged, a compare-and-set that needs one round trip fewer than WATCH
 // and can also take the conditional steps of the transition. On a

@@ -104,10 +104,6 @@ func newStore(addrs []string, split bool) func(t *testing.T) store.Store {
 	}
 }
 
-// skipJobs skips the suite's job tests until this backend keeps jobs:
-// remove it (and its uses) with the jobs stub.
-var skipJobs = storetest.SkipJobs("redis jobs: not built yet")
-
 // requireServer skips t when there is no server to test against.
 func requireServer(t testing.TB) {
 	if len(standalone) == 0 {
@@ -117,14 +113,14 @@ func requireServer(t testing.TB) {
 
 func TestConformance(t *testing.T) {
 	requireServer(t)
-	storetest.RunTests(t, newStore(standalone, false), skipJobs)
+	storetest.RunTests(t, newStore(standalone, false))
 }
 
 // TestConformanceSplit runs the suite with the global step of message
 // writes apart from the app's script, as on Redis Cluster.
 func TestConformanceSplit(t *testing.T) {
 	requireServer(t)
-	storetest.RunTests(t, newStore(standalone, true), skipJobs)
+	storetest.RunTests(t, newStore(standalone, true))
 }
 
 // TestReopen closes the client and opens a new one on the same server and
@@ -134,7 +130,7 @@ func TestReopen(t *testing.T) {
 	storetest.RunReopenTests(t, func(t *testing.T, dir string) store.Store {
 		sum := sha256.Sum256([]byte(runID + dir))
 		return open(t, standalone, fmt.Sprintf("devmsgtest:reopen:%x:", sum[:8]))
-	}, skipJobs)
+	})
 }
 
 // TestCluster runs the suite on a three-node Redis Cluster, where every
@@ -174,11 +170,11 @@ func TestCluster(t *testing.T) {
 	} else {
 		s.Close()
 	}
-	storetest.RunTests(t, newStore(addrs, false), skipJobs)
+	storetest.RunTests(t, newStore(addrs, false))
 	storetest.RunReopenTests(t, func(t *testing.T, dir string) store.Store {
 		sum := sha256.Sum256([]byte(runID + dir))
 		return open(t, addrs, fmt.Sprintf("devmsgtest:reopen:%x:", sum[:8]))
-	}, skipJobs)
+	})
 }
 
 // waitCluster waits until every node reports cluster_state:ok.
