@@ -24,12 +24,16 @@ type Config struct {
 	// 1000).
 	Step int
 	// Busy reports whether single sends or commands are being made now:
-	// while it does, a job starts at most YieldStep commands a poll, so
-	// that it never starves them.
+	// while it does, the jobs together start at most YieldRate commands
+	// a second, in steps of at most YieldStep spread over the second,
+	// so that they never starve them.
 	Busy func() bool
-	// YieldStep is the most commands a job starts a poll while Busy
-	// (default 100).
+	// YieldStep is the most commands a step starts while Busy (default
+	// 100).
 	YieldStep int
+	// YieldRate is the most commands a second the jobs start while Busy
+	// (default 2000, the pace broadcasts give way at).
+	YieldRate int
 }
 
 func (c *Config) fill() {
@@ -41,6 +45,9 @@ func (c *Config) fill() {
 	}
 	if c.YieldStep <= 0 {
 		c.YieldStep = 100
+	}
+	if c.YieldRate <= 0 {
+		c.YieldRate = 2000
 	}
 	if c.Busy == nil {
 		c.Busy = func() bool { return false }
@@ -67,6 +74,11 @@ type Runner struct {
 	// paces and retryScans live in the run goroutine only.
 	paces      map[int64]*pace
 	retryScans map[int64]map[string]int64
+	// yield is the jobs' allowance while Busy, and yielded says that a
+	// job of the last Tick had commands to start that it held back:
+	// the run goroutine's too.
+	yield   pace
+	yielded bool
 }
 
 // NewRunner returns a Runner of the jobs in st, starting their commands
@@ -119,10 +131,17 @@ func (r *Runner) run(ctx context.Context, done chan struct{}) {
 	defer t.Stop()
 	for {
 		r.Tick(ctx)
+		// While giving way, the next step comes as soon as the yield
+		// pace allows one, not a poll later.
+		var soon <-chan time.Time
+		if r.yielded {
+			soon = time.After(time.Duration(float64(time.Second) * float64(r.cfg.YieldStep) / float64(r.cfg.YieldRate)))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-soon:
 		case <-r.wake:
 		}
 	}
@@ -133,6 +152,7 @@ func (r *Runner) Tick(ctx context.Context) {
 	if r.paces == nil {
 		r.paces, r.retryScans = map[int64]*pace{}, map[int64]map[string]int64{}
 	}
+	r.yielded = false
 	jobs, err := r.store.ActiveJobs(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -183,10 +203,7 @@ func (r *Runner) job(ctx context.Context, j store.Job) error {
 	if j.Next >= j.Targets && open(j) == 0 && len(retries) == 0 {
 		return r.finish(ctx, j, store.JobDone, "")
 	}
-	n := r.pace(j, now)
-	if r.cfg.Busy() {
-		n = min(n, r.cfg.YieldStep)
-	}
+	n, busy := r.allowance(j, now)
 	for n > 0 && ctx.Err() == nil {
 		var ts []command.JobTarget
 		if len(retries) > 0 {
@@ -214,6 +231,9 @@ func (r *Runner) job(ctx context.Context, j store.Job) error {
 			return fmt.Errorf("start commands: %w", err)
 		}
 		r.paces[j.ID].took(len(ts))
+		if busy {
+			r.yield.took(len(ts))
+		}
 		n -= len(ts)
 		j.Next, j.Step = next, j.Step+1
 	}
@@ -373,6 +393,22 @@ func (r *Runner) pace(j store.Job, now time.Time) int {
 }
 
 func (p *pace) took(n int) { p.tokens -= float64(n) }
+
+// allowance is how many commands j may start now: its pace's and, while
+// Busy, no more than the yield pace has left (busy says it applies).
+func (r *Runner) allowance(j store.Job, now time.Time) (n int, busy bool) {
+	n = r.pace(j, now)
+	if !r.cfg.Busy() {
+		return n, false
+	}
+	y := &r.yield
+	y.tokens = math.Min(y.tokens+now.Sub(y.last).Seconds()*float64(r.cfg.YieldRate), float64(r.cfg.YieldStep))
+	y.last = now
+	if int(y.tokens) < n && j.Next < j.Targets {
+		r.yielded = true
+	}
+	return min(n, int(y.tokens)), true
+}
 
 // currentRate is j's rate a minute now: its ramp's start multiplied by
 // the factor once for every `every` succeeded executions, up to the

@@ -68,7 +68,8 @@ type Options struct {
 	// Timeline, when not 0, has fanout print to Log, at this interval,
 	// the messages sent and received so far beside the server's
 	// published and delivered counts: where a run falls behind, and
-	// whether the devices or the server's PUBACK writes hold it.
+	// whether the devices or the server's PUBACK writes hold it. With
+	// any value, job prints each job's progress at every poll.
 	Timeline time.Duration
 	// Log receives the timeline; nil is os.Stderr.
 	Log      io.Writer
@@ -105,7 +106,7 @@ var RedisFsyncModes = []string{"always", "everysec"}
 func (o Options) hasDeviceWorkloads() bool {
 	return slices.ContainsFunc(o.Workloads, func(w string) bool {
 		return slices.Contains(DeviceWorkloads, w) || w == "callback-lag" || slices.Contains(EventWorkloads, w) || w == "fanout" ||
-			slices.Contains(CommandWorkloads, w)
+			slices.Contains(CommandWorkloads, w) || slices.Contains(JobWorkloads, w)
 	})
 }
 
@@ -163,7 +164,7 @@ func (o Options) validateWorkloads() []error {
 
 // allWorkloads lists every workload name the bench knows.
 func allWorkloads() []string {
-	return slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads, CommandWorkloads, DiskWorkloads)
+	return slices.Concat(Workloads, DeviceWorkloads, CallbackWorkloads, EventWorkloads, FleetWorkloads, CommandWorkloads, JobWorkloads, DiskWorkloads)
 }
 
 // validateWorkloadNames checks that at least one workload is named and
@@ -413,6 +414,13 @@ func (b *runner) runWorkloads(ctx context.Context, out io.Writer) ([]Result, err
 			rs, err := b.commands(ctx, w, out)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", w, err)
+			}
+			results = append(results, rs...)
+			continue
+		case "job":
+			rs, err := b.jobs(ctx, out)
+			if err != nil {
+				return nil, fmt.Errorf("job: %w", err)
 			}
 			results = append(results, rs...)
 			continue

@@ -58,6 +58,8 @@ func TestValidate(t *testing.T) {
 		}, "subscribers 2: need at least one per node"},
 		{"more nodes than connections", func(o *Options) { o.Store, o.Nodes = StoreRedis, 5 }, "concurrency 4: need at least one connection per node"},
 		{"telemetry", func(o *Options) { o.Subscribers, o.Workloads = 10, []string{"telemetry"} }, ""},
+		{"job", func(o *Options) { o.Subscribers, o.Workloads = 10, []string{"job"} }, ""},
+		{"job with more online devices than devices", func(o *Options) { o.Subscribers, o.Workloads = 30, []string{"job"} }, "subscribers 30"},
 		{"telemetry over the per-device rate", func(o *Options) { o.Subscribers, o.Rate, o.Workloads = 10, 500, []string{"telemetry"} }, "50/s per device"},
 		{"telemetry default rate", func(o *Options) { o.Rate, o.Subscribers, o.Workloads = 0, 20, []string{"telemetry"} }, "250/s per device"},
 		{"telemetry with more publishers than devices", func(o *Options) { o.Subscribers, o.Workloads = 30, []string{"telemetry"} }, "subscribers 30"},
@@ -436,5 +438,28 @@ func TestCommandsMosquitto(t *testing.T) {
 			t.Errorf("%s: %+v", w, r)
 		}
 		t.Log(r.text())
+	}
+}
+
+// TestRunJob runs the job workload briefly against a server the bench
+// starts, with a few devices; it checks the report, never the speed.
+func TestRunJob(t *testing.T) {
+	bin := buildDevmsg(t)
+	o := small()
+	o.Binary, o.Devices, o.Subscribers, o.Rate = bin, 200, 10, 100
+	o.Workloads = JobWorkloads
+	var out bytes.Buffer
+	if err := Run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	for _, w := range []string{"\njob-send-base ", "\njob-send ", "\njob-busy ", "\njob ", "200 targets, 10 online",
+		"| job |", "| job-send |", "job-send / job-send-base p99:", "all 200 started", "errors 0"} {
+		if !strings.Contains(report, w) {
+			t.Errorf("report lacks %q:\n%s", w, report)
+		}
+	}
+	if strings.Contains(report, "warning") {
+		t.Errorf("unexpected warning:\n%s", report)
 	}
 }

@@ -50,8 +50,9 @@ var commandAnswer = []byte(`{"code":0,"result":"pong"}`)
 
 // commandDevices connects n MQTT 5 devices subscribed to their cmd
 // topics through dial; each acknowledges a command and answers it at
-// once, to the Response Topic with the Correlation Data. Answers that
-// could not be written are counted in failed.
+// once, to the Response Topic with the Correlation Data; a publish on
+// another topic (a message) is only acknowledged. Answers that could not
+// be written are counted in failed.
 func commandDevices(n int, dial func(i int) (*mqttConn, string, error), failed *atomic.Int64) ([]*mqttConn, error) {
 	conns := make([]*mqttConn, 0, n)
 	for i := range n {
@@ -68,7 +69,10 @@ func commandDevices(n int, dial func(i int) (*mqttConn, string, error), failed *
 		}
 		conns = append(conns, c)
 		go func() {
-			_ = c.serveProps(func(_ string, _ []byte, p mqttProps) {
+			_ = c.serveProps(func(topic string, _ []byte, p mqttProps) {
+				if !strings.HasSuffix(topic, "/cmd") {
+					return
+				}
 				if p.respTopic == "" {
 					failed.Add(1) // an MQTT 5 broker relays the Response Topic
 					return

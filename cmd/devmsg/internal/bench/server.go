@@ -81,7 +81,9 @@ func (b *runner) setup(ctx context.Context) error {
 	}
 	b.key, b.secret = app.Key, app.MasterSecret
 	limits := `{"create":0,"property":0,"message":0,"query":0}`
-	if slices.ContainsFunc(b.o.Workloads, func(w string) bool { return slices.Contains(CommandWorkloads, w) }) {
+	if slices.ContainsFunc(b.o.Workloads, func(w string) bool {
+		return slices.Contains(CommandWorkloads, w) || slices.Contains(JobWorkloads, w)
+	}) {
 		limits = `{"create":0,"property":0,"message":0,"query":0,"command":0}`
 	}
 	st, body, err = do(ctx, b.admin, http.MethodPut, b.target+"/admin/v1/apps/"+b.key+"/ratelimits", b.o.AdminUser, b.o.AdminPassword, []byte(limits))
