@@ -212,11 +212,20 @@ func (s *Service) Send(ctx context.Context, app store.App, names []string, req R
 	if err != nil {
 		return nil, err
 	}
+	var queued []store.Command
+	var queuedDevs []store.Device
 	for j, c := range stored {
 		results[at[j]] = Result{Command: c, DeviceName: c.DeviceName}
 		if c.State == store.CmdQueued {
-			s.router.NotifyCommand(c, byName[c.DeviceName])
+			queued, queuedDevs = append(queued, c), append(queuedDevs, byName[c.DeviceName])
 		}
+	}
+	if br, ok := s.router.(BatchRouter); ok && len(queued) > 1 {
+		br.NotifyCommands(queued, queuedDevs)
+		return results, nil
+	}
+	for i, c := range queued {
+		s.router.NotifyCommand(c, queuedDevs[i])
 	}
 	return results, nil
 }
@@ -346,7 +355,7 @@ func (s *Service) finish(c *store.Command, state string, code int, result json.R
 
 // ended wakes the calls waiting for c, here and on the other nodes.
 func (s *Service) ended(ctx context.Context, c store.Command) {
-	s.waiters.wake(c.ID)
+	s.waiters.wakeEnded(c)
 	if s.waker != nil {
 		s.waker.CommandEnded(ctx, c.AppKey, c.ID)
 	}

@@ -18,11 +18,22 @@ type waiters struct {
 type waiter struct {
 	ch chan struct{}
 	n  int // calls watching
+	// ended is the command as its end was stored, set before ch is
+	// closed when the end was here (wakeEnded); nil when another node
+	// ended it.
+	ended *store.Command
 }
 
 // watch returns the channel closed when command id ends, and the
 // function that stops watching.
 func (w *waiters) watch(id int64) (<-chan struct{}, func()) {
+	e, release := w.watchEnded(id)
+	return e.ch, release
+}
+
+// watchEnded is watch returning the waiter, whose ended is set once ch
+// is closed by an end stored here.
+func (w *waiters) watchEnded(id int64) (*waiter, func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
@@ -34,7 +45,7 @@ func (w *waiters) watch(id int64) (<-chan struct{}, func()) {
 		w.m[id] = e
 	}
 	e.n++
-	return e.ch, func() {
+	return e, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		e.n--
@@ -54,6 +65,19 @@ func (w *waiters) wake(id int64) {
 	}
 }
 
+// wakeEnded is wake handing the watching calls c, the command as its
+// end was durably stored, so that they need not read it again.
+func (w *waiters) wakeEnded(c store.Command) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.m[c.ID]; e != nil {
+		c.Emit = nil
+		e.ended = &c
+		close(e.ch)
+		delete(w.m, c.ID)
+	}
+}
+
 // Wait returns cmds, the app's commands as last read, once each has
 // ended, d has passed or ctx is done, whichever comes first: the open
 // ones are read again after they end. Refused results (ID 0) stay as
@@ -66,7 +90,7 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 	}
 	type watched struct {
 		i       int
-		ch      <-chan struct{}
+		w       *waiter
 		release func()
 	}
 	var open []watched
@@ -77,8 +101,8 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 	}()
 	for i, c := range cmds {
 		if c.ID != 0 && c.Open() {
-			ch, release := s.waiters.watch(c.ID)
-			open = append(open, watched{i, ch, release})
+			e, release := s.waiters.watchEnded(c.ID)
+			open = append(open, watched{i, e, release})
 		}
 	}
 	if len(open) == 0 {
@@ -103,7 +127,7 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 			continue
 		}
 		select {
-		case <-w.ch:
+		case <-w.w.ch:
 		case <-timer.C:
 			// Read as they are now, and possibly lazily written: made
 			// durable before they are shown.
@@ -115,12 +139,16 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 		case <-ctx.Done():
 			return out, nil
 		}
+		unwoken--
+		if e := w.w.ended; e != nil {
+			out[w.i] = *e // handed by its end: durable, as read after a wake
+			continue
+		}
 		c, err := s.store.GetCommand(ctx, appKey, out[w.i].ID)
 		if err != nil {
 			return nil, commandErr(out[w.i].ID, err)
 		}
 		out[w.i] = c
-		unwoken--
 	}
 	return out, s.durable(ctx, unwoken)
 }

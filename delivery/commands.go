@@ -13,10 +13,12 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// CommandStore is what the CommandSender reads: a device's open
-// commands, and Barrier before it hands the device what it read.
+// CommandStore is what the CommandSender reads and writes: a device's
+// open commands, Barrier before it hands the device what it read, and
+// the delivered states of commands (cmdacks.go).
 type CommandStore interface {
 	OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error)
+	UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error)
 	Barrier(ctx context.Context) error
 }
 
@@ -67,6 +69,9 @@ type CommandSender struct {
 
 	// locks order the sends to one device (accepted order).
 	locks [64]sync.Mutex
+
+	// acks stores the delivered states (cmdacks.go).
+	acks cmdAckStage
 }
 
 type cmdRef struct {
@@ -106,11 +111,7 @@ func (cs *CommandSender) lock(app, dev string) func() {
 // overtaken by a send or PUBACK of the same command.
 func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, queued bool) {
 	var sent []store.Command
-	defer func() {
-		for _, cmd := range sent {
-			cs.recordSent(ctx, cmd)
-		}
-	}()
+	defer func() { cs.recordSentAll(ctx, sent) }()
 	defer cs.lock(app, dev)()
 	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
 	if err != nil {
@@ -125,8 +126,8 @@ func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, qu
 		return
 	}
 	for _, cmd := range open {
-		if queued && cmd.State != store.CmdQueued {
-			continue
+		if queued && cmd.State != store.CmdQueued || cs.acks.acking(cmd.ID) {
+			continue // a PUBACK came for it: its delivered state is on its way
 		}
 		if cs.publish(c, cmd) {
 			sent = append(sent, cmd)
@@ -290,8 +291,9 @@ func (cs *CommandSender) recordSent(ctx context.Context, cmd store.Command) {
 }
 
 // Acked takes a PUBACK on c, the device's connection: when it
-// acknowledges a command, the command is delivered once that is stored,
-// and Acked reports true. Either way the place the PUBACK freed goes to
+// acknowledges a command, the command is delivered, stored by the ack
+// stage of commands (cmdacks.go) so the read loop does not wait for the
+// fsync, and Acked reports true. Either way the place the PUBACK freed goes to
 // the commands waiting on c, if any, before any message. It holds the
 // device's lock, so a publish under way has recorded its packet id, and
 // a read of Attach sees the delivery.
@@ -313,15 +315,11 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 	cs.mu.Unlock()
 	if ok {
 		cs.active.Add(-1)
-		if err := cs.svc.Delivered(ctx, ref.app, ref.dev, ref.id); err != nil {
-			cs.log.Error("record a command delivered", "app", ref.app, "cmd_id", ref.id, "err", err)
-		}
+		cs.acks.add(cs, cmdAck{ref: ref, at: cs.now().UnixMilli()})
 	}
 	sent, freed := cs.drain(ctx, c, app, dev)
 	unlock()
-	for _, cmd := range sent {
-		cs.recordSent(ctx, cmd)
-	}
+	cs.recordSentAll(ctx, sent)
 	// A place no command took goes to the messages: one a command's
 	// PUBACK freed (a message's PUBACK frees its own), or given up.
 	if cs.freed != nil && ((ok && len(sent) == 0) || freed) {
@@ -341,9 +339,7 @@ func (cs *CommandSender) Drain(c Conn, app, dev string) {
 	unlock := cs.lock(app, dev)
 	sent, _ := cs.drain(ctx, c, app, dev)
 	unlock()
-	for _, cmd := range sent {
-		cs.recordSent(ctx, cmd)
-	}
+	cs.recordSentAll(ctx, sent)
 	if cs.freed != nil {
 		cs.freed(c, app, dev)
 	}

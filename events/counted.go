@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -120,4 +121,36 @@ func (s *CountedStore) ResetPresence(ctx context.Context, node int, loginBefore,
 		s.count(emitted)
 	}
 	return n, err
+}
+
+var _ store.CommandBatcher = (*CountedStore)(nil)
+
+// UpdateCommands counts the events the stored calls of the updates' fns
+// set, when the store wrapped is a store.CommandBatcher; otherwise it
+// returns errors.ErrUnsupported, and nothing is written.
+func (s *CountedStore) UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error) {
+	b, ok := s.Store.(store.CommandBatcher)
+	if !ok {
+		return nil, nil, errors.ErrUnsupported
+	}
+	emitted := make([][]store.Event, len(updates))
+	wrapped := make([]store.CommandUpdate, len(updates))
+	for i, u := range updates {
+		fn := u.Fn
+		u.Fn = func(c *store.Command) error {
+			err := fn(c)
+			emitted[i] = c.Emit
+			return err
+		}
+		wrapped[i] = u
+	}
+	out, errs, err := b.UpdateCommands(ctx, wrapped)
+	if err == nil {
+		for i := range updates {
+			if i < len(errs) && errs[i] == nil {
+				s.count(emitted[i])
+			}
+		}
+	}
+	return out, errs, err
 }

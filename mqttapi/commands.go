@@ -102,6 +102,23 @@ func (g *API) NotifyCommand(c store.Command, dev store.Device) {
 	}
 }
 
+// NotifyCommands is NotifyCommand for each of cmds (devs[i] the device
+// of cmds[i]): those whose devices are here are sent together, their
+// sent states recorded in one write.
+func (g *API) NotifyCommands(cmds []store.Command, devs []store.Device) {
+	var here []delivery.Addressed
+	for i, c := range cmds {
+		if s := g.cmdSession(c.AppKey, c.DeviceName, command.TopicCmd); s != nil {
+			here = append(here, delivery.Addressed{Conn: s, Command: c})
+			continue
+		}
+		g.NotifyCommand(c, devs[i])
+	}
+	g.cmds.SendAll(context.Background(), here)
+}
+
+var _ command.BatchRouter = (*API)(nil)
+
 // CancelCommand tells the device holding command c that it was
 // cancelled, here or on its node.
 func (g *API) CancelCommand(c store.Command) {

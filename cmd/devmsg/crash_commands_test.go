@@ -21,6 +21,9 @@ type cmdCrashLedger struct {
 	answered map[string]map[int64]bool // tag → cmd_ids a 200 gave it
 	received map[int64]map[string]bool // cmd_id → tags a device got under it
 	acked    map[int64]string          // cmd_id → tag of an answer the server PUBACKed
+	// full holds the cmd_ids a 200 said were rejected with a full
+	// queue (3004): the client was told, so they end as they began.
+	full map[int64]bool
 	// unacked holds, per device prefix, the answers not PUBACKed yet:
 	// the device publishes them again when it reconnects, as a device
 	// keeping QoS 1 publishes across connections does.
@@ -29,7 +32,7 @@ type cmdCrashLedger struct {
 
 func newCmdCrashLedger() *cmdCrashLedger {
 	return &cmdCrashLedger{reqs: map[string]*crashReq{}, answered: map[string]map[int64]bool{},
-		received: map[int64]map[string]bool{}, acked: map[int64]string{}, unacked: map[string]map[int64]string{}}
+		received: map[int64]map[string]bool{}, acked: map[int64]string{}, unacked: map[string]map[int64]string{}, full: map[int64]bool{}}
 }
 
 // answer records the cmd_id of a 200; another id for the same request
@@ -109,7 +112,11 @@ func (l *cmdCrashLedger) resend(c paho.Client, prefix string) {
 // and restarts it on the same data dir. At the end, with every client's
 // unanswered sends retried and the devices online, it counts:
 //   - lost: a cmd_id answered 200 that the server does not know, or
-//     that never ends (its device answers every command it gets);
+//     that never ends (its device answers every command it gets). A
+//     200 that said the command was rejected with its device's queue
+//     full (3004: the devices' answers fell behind the clients) must
+//     stay so, and such rejections must stay under half of the
+//     sends;
 //   - phantom: a cmd_id a device got that the server does not know
 //     (a state a crash took back), or got with two different requests;
 //   - duplicated: one request known under two cmd_ids;
@@ -138,11 +145,20 @@ func TestCommandCrashLoop(t *testing.T) {
 			return false
 		}
 		var resp struct {
-			CmdID int64 `json:"cmd_id"`
+			CmdID int64  `json:"cmd_id"`
+			State string `json:"state"`
+			Code  int    `json:"code"`
 		}
 		if st != 200 || json.Unmarshal(b, &resp) != nil || resp.CmdID == 0 {
 			t.Errorf("command %s: %d %s", r.body, st, b)
 			return false
+		}
+		if resp.State == "rejected" && resp.Code == 3004 {
+			// The device has 100 commands open: its answers fell behind
+			// the clients on this shared machine, and the 200 says so.
+			l.mu.Lock()
+			l.full[resp.CmdID] = true
+			l.mu.Unlock()
 		}
 		l.answer(t, r, resp.CmdID)
 		return true
@@ -223,6 +239,7 @@ func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phanto
 	}
 	l.mu.Lock()
 	answered := maps.Clone(l.answered)
+	full := maps.Clone(l.full)
 	received := map[int64]map[string]bool{}
 	for id, tags := range l.received {
 		received[id] = maps.Clone(tags)
@@ -231,11 +248,8 @@ func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phanto
 	for tag, ids := range answered {
 		for id := range ids {
 			v, ok := get(id)
-			switch {
-			case !ok:
-				lost = append(lost, fmt.Sprintf("%s: cmd_id %d answered 200, not found", tag, id))
-			case v.State != "succeeded" || string(v.Result) != strconv.Quote(tag):
-				lost = append(lost, fmt.Sprintf("%s: cmd_id %d answered 200, now %s with %s", tag, id, v.State, v.Result))
+			if e := lostAnswered(tag, id, v, ok, full[id]); e != "" {
+				lost = append(lost, e)
 			}
 		}
 	}
@@ -271,9 +285,39 @@ func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phanto
 			answersLost = append(answersLost, fmt.Sprintf("cmd_id %d: answer %s PUBACKed, command now %+v", id, tag, v))
 		}
 	}
-	t.Logf("%d cmd_ids received, %d answers PUBACKed", len(received), len(l.acked))
+	t.Logf("%d cmd_ids received, %d answers PUBACKed, %d rejected with a full queue", len(received), len(l.acked), len(full))
+	lost = append(lost, tooFull(answered, full)...)
 	l.mu.Unlock()
 	return lost, phantom, duplicated, answersLost
+}
+
+// lostAnswered describes command id, answered 200 for tag and now v
+// (found: ok), if it is lost: not found, not ended with its device's
+// answer, or, when its 200 said queue full, no longer rejected.
+func lostAnswered(tag string, id int64, v cmdView, ok, full bool) string {
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s: cmd_id %d answered 200, not found", tag, id)
+	case full && v.State != "rejected":
+		return fmt.Sprintf("%s: cmd_id %d answered 200 rejected (queue full), now %s", tag, id, v.State)
+	case !full && (v.State != "succeeded" || string(v.Result) != strconv.Quote(tag)):
+		return fmt.Sprintf("%s: cmd_id %d answered 200, now %s with %s", tag, id, v.State, v.Result)
+	}
+	return ""
+}
+
+// tooFull reports, as lost, rejections with a full queue (full) of more
+// than half the commands answered 200: the devices answer every command,
+// so a server refusing that many refuses wrongly.
+func tooFull(answered map[string]map[int64]bool, full map[int64]bool) []string {
+	sent := 0
+	for _, ids := range answered {
+		sent += len(ids)
+	}
+	if len(full) > sent/2 {
+		return []string{fmt.Sprintf("%d of %d commands rejected with a full queue: the devices answer them all", len(full), sent)}
+	}
+	return nil
 }
 
 // connectCmdCrashDevice connects a device subscribed to cmd, handing

@@ -35,8 +35,37 @@ func TestCmdCacheStale(t *testing.T) {
 	}
 	done := c
 	done.State = store.CmdSucceeded
-	cc.put(done, nil)
-	if _, ok := cc.device(7); ok {
-		t.Fatal("an ended command is still cached")
+	doneRaw, err := json.Marshal(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.put(done, doneRaw)
+	if got, err = cc.decode(7, doneRaw); err != nil || got.State != store.CmdSucceeded {
+		t.Fatalf("decode of the ended command = %+v, %v", got, err)
+	}
+}
+
+// TestCmdCacheEndedBound checks that only the last cmdCacheEnded ended
+// commands stay cached, and the open ones all.
+func TestCmdCacheEndedBound(t *testing.T) {
+	var cc cmdCache
+	open := store.Command{ID: 1 << 40, DeviceName: "d", State: store.CmdQueued}
+	cc.put(open, []byte("open"))
+	for id := int64(1); id <= cmdCacheEnded+10; id++ {
+		cc.put(store.Command{ID: id, DeviceName: "d", State: store.CmdSucceeded}, []byte("x"))
+		cc.put(store.Command{ID: id, DeviceName: "d", State: store.CmdSucceeded}, []byte("y")) // again: no second place
+	}
+	if len(cc.m) != cmdCacheEnded+1 {
+		t.Fatalf("%d cached, want %d", len(cc.m), cmdCacheEnded+1)
+	}
+	for _, id := range []int64{1, 10} {
+		if _, ok := cc.device(id); ok {
+			t.Fatalf("command %d, among the first to end, still cached", id)
+		}
+	}
+	for _, id := range []int64{11, cmdCacheEnded + 10, 1 << 40} {
+		if _, ok := cc.device(id); !ok {
+			t.Fatalf("command %d not cached", id)
+		}
 	}
 }

@@ -97,7 +97,8 @@ type Store struct {
 	// msgs holds the messages written last, for their next writer
 	// (msgcache.go).
 	msgs msgCache
-	// cmds holds the open commands as last written (cmdcache.go).
+	// cmds holds the open and the last ended commands as last written
+	// (cmdcache.go).
 	cmds cmdCache
 	// openCmds caches devices' open-command counts (cmdcount.go).
 	openCmds cache[int]

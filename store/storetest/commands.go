@@ -20,6 +20,7 @@ var commandTests = []struct {
 	{"CommandsSeq", testCommandsSeq},
 	{"CommandsAdmission", testCommandsAdmission},
 	{"CommandsConcurrentLimit", testCommandsConcurrentLimit},
+	{"CommandsLimitAfterEnds", testCommandsLimitAfterEnds},
 	{"CommandUpdate", testCommandUpdate},
 	{"CommandsDue", testCommandsDue},
 	{"CommandsAdmissionMany", testCommandsAdmissionMany},
@@ -115,6 +116,46 @@ func testCommandsAdmission(t *testing.T, s store.Store) {
 	}
 	if c, err := s.GetCommand(ctx, "a", int64(store.MaxOpenCommands+1)); err != nil || c.State != store.CmdRejected {
 		t.Fatalf("rejected command stored as %+v, %v", c, err)
+	}
+}
+
+// testCommandsLimitAfterEnds checks that the open-command limit follows
+// the commands that end and those that are stored already ended: a full
+// device takes exactly as many commands as ended.
+func testCommandsLimitAfterEnds(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustDevices(t, s, "a", "d1")
+	cmds := make([]store.Command, store.MaxOpenCommands)
+	for i := range cmds {
+		cmds[i] = cmd(int64(i+1), "d1")
+	}
+	ended := cmd(500, "d1")
+	ended.State, ended.TimeDone = store.CmdOffline, 1
+	_, err := s.CreateCommands(ctx, "a", append(cmds, ended), 0, nil)
+	must(t, err)
+	for id := int64(1); id <= 3; id++ {
+		_, err := s.UpdateCommand(ctx, "a", id, func(c *store.Command) error {
+			c.State, c.TimeDone = store.CmdSucceeded, 10
+			return nil
+		})
+		must(t, err)
+	}
+	_, err = s.UpdateCommand(ctx, "a", 4, func(c *store.Command) error {
+		c.State, c.Deadline = store.CmdDelivered, 99 // still open
+		return nil
+	})
+	must(t, err)
+	more := []store.Command{cmd(601, "d1"), cmd(602, "d1"), cmd(603, "d1"), cmd(604, "d1")}
+	out, err := s.CreateCommands(ctx, "a", more, 0, nil)
+	must(t, err)
+	for i, c := range out {
+		want := store.CmdQueued
+		if i == 3 {
+			want = store.CmdRejected
+		}
+		if c.State != want {
+			t.Fatalf("command %d after 3 of %d ended: %s, want %s", c.ID, store.MaxOpenCommands, c.State, want)
+		}
 	}
 }
 

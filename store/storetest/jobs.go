@@ -26,6 +26,7 @@ var jobTests = []struct {
 	{"JobStartRace", testJobStartRace},
 	{"JobUpdateDuringSteps", testJobUpdateDuringSteps},
 	{"JobExecutionFollowsCommand", testJobExecutionFollowsCommand},
+	{"JobExecutionFollowsBatch", testJobExecutionFollowsBatch},
 	{"JobRetry", testJobRetry},
 	{"JobExecutions", testJobExecutions},
 	{"JobActive", testJobActive},

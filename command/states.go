@@ -1,0 +1,48 @@
+package command
+
+import "github.com/devmsg/devmsg/store"
+
+// ErrUnchanged is what the fn of SentAt returns when it leaves the
+// command as it is: nothing is written.
+var ErrUnchanged = errUnchanged
+
+// SentAt returns the UpdateCommand fn that records a queued command
+// published at the Unix ms at: the write Sent makes, for a caller that
+// writes many commands' at once (store.CommandBatcher). It is lazy, as
+// Sent's.
+func SentAt(at int64) func(*store.Command) error {
+	return func(c *store.Command) error {
+		if c.State != store.CmdQueued {
+			return ErrUnchanged
+		}
+		c.State, c.TimeSent = store.CmdSent, at
+		c.Lazy = true // a crash before the next synced write sends it again
+		return nil
+	}
+}
+
+// BatchRouter is a Router that also takes the queued commands of one
+// send together, so that it can record them sent in one write.
+type BatchRouter interface {
+	Router
+	// NotifyCommands is NotifyCommand for each of cmds, devs[i] the
+	// device of cmds[i] as read before.
+	NotifyCommands(cmds []store.Command, devs []store.Device)
+}
+
+// DeliveredAt returns the UpdateCommand fn that records the PUBACK, at
+// the Unix ms at, of a command published to device: the write Delivered
+// makes, for a caller that writes many commands' at once. Its answer is
+// due within its timeout from at.
+func DeliveredAt(device string, at int64) func(*store.Command) error {
+	return func(c *store.Command) error {
+		if c.DeviceName != device || !c.Undelivered() {
+			return ErrUnchanged
+		}
+		if c.TimeSent == 0 {
+			c.TimeSent = at
+		}
+		c.State, c.TimeDelivered, c.Deadline = store.CmdDelivered, at, at+c.Timeout*1000
+		return nil
+	}
+}

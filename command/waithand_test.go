@@ -1,0 +1,67 @@
+package command_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/devmsg/devmsg/command"
+	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/store"
+	"github.com/devmsg/devmsg/store/memory"
+)
+
+// countingStore counts GetCommand calls.
+type countingStore struct {
+	*memory.Store
+	gets atomic.Int64
+}
+
+func (s *countingStore) GetCommand(ctx context.Context, appKey string, id int64) (store.Command, error) {
+	s.gets.Add(1)
+	return s.Store.GetCommand(ctx, appKey, id)
+}
+
+// TestWaitTakesTheEndedCommand checks that a call woken by an end stored
+// on this node answers the command as that end stored it, without
+// reading it again.
+func TestWaitTakesTheEndedCommand(t *testing.T) {
+	ctx := context.Background()
+	st := &countingStore{Store: memory.New()}
+	must(t, st.CreateApp(ctx, store.App{Key: "app"}))
+	_, err := st.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "d1"}})
+	must(t, err)
+	ids, err := idgen.New(0)
+	must(t, err)
+	svc := command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	svc.SetRouter(&online{})
+	rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{"d1"}, command.Request{Name: "ping", Timeout: 30}, true, 0, nil)
+	must(t, err)
+	c := rs[0].Command
+	done := make(chan []store.Command, 1)
+	go func() {
+		out, err := svc.Wait(ctx, "app", []store.Command{c}, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	// The wait reads the command once after it watches it.
+	for st.gets.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if took, err := svc.Answer(ctx, "app", "d1", command.Reply{ID: c.ID, Result: []byte(`{"ok":true}`)}); !took || err != nil {
+		t.Fatalf("answer: %v %v", took, err)
+	}
+	before := st.gets.Load()
+	out := <-done
+	if out[0].State != store.CmdSucceeded || string(out[0].Result) != `{"ok":true}` || !out[0].Answered {
+		t.Fatalf("waiter woke with %+v", out[0])
+	}
+	if n := st.gets.Load() - before; n != 0 {
+		t.Fatalf("the woken wait read the command %d more times", n)
+	}
+}

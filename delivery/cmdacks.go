@@ -1,0 +1,133 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/devmsg/devmsg/command"
+	"github.com/devmsg/devmsg/store"
+)
+
+// cmdAckBatch is the most delivered states one store write records, and
+// how many waiting start a second writer while one is under way.
+const cmdAckBatch = 256
+
+// cmdAckWriters is the most writes of delivered states under way at once:
+// one write's fsync does not hold up the next.
+const cmdAckWriters = 2
+
+// cmdAck is a command's PUBACK, at the Unix ms at, waiting for its
+// delivered state to be stored.
+type cmdAck struct {
+	ref cmdRef
+	at  int64
+}
+
+// cmdAckStage stores the delivered states of commands many at a time,
+// as the ack stage stores messages' PUBACKs (acks.go): one synced write
+// (store.CommandBatcher) records what waits while the next PUBACKs
+// gather, and a goroutine writes only while there is something to
+// write. Each PUBACK was a synced write of its own on the device's read
+// loop, which waited for its fsync before it read the device's answer.
+//
+// The delivered state is durable once written; until then a crash leaves
+// the command sent, to be sent again with the same cmd_id on the
+// device's next connection, as one whose PUBACK never came. An answer
+// stored first stands: the delivered state leaves an ended command
+// alone (command.DeliveredAt).
+type cmdAckStage struct {
+	mu      sync.Mutex
+	queue   []cmdAck
+	writers int
+	// pending counts, by command id, the PUBACKs waiting or being
+	// written: Attach does not send such a command again.
+	pending map[int64]int
+}
+
+// add queues a and starts a writer if none runs, or if a whole batch is
+// waiting and fewer than cmdAckWriters run.
+func (s *cmdAckStage) add(cs *CommandSender, a cmdAck) {
+	s.mu.Lock()
+	s.queue = append(s.queue, a)
+	if s.pending == nil {
+		s.pending = map[int64]int{}
+	}
+	s.pending[a.ref.id]++
+	if s.writers > 0 && (len(s.queue) < cmdAckBatch || s.writers >= cmdAckWriters) {
+		s.mu.Unlock()
+		return
+	}
+	s.writers++
+	s.mu.Unlock()
+	go s.run(cs)
+}
+
+// acking reports whether command id's PUBACK came and its delivered
+// state is not stored yet.
+func (s *cmdAckStage) acking(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending[id] > 0
+}
+
+// run writes queued PUBACKs until none is left.
+func (s *cmdAckStage) run(cs *CommandSender) {
+	for {
+		s.mu.Lock()
+		n := min(len(s.queue), cmdAckBatch)
+		if n == 0 {
+			s.writers--
+			if s.writers == 0 {
+				s.queue = nil
+			}
+			s.mu.Unlock()
+			return
+		}
+		batch := s.queue[:n:n]
+		s.queue = s.queue[n:]
+		s.mu.Unlock()
+		cs.storeDelivered(batch)
+		s.mu.Lock()
+		for _, a := range batch {
+			if s.pending[a.ref.id]--; s.pending[a.ref.id] <= 0 {
+				delete(s.pending, a.ref.id)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// storeDelivered writes the delivered states of batch: in one write
+// where the store can, else one by one.
+func (cs *CommandSender) storeDelivered(batch []cmdAck) {
+	ctx := context.Background()
+	errs := make([]error, len(batch))
+	var err error
+	if b, ok := cs.store.(commandBatcher); ok {
+		updates := make([]store.CommandUpdate, len(batch))
+		for i, a := range batch {
+			updates[i] = store.CommandUpdate{AppKey: a.ref.app, ID: a.ref.id, Fn: command.DeliveredAt(a.ref.dev, a.at)}
+		}
+		var es []error
+		_, es, err = b.UpdateCommands(ctx, updates)
+		if err == nil {
+			copy(errs, es)
+		}
+	}
+	if _, ok := cs.store.(commandBatcher); !ok || errors.Is(err, errors.ErrUnsupported) {
+		err = nil
+		for i, a := range batch {
+			_, errs[i] = cs.store.UpdateCommand(ctx, a.ref.app, a.ref.id, command.DeliveredAt(a.ref.dev, a.at))
+		}
+	}
+	for i, a := range batch {
+		e := err
+		if e == nil {
+			e = errs[i]
+		}
+		if e != nil && !errors.Is(e, command.ErrUnchanged) && !errors.Is(e, store.ErrNotFound) {
+			cs.log.Error("record a command delivered", "app", a.ref.app, "device", a.ref.dev, "cmd_id", a.ref.id, "err", e)
+		}
+	}
+}

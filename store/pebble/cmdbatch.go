@@ -1,0 +1,197 @@
+package pebble
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/devmsg/devmsg/store"
+)
+
+var _ store.CommandBatcher = (*Store)(nil)
+
+// cmdChange is one command an UpdateCommands call writes.
+type cmdChange struct {
+	c       store.Command
+	oldDue  int64
+	wasOpen bool
+	raw     []byte
+}
+
+// UpdateCommands applies the updates under the stripes of their devices,
+// all held across one commit (synced unless every change is lazy), with
+// the job executions the commands stand for, as UpdateCommand writes
+// them; see store.CommandBatcher. The delivery of commands records
+// their sent and delivered states this way, many at a time, as the ack
+// stage records messages' deliveries.
+func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer s.exit()
+	errs := make([]error, len(updates))
+	devs := s.updateDevices(updates, errs)
+	stripes := make([]int, 0, len(updates))
+	for i, u := range updates {
+		if errs[i] == nil {
+			stripes = append(stripes, deviceStripe(u.AppKey, devs[i]))
+		}
+	}
+	defer s.lockStripes(stripes)()
+	out, order, evs, lazy := s.applyUpdates(updates, devs, errs)
+	if len(order) == 0 {
+		return out, errs, nil
+	}
+	exs, err := s.prepareChangeExecs(order)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update commands: %w", err)
+	}
+	defer func() {
+		for _, ex := range exs {
+			ex.release()
+		}
+	}()
+	fill := func(b *pebble.Batch) error {
+		for _, ch := range order {
+			if err := fillCommandChange(b, ch); err != nil {
+				return err
+			}
+		}
+		for _, ex := range exs {
+			if err := ex.put(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if lazy {
+		err = s.writeLazy(fill)
+	} else {
+		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
+	}
+	if err != nil {
+		for _, ch := range order {
+			s.openCmds.drop(ch.c.AppKey, ch.c.DeviceName)
+		}
+		for _, ex := range exs {
+			ex.forget()
+		}
+		return nil, nil, fmt.Errorf("update commands: %w", err)
+	}
+	for _, ex := range exs {
+		ex.apply()
+	}
+	for _, ch := range order {
+		if ch.wasOpen && !ch.c.Open() {
+			s.openCountAdd(ch.c.AppKey, ch.c.DeviceName, -1)
+		}
+		s.cmds.put(ch.c, ch.raw)
+	}
+	return out, errs, nil
+}
+
+// updateDevices returns the device of each update's command, from the
+// command cache or a read; an update whose command cannot be read gets
+// its error in errs.
+func (s *Store) updateDevices(updates []store.CommandUpdate, errs []error) []string {
+	devs := make([]string, len(updates))
+	for i, u := range updates {
+		dev, ok := s.cmds.device(u.ID)
+		if !ok {
+			c, err := s.getCommand(u.AppKey, u.ID)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			dev = c.DeviceName
+		}
+		devs[i] = dev
+	}
+	return devs
+}
+
+// applyUpdates reads each update's command, under its device's stripe,
+// and applies the update to it (or to its result of an earlier update of
+// the same command); it returns the commands as updated, the changes to
+// write in order, their events, and whether every change is lazy. An
+// update that fails gets its error in errs.
+func (s *Store) applyUpdates(updates []store.CommandUpdate, devs []string, errs []error) (out []store.Command, order []*cmdChange, evs []store.Event, lazy bool) {
+	out = make([]store.Command, len(updates))
+	changed := map[int64]*cmdChange{}
+	lazy = true
+	for i, u := range updates {
+		if errs[i] != nil {
+			continue
+		}
+		ch := changed[u.ID]
+		if ch == nil {
+			c, err := s.getCommand(u.AppKey, u.ID)
+			if err == nil && c.DeviceName != devs[i] {
+				err = fmt.Errorf("command %d: device %q, cached as %q", u.ID, c.DeviceName, devs[i])
+			}
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			ch = &cmdChange{c: c, oldDue: c.Due(), wasOpen: c.Open()}
+		}
+		c := ch.c
+		if _, err := store.ApplyCommandUpdate(&c, u.ID, u.AppKey, u.Fn); err != nil {
+			errs[i] = err
+			continue
+		}
+		lazy = lazy && c.Lazy && len(c.Emit) == 0 && c.Open()
+		evs = append(evs, c.Emit...)
+		c.Emit, c.Lazy = nil, false
+		ch.c, out[i] = c, c
+		if changed[u.ID] == nil {
+			changed[u.ID] = ch
+			order = append(order, ch)
+		}
+	}
+	return out, order, evs, lazy
+}
+
+// prepareChangeExecs is prepareExecs for the changed commands, app by
+// app in app order, so that every caller takes the jobs' execs locks in
+// one order; the caller releases each.
+func (s *Store) prepareChangeExecs(order []*cmdChange) ([]*execWrites, error) {
+	byApp := map[string][]store.Command{}
+	for _, ch := range order {
+		byApp[ch.c.AppKey] = append(byApp[ch.c.AppKey], ch.c)
+	}
+	var exs []*execWrites
+	for _, app := range slices.Sorted(maps.Keys(byApp)) {
+		ex, err := s.prepareExecs(app, byApp[app], nil)
+		if err != nil {
+			for _, ex := range exs {
+				ex.release()
+			}
+			return nil, err
+		}
+		exs = append(exs, ex)
+	}
+	return exs, nil
+}
+
+// fillCommandChange adds ch to b as UpdateCommand's write does: the
+// command, and its index entries moved or removed.
+func fillCommandChange(b *pebble.Batch, ch *cmdChange) error {
+	c := ch.c
+	if ch.wasOpen && (!c.Open() || c.Due() != ch.oldDue) {
+		if err := b.Delete(cmdDueKey(ch.oldDue, c.ID), nil); err != nil {
+			return err
+		}
+	}
+	if ch.wasOpen && !c.Open() {
+		if err := b.Delete(cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
+			return err
+		}
+	}
+	raw, err := putCommand(b, c)
+	ch.raw = raw
+	return err
+}
