@@ -164,6 +164,11 @@ func (r *Runner) Tick(ctx context.Context) {
 			delete(r.retryScans, id)
 		}
 	}
+	if r.sweepLeft <= 0 {
+		// A sweep stopped at its bound: the next poll carries it on at
+		// once rather than a Poll later, every job getting its look.
+		r.Wake()
+	}
 }
 
 // job carries j one poll on.
