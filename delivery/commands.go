@@ -14,12 +14,14 @@ import (
 )
 
 // CommandStore is what the CommandSender reads and writes: a device's
-// open commands, Barrier before it hands the device what it read, and
-// the delivered states of commands (cmdacks.go).
+// open commands, Barrier before it hands the device what it read, the
+// delivered states of commands (cmdacks.go), and the job a queued
+// command belongs to.
 type CommandStore interface {
 	OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error)
 	UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error)
 	Barrier(ctx context.Context) error
+	GetJob(ctx context.Context, appKey string, id int64) (store.Job, error)
 }
 
 var _ CommandStore = store.Store(nil)
@@ -125,14 +127,44 @@ func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, qu
 		cs.log.Error("read a device's commands", "app", app, "device", dev, "err", err)
 		return
 	}
+	ended := cs.endedJobs(ctx, app, open)
 	for _, cmd := range open {
 		if queued && cmd.State != store.CmdQueued || cs.acks.acking(cmd.ID) {
 			continue // a PUBACK came for it: its delivered state is on its way
+		}
+		if cmd.State == store.CmdQueued && ended[cmd.Job] {
+			continue // its job was cancelled or aborted: the runner's sweep cancels it
 		}
 		if cs.publish(c, cmd) {
 			sent = append(sent, cmd)
 		}
 	}
+}
+
+// endedJobs returns which of the jobs of cmds' queued commands have
+// ended: a job cancelled or aborted cancels its queued commands in the
+// background, and a device that connects meanwhile must not get them
+// (the job's cancel has answered). A job that cannot be read counts as
+// not ended: its commands go as they would without jobs.
+func (cs *CommandSender) endedJobs(ctx context.Context, app string, cmds []store.Command) map[int64]bool {
+	var ended map[int64]bool
+	for _, cmd := range cmds {
+		if cmd.Job == 0 || cmd.State != store.CmdQueued {
+			continue
+		}
+		if _, seen := ended[cmd.Job]; seen {
+			continue
+		}
+		if ended == nil {
+			ended = map[int64]bool{}
+		}
+		j, err := cs.store.GetJob(ctx, app, cmd.Job)
+		if err != nil {
+			cs.log.Warn("read a command's job", "app", app, "job", cmd.Job, "err", err)
+		}
+		ended[cmd.Job] = err == nil && !store.JobActive(j.State)
+	}
+	return ended
 }
 
 // Send publishes cmd, which is durable, on c unless it is in flight on c

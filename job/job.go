@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/devmsg/devmsg/command"
@@ -157,12 +159,19 @@ type Service struct {
 	ids    *idgen.Generator
 	runner *Runner
 	now    func() time.Time
+
+	// creating holds an app's creates one at a time on this node, from
+	// the count of its active jobs to the write of the new one: without
+	// it, concurrent creates would all count the same jobs and all pass
+	// MaxActive.
+	creating [64]sync.Mutex
+	seed     maphash.Seed
 }
 
 // NewService returns a Service storing in st, numbering jobs with ids
 // and waking runner when a job needs it at once.
 func NewService(st Store, ids *idgen.Generator, runner *Runner) *Service {
-	return &Service{store: st, ids: ids, runner: runner, now: time.Now}
+	return &Service{store: st, ids: ids, runner: runner, now: time.Now, seed: maphash.MakeSeed()}
 }
 
 // SetClock has s take the time from now; for tests.
@@ -180,6 +189,9 @@ func (s *Service) Create(ctx context.Context, app store.App, spec Spec, seqNo in
 	if err := spec.Validate(); err != nil {
 		return store.Job{}, err
 	}
+	mu := &s.creating[maphash.String(s.seed, app.Key)%uint64(len(s.creating))]
+	mu.Lock()
+	defer mu.Unlock()
 	active, err := s.store.ActiveJobs(ctx)
 	if err != nil {
 		return store.Job{}, fmt.Errorf("list active jobs: %w", err)

@@ -34,6 +34,11 @@ type Config struct {
 	// YieldRate is the most commands a second the jobs start while Busy
 	// (default 2000, the pace broadcasts give way at).
 	YieldRate int
+	// SweepStep is the most commands of ended jobs the runner cancels a
+	// poll, all jobs together (default 1000): an ended job with many
+	// commands queued for offline devices is swept over several polls,
+	// so that the other jobs, of every app, go on meanwhile.
+	SweepStep int
 }
 
 func (c *Config) fill() {
@@ -48,6 +53,9 @@ func (c *Config) fill() {
 	}
 	if c.YieldRate <= 0 {
 		c.YieldRate = 2000
+	}
+	if c.SweepStep <= 0 {
+		c.SweepStep = 1000
 	}
 	if c.Busy == nil {
 		c.Busy = func() bool { return false }
@@ -71,7 +79,7 @@ type Runner struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// paces and retryScans live in the run goroutine only.
+	// paces, retryScans and sweepLeft live in the run goroutine only.
 	paces      map[int64]*pace
 	retryScans map[int64]map[string]int64
 	// yield is the jobs' allowance while Busy, and yielded says that a
@@ -79,6 +87,8 @@ type Runner struct {
 	// the run goroutine's too.
 	yield   pace
 	yielded bool
+	// sweepLeft is how many commands sweeps may still cancel this poll.
+	sweepLeft int
 }
 
 // NewRunner returns a Runner of the jobs in st, starting their commands
@@ -160,6 +170,7 @@ func (r *Runner) Tick(ctx context.Context) {
 		}
 		return
 	}
+	r.sweepLeft = r.cfg.SweepStep
 	live := make(map[int64]bool, len(jobs))
 	for _, j := range jobs {
 		live[j.ID] = true
@@ -172,6 +183,11 @@ func (r *Runner) Tick(ctx context.Context) {
 			delete(r.paces, id)
 			delete(r.retryScans, id)
 		}
+	}
+	if r.sweepLeft <= 0 {
+		// A sweep stopped at its bound: the next poll carries it on at
+		// once rather than a Poll later, every job getting its look.
+		r.Wake()
 	}
 }
 
@@ -337,23 +353,29 @@ func (r *Runner) finish(ctx context.Context, j store.Job, state, reason string) 
 }
 
 // sweep cancels the commands an ended job had not yet sent, then marks
-// it swept. A crash midway sweeps again: commands already ended are
-// left as they are.
+// it swept. It cancels at most what is left of the poll's SweepStep and
+// leaves the rest to the next polls (the job stays active until swept).
+// A crash midway sweeps again: commands already ended are left as they
+// are.
 func (r *Runner) sweep(ctx context.Context, j store.Job) error {
-	for from := int64(0); ; {
-		es, err := r.store.JobExecutions(ctx, j.AppKey, j.ID, store.CmdQueued, from, 1000)
+	for {
+		limit := min(r.sweepLeft, 1000)
+		if limit <= 0 {
+			return nil
+		}
+		es, err := r.store.JobExecutions(ctx, j.AppKey, j.ID, store.CmdQueued, 0, limit)
 		if err != nil {
 			return fmt.Errorf("read queued executions: %w", err)
 		}
 		for _, e := range es {
+			r.sweepLeft--
 			if _, err := r.cmds.Cancel(ctx, j.AppKey, e.CmdID); err != nil {
 				return fmt.Errorf("cancel command %d: %w", e.CmdID, err)
 			}
 		}
-		if len(es) < 1000 {
+		if len(es) < limit {
 			break
 		}
-		from = es[len(es)-1].Index + 1
 	}
 	_, err := r.update(ctx, j, func(j *store.Job) error {
 		j.Swept = true
