@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -428,5 +429,26 @@ func TestSpecValidation(t *testing.T) {
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLargeParamsMakeSmallSteps: each command keeps its own copy of the
+// job's params, so a job with large params starts its commands in steps
+// of a few MiB of params, not of a thousand commands.
+func TestLargeParamsMakeSmallSteps(t *testing.T) {
+	f := newFixture(t, 40)
+	s := spec(job.Target{All: true})
+	s.Command.Params = json.RawMessage(`"` + strings.Repeat("x", 200<<10) + `"`)
+	j := f.create(s)
+	f.runner.Tick(context.Background()) // the first command
+	f.advance(time.Second)
+	f.runner.Tick(context.Background()) // a second's worth: the other 39
+	j, err := f.svc.Get(context.Background(), "app", j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After the first, 39 commands in steps of 20 (4 MiB / 200 KiB).
+	if j.Step != 3 || j.Next != 40 {
+		t.Fatalf("two ticks made %d steps to %d targets, want 3 steps to 40", j.Step, j.Next)
 	}
 }

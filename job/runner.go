@@ -220,14 +220,15 @@ func (r *Runner) job(ctx context.Context, j store.Job) error {
 		return r.finish(ctx, j, store.JobDone, "")
 	}
 	n, busy := r.allowance(j, now)
+	step := stepSize(j, r.cfg.Step)
 	for n > 0 && ctx.Err() == nil {
 		var ts []command.JobTarget
 		if len(retries) > 0 {
-			k := min(n, r.cfg.Step, len(retries))
+			k := min(n, step, len(retries))
 			ts, retries = retries[:k], retries[k:]
 		}
 		next := j.Next
-		if k := min(n, r.cfg.Step) - len(ts); k > 0 && j.Next < j.Targets {
+		if k := min(n, step) - len(ts); k > 0 && j.Next < j.Targets {
 			names, err := r.store.JobTargets(ctx, j.AppKey, j.ID, j.Next, k)
 			if err != nil {
 				return fmt.Errorf("read targets: %w", err)
@@ -254,6 +255,17 @@ func (r *Runner) job(ctx context.Context, j store.Job) error {
 		j.Next, j.Step = next, j.Step+1
 	}
 	return nil
+}
+
+// stepBytes bounds the params one step stores: each command keeps its
+// own copy, so a step of 1000 commands with 256 KiB params would be a
+// write of 250 MiB held in memory at once.
+const stepBytes = 4 << 20
+
+// stepSize is how many commands one step of j starts: at most limit,
+// and no more than stepBytes of params (at least one).
+func stepSize(j store.Job, limit int) int {
+	return max(1, min(limit, stepBytes/max(1, len(j.Command.Params))))
 }
 
 // open counts j's executions under way.

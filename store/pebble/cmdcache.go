@@ -13,6 +13,11 @@ import (
 // command is decoded on each read.
 const cmdCacheMax = 1 << 16
 
+// cmdCacheEntryMax is the largest command, as stored, cmdCache holds:
+// params and results reach 256 KiB, and a cache of such commands would
+// hold gigabytes; a larger one is decoded on each read.
+const cmdCacheEntryMax = 2 << 10
+
 // cmdCacheEnded is the most ended commands cmdCache holds, the last to
 // end: a command is read once more after its end by the writes that
 // find it ended (a sent state recorded after the answer, an answer
@@ -72,6 +77,10 @@ func (cc *cmdCache) put(c store.Command, raw []byte) {
 		cc.m = map[int64]cmdEntry{}
 	}
 	c.Emit, c.Lazy = nil, false
+	if len(raw) > cmdCacheEntryMax {
+		delete(cc.m, c.ID) // an ended one's place in the ring stays, empty
+		return
+	}
 	if !c.Open() {
 		if e, ok := cc.m[c.ID]; ok && !e.c.Open() {
 			cc.m[c.ID] = cmdEntry{raw, c} // ended already: its place in the ring stays

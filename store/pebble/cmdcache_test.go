@@ -69,3 +69,26 @@ func TestCmdCacheEndedBound(t *testing.T) {
 		}
 	}
 }
+
+// TestCmdCacheSkipsLargeCommands checks that a command stored larger
+// than cmdCacheEntryMax (large params, or a large result once answered)
+// is not held, and that one growing past it leaves the cache.
+func TestCmdCacheSkipsLargeCommands(t *testing.T) {
+	var cc cmdCache
+	big := store.Command{ID: 1, DeviceName: "d", Name: "ota", State: store.CmdQueued,
+		Params: json.RawMessage(`"` + string(make([]byte, cmdCacheEntryMax)) + `"`)}
+	cc.put(big, make([]byte, cmdCacheEntryMax+1))
+	if _, ok := cc.device(1); ok {
+		t.Fatal("a command over cmdCacheEntryMax was cached")
+	}
+	small := store.Command{ID: 2, DeviceName: "d", Name: "ping", State: store.CmdQueued}
+	cc.put(small, []byte(`{}`))
+	if _, ok := cc.device(2); !ok {
+		t.Fatal("a small command was not cached")
+	}
+	small.State = store.CmdSucceeded
+	cc.put(small, make([]byte, cmdCacheEntryMax+1)) // answered with a large result
+	if _, ok := cc.device(2); ok {
+		t.Fatal("a command grown over cmdCacheEntryMax stayed cached")
+	}
+}
