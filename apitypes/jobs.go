@@ -97,3 +97,9 @@ type JobExecutions struct {
 	Executions []JobExecution `json:"executions"`
 	Next       string         `json:"next"`
 }
+
+// JobList is the answer to GET /job/v1/jobs: the app's scheduled,
+// running and paused jobs, oldest first.
+type JobList struct {
+	Jobs []Job `json:"jobs"`
+}

@@ -199,8 +199,8 @@ func (d jobsData) Value(k, def string) string {
 // Checked reports whether the abort rule's state was ticked.
 func (d jobsData) Checked(state string) bool { return slices.Contains(d.Form["abort_state"], state) }
 
-// jobsPage shows the lookup box, the session's jobs and the create
-// form; ?job_id= opens that job's page.
+// jobsPage shows the lookup box, the app's active jobs with the
+// session's others, and the create form; ?job_id= opens that job's page.
 func (c *Console) jobsPage(q *req) error {
 	d := jobsData{AbortStates: abortStates, Form: url.Values{}}
 	if v, ok := q.r.URL.Query()["job_id"]; ok {
@@ -211,7 +211,25 @@ func (c *Console) jobsPage(q *req) error {
 		}
 		d.Lookup, d.Error = v[0], fmt.Sprintf("A job id is a positive whole number, not %q.", v[0])
 	}
+	// The app's active jobs, newest first, then the session's others.
+	seen := map[int64]bool{}
+	var active apitypes.JobList
+	err := q.appAPI(http.MethodGet, "/job/v1/jobs", nil, nil, &active)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		d.Note = "Not every job could be read: " + ae.Message
+	case err != nil:
+		return err
+	}
+	for i := len(active.Jobs) - 1; i >= 0; i-- {
+		d.Jobs = append(d.Jobs, jobView{Job: active.Jobs[i]})
+		seen[active.Jobs[i].JobID] = true
+	}
 	for _, id := range c.sessionJobs(q.s.id, q.key) {
+		if seen[id] {
+			continue
+		}
 		var j jobView
 		err := q.appAPI(http.MethodGet, "/job/v1/job", url.Values{"job_id": {strconv.FormatInt(id, 10)}}, nil, &j.Job)
 		var ae *apiError

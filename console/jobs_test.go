@@ -307,3 +307,22 @@ func TestJobsFormReachesTheJob(t *testing.T) {
 	p = b.post(jobs, form)
 	p.want(t, 200, "accepted for 2 devices")
 }
+
+// TestJobsPageListsJobsMadeElsewhere: a job created through the API,
+// not the console, is on the jobs page while it is active.
+func TestJobsPageListsJobsMadeElsewhere(t *testing.T) {
+	e := newEnv(t) // no runner: the job stays running
+	a := e.createApp("fleet")
+	e.createTagged(a, "lamp", "lamp-a")
+	var created struct {
+		JobID int64 `json:"job_id"`
+	}
+	e.apiCall(a.Key, a.Secret, "POST", "/job/v1/jobs", map[string]any{"seq_no": 1, "target": map[string]any{"tag": "lamp"},
+		"command": map[string]any{"name": "reboot"}}, &created)
+	if created.JobID == 0 {
+		t.Fatal("no job_id")
+	}
+	b := e.browser()
+	b.loginApp(a)
+	b.get("/console/apps/"+a.Key+"/jobs").want(t, 200, fmt.Sprintf(`/jobs/%d"`, created.JobID))
+}

@@ -278,6 +278,22 @@ func (s *Service) Get(ctx context.Context, appKey string, id int64) (store.Job, 
 	return j, jobErr(id, err)
 }
 
+// Active returns the app's jobs that are scheduled, running or paused,
+// oldest first: the jobs that count against MaxActive.
+func (s *Service) Active(ctx context.Context, appKey string) ([]store.Job, error) {
+	all, err := s.store.ActiveJobs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list active jobs: %w", err)
+	}
+	var out []store.Job
+	for _, j := range all {
+		if j.AppKey == appKey && store.JobActive(j.State) {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
 func jobErr(id int64, err error) error {
 	switch {
 	case err == nil:

@@ -219,6 +219,7 @@ func New(cfg Config, st store.Store, log *slog.Logger, reg *prometheus.Registry)
 
 	jobs := r.Group("/job/v1", a.authApp)
 	jobs.POST("/jobs", a.limit(store.CategoryCommand), a.wrap(a.createJob))
+	jobs.GET("/jobs", a.limit(store.CategoryQuery), a.wrap(a.listJobs))
 	jobs.GET("/job", a.limit(store.CategoryQuery), a.wrap(a.getJob))
 	jobs.GET("/job/executions", a.limit(store.CategoryQuery), a.wrap(a.getExecutions))
 	jobs.POST("/job/pause", a.limit(store.CategoryCommand), a.wrap(a.changeJob((*job.Service).Pause)))

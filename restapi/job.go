@@ -321,6 +321,21 @@ func (a *API) getJob(c *gin.Context) error {
 	return a.writeRead(c, viewJob(j))
 }
 
+// listJobs serves GET /job/v1/jobs: the app's active jobs, so that a
+// job whose id was lost can be found (and cancelled) while it counts
+// against the app's limit.
+func (a *API) listJobs(c *gin.Context) error {
+	js, err := a.jobs.Active(c.Request.Context(), currentApp(c).Key)
+	if err != nil {
+		return err
+	}
+	out := apitypes.JobList{Jobs: make([]apitypes.Job, len(js))}
+	for i, j := range js {
+		out.Jobs[i] = viewJob(j)
+	}
+	return a.writeRead(c, out)
+}
+
 // getExecutions serves GET /job/v1/job/executions?job_id=N&state=S&cursor=C&limit=L.
 func (a *API) getExecutions(c *gin.Context) error {
 	id, err := idParam(c, "job_id")

@@ -340,7 +340,26 @@ func TestJobActiveLimit(t *testing.T) {
 	oc := credsOf(other)
 	e.do("POST", "/job/v1/jobs", `{"seq_no":1,"target":{"all":true},"command":{"name":"ota"}}`, &oc).wantOK(t)
 
+	// GET /job/v1/jobs lists the ten, oldest first, and only this app's.
+	r = e.call("GET", "/job/v1/jobs", nil)
+	r.wantOK(t)
+	var list apitypes.JobList
+	r.decode(t, &list)
+	if len(list.Jobs) != 10 {
+		t.Fatalf("GET /job/v1/jobs listed %d jobs, want 10: %s", len(list.Jobs), r.body)
+	}
+	for i, j := range list.Jobs {
+		if j.JobID != ids[i] || j.State != "running" {
+			t.Fatalf("job %d listed %+v, want %d running", i, j, ids[i])
+		}
+	}
+
 	e.jobChange("cancel", ids[3]).wantOK(t)
+	r = e.call("GET", "/job/v1/jobs", nil)
+	r.decode(t, &list)
+	if len(list.Jobs) != 9 || slices.ContainsFunc(list.Jobs, func(j apitypes.Job) bool { return j.JobID == ids[3] }) {
+		t.Fatalf("after a cancel GET /job/v1/jobs lists %s", r.body)
+	}
 	e.createJob(`{"seq_no":202,"target":{"tag":"lamp"},"command":{"name":"ota"}}`)
 	e.call("POST", "/job/v1/jobs", `{"seq_no":203,"target":{"tag":"lamp"},"command":{"name":"ota"}}`).wantError(t, 429, 2002)
 }

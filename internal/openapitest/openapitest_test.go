@@ -54,7 +54,7 @@ func TestEveryRouteDocumented(t *testing.T) {
 		"POST /device/v1/tags", "POST /msg/v1/msgs",
 		"POST /msg/v1/broadcast", "GET /msg/v1/broadcast", "DELETE /msg/v1/broadcast",
 		"POST /cmd/v1/cmd", "GET /cmd/v1/cmd", "DELETE /cmd/v1/cmd", "POST /cmd/v1/cmds",
-		"POST /job/v1/jobs", "GET /job/v1/job", "GET /job/v1/job/executions",
+		"POST /job/v1/jobs", "GET /job/v1/jobs", "GET /job/v1/job", "GET /job/v1/job/executions",
 		"POST /job/v1/job/pause", "POST /job/v1/job/resume", "POST /job/v1/job/cancel",
 	}
 	admin := []string{
