@@ -1,9 +1,7 @@
 package console
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,114 +9,39 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/devmsg/devmsg/internal/browsertest"
 )
 
-// chrome is a headless Chromium tab on an env's server.
+// chrome is a headless Chromium tab on an env's server
+// (browsertest.Tab).
 type chrome struct {
-	t    *testing.T
-	ctx  context.Context
-	base string
+	*browsertest.Tab
+	t *testing.T
 }
 
-// newChrome starts headless Chromium (Debian's chromium; skipped when
-// it is not installed). On failure the last page is saved as
-// failure.png in the test's temp dir.
+// newChrome starts headless Chromium (skipped when it is not
+// installed); see browsertest.New.
 func newChrome(t *testing.T, base string) *chrome {
 	t.Helper()
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		t.Skip("chromium not installed (Debian package chromium; CI installs it)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox,                               // CI runs the tests as root
-		chromedp.Flag("ignore-certificate-errors", true), // the test server's own certificate
-		chromedp.WindowSize(1280, 900),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelTab := chromedp.NewContext(actx)
-	b := &chrome{t: t, ctx: ctx, base: base}
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if t.Failed() {
-			b.screenshot(filepath.Join(dir, "failure.png"))
-			t.Logf("screenshot of the last page: %s", filepath.Join(dir, "failure.png"))
-		}
-		cancelTab()
-		cancelAlloc()
-	})
-	if err := chromedp.Run(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return b
+	return &chrome{Tab: browsertest.New(t, base), t: t}
 }
 
-func (b *chrome) run(what string, actions ...chromedp.Action) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-	defer cancel()
-	if err := chromedp.Run(ctx, actions...); err != nil {
-		b.t.Fatalf("%s: %v", what, err)
-	}
-}
+func (b *chrome) run(what string, actions ...chromedp.Action) { b.t.Helper(); b.Run(what, actions...) }
+func (b *chrome) open(path string)                            { b.t.Helper(); b.Open(path) }
+func (b *chrome) read(sel string) string                      { b.t.Helper(); return b.Read(sel) }
+func (b *chrome) eval(js string, out any)                     { b.t.Helper(); b.Eval(js, out) }
+func (b *chrome) screenshot(path string)                      { b.Screenshot(path) }
 
-func (b *chrome) open(path string) {
-	b.t.Helper()
-	b.run("open "+path, chromedp.Navigate(b.base+path), chromedp.WaitReady("body", chromedp.ByQuery))
-}
-
-// read returns the trimmed text of the first element matching sel, ""
-// when there is none, in one evaluation: a live section is replaced
-// every 2 s, so a node found by one call may be gone by the next.
-func (b *chrome) read(sel string) string {
-	b.t.Helper()
-	var s string
-	b.run("read "+sel, chromedp.Evaluate(`(document.querySelector(`+strconv.Quote(sel)+`)?.textContent ?? "").trim()`, &s))
-	return s
-}
-
-func (b *chrome) eval(js string, out any) {
-	b.t.Helper()
-	b.run("evaluate "+js, chromedp.Evaluate(js, out))
-}
+// click clicks a button in one evaluation (it may sit in a live
+// section) and waits for the next page to load.
+func (b *chrome) click(sel string) { b.t.Helper(); b.ClickNow(sel) }
 
 // submit sets form fields and clicks the button, waiting for the page
 // the form leads to (POST, redirect, GET).
 func (b *chrome) submit(fields map[string]string, button string) {
 	b.t.Helper()
-	var actions []chromedp.Action
-	for sel, v := range fields {
-		actions = append(actions, chromedp.SetValue(sel, v, chromedp.ByQuery))
-	}
-	b.run("fill for "+button, actions...)
-	b.click(button)
-}
-
-// click clicks the button in one evaluation and waits for the next
-// page to load.
-func (b *chrome) click(sel string) {
-	b.t.Helper()
-	b.run("click "+sel, chromedp.Evaluate(`window.__devmsgOld = 1; document.querySelector(`+strconv.Quote(sel)+`).click()`, nil))
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var loaded bool
-		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
-		err := chromedp.Run(ctx, chromedp.Evaluate(`typeof window.__devmsgOld === "undefined" && document.readyState === "complete"`, &loaded))
-		cancel()
-		if err == nil && loaded {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("click %s: the next page did not load within 15s (last error: %v)", sel, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	b.Fill(fields, button, b.ClickNow)
 }
 
 // waitRead waits until sel reads want, without reloading the page.
@@ -134,19 +57,6 @@ func (b *chrome) waitRead(sel, want string, within time.Duration) {
 			b.t.Fatalf("%s reads %q, not %q, after %v", sel, got, want, within)
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func (b *chrome) screenshot(path string) {
-	var png []byte
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
-		b.t.Logf("screenshot %s: %v", path, err)
-		return
-	}
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		b.t.Logf("screenshot %s: %v", path, err)
 	}
 }
 
