@@ -264,16 +264,7 @@ func (p *cutProxy) down(srv *net.TCPConn, dev net.Conn) {
 func TestCommandsSim(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"sim", "--broker", "tcp://" + f.s.mqtt["tcp"], "--app-key", demoKey, "--count", "2", "--prefix", "csim-",
-			"--create", "--api", "http://" + f.s.addr, "--master-secret", demoSecret, "--report-every", "0",
-			"--fail-rate", "0.5", "--ota-time", "500ms", "--reboot-time", "1s", "--mqtt-version", "5"}, out, out)
-	}()
-	waitFor(t, 10*time.Second, "2 simulated devices connected", func() bool { return strings.Contains(out.String(), "sim: 2 devices connected, 0 failed") })
+	out, stop := f.startSim(2, "csim-", "--fail-rate", "0.5", "--ota-time", "500ms", "--reboot-time", "1s", "--mqtt-version", "5")
 
 	if v := f.sendCmd("csim-0001", "ping", `{"hello":"sim"}`, 10); v.State != "succeeded" || string(v.Result) != `{"hello":"sim"}` {
 		t.Fatalf("ping: %+v\n%s", v, out)
@@ -301,8 +292,7 @@ func TestCommandsSim(t *testing.T) {
 	if f.status("csim-0001").Status != 1 {
 		t.Fatal("csim-0001 not back online after its reboot")
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("sim: %v\n%s", err, out)
 	}
 }
@@ -373,4 +363,30 @@ func docScript(t *testing.T, path, heading string) string {
 		t.Fatalf("%s: unterminated sh block after %q", path, heading)
 	}
 	return script
+}
+
+// startSim runs `devmsg sim` with count devices named prefix0001...
+// (created through the API) and more flags, until stop, which returns
+// its error; it returns once every device is connected.
+func (f *fleet) startSim(count int, prefix string, more ...string) (out *syncBuffer, stop func() error) {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out = &syncBuffer{}
+	done := make(chan error, 1)
+	args := append([]string{"sim", "--broker", "tcp://" + f.s.mqtt["tcp"], "--app-key", demoKey, "--count", fmt.Sprint(count),
+		"--prefix", prefix, "--create", "--api", "http://" + f.s.addr, "--master-secret", demoSecret, "--report-every", "0"}, more...)
+	go func() { done <- run(ctx, args, out, out) }()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	f.t.Cleanup(func() { _ = stop() })
+	want := fmt.Sprintf("sim: %d devices connected, 0 failed", count)
+	waitFor(f.t, 15*time.Second, want, func() bool { return strings.Contains(out.String(), want) })
+	return out, stop
 }

@@ -11,28 +11,16 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/devmsg/devmsg/apitypes"
 )
 
-// jobView is a job document as the API answers it.
-type jobView struct {
-	JobID       int64            `json:"job_id"`
-	State       string           `json:"state"`
-	Targets     int64            `json:"targets"`
-	Counts      map[string]int64 `json:"counts"`
-	AbortReason string           `json:"abort_reason"`
-	TimeCreate  int64            `json:"time_create"`
-	TimeDone    int64            `json:"time_done"`
-}
-
-// execView is one execution as GET /job/v1/job/executions lists it.
-type execView struct {
-	DeviceName string `json:"device_name"`
-	CmdID      int64  `json:"cmd_id"`
-	State      string `json:"state"`
-	Code       int    `json:"code"`
-	Attempt    int    `json:"attempt"`
-	TimeDone   int64  `json:"time_done"`
-}
+// jobView is a job document as the API answers it, execView one
+// execution as GET /job/v1/job/executions lists it.
+type (
+	jobView  = apitypes.Job
+	execView = apitypes.JobExecution
+)
 
 // createDevicesIn creates n devices named prefix0... in chunks of the
 // batch API's size and returns their names and secrets.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -46,16 +45,7 @@ func (f *fleet) waitJobEnd(id int64, timeout time.Duration) jobView {
 func TestJobsWithSimulatedDevices(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"sim", "--broker", "tcp://" + f.s.mqtt["tcp"], "--app-key", demoKey, "--count", "12", "--prefix", "jsim-",
-			"--create", "--api", "http://" + f.s.addr, "--master-secret", demoSecret, "--report-every", "0", "--quiet",
-			"--fail-rate", "0.25", "--ota-time", "200ms", "--mqtt-version", "5"}, out, out)
-	}()
-	waitFor(t, 15*time.Second, "12 simulated devices connected", func() bool { return strings.Contains(out.String(), "sim: 12 devices connected, 0 failed") })
+	f.startSim(12, "jsim-", "--quiet", "--fail-rate", "0.25", "--ota-time", "200ms", "--mqtt-version", "5")
 	for i := 1; i <= 12; i += 2 {
 		if st, b := f.rest("POST", "/device/v1/tags", fmt.Sprintf(`{"device_name":"jsim-%04d","tags":["canary"]}`, i)); st != 200 {
 			t.Fatalf("tag: %d %s", st, b)
@@ -100,8 +90,6 @@ func TestJobsWithSimulatedDevices(t *testing.T) {
 	if st != 200 || !strings.Contains(string(b), `"state":"aborted"`) || !strings.Contains(string(b), `"state":"done"`) {
 		t.Fatalf("job.done events: %d %s", st, b)
 	}
-	cancel()
-	<-done
 }
 
 // TestJobRampWithRealDevices measures a ramp on `devmsg sim` devices
@@ -111,16 +99,7 @@ func TestJobsWithSimulatedDevices(t *testing.T) {
 func TestJobRampWithRealDevices(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"sim", "--broker", "tcp://" + f.s.mqtt["tcp"], "--app-key", demoKey, "--count", "40", "--prefix", "jramp-",
-			"--create", "--api", "http://" + f.s.addr, "--master-secret", demoSecret, "--report-every", "0", "--quiet"}, out, out)
-	}()
-	defer func() { cancel(); <-done }()
-	waitFor(t, 15*time.Second, "40 simulated devices connected", func() bool { return strings.Contains(out.String(), "sim: 40 devices connected, 0 failed") })
+	f.startSim(40, "jramp-", "--quiet")
 
 	id, _ := f.job(`{"seq_no":1,"target":{"all":true},"command":{"name":"ping"},"ttl":30,
 		"rollout":{"rate":6000,"ramp":{"start":120,"factor":2,"every":2}}}`)
