@@ -3,7 +3,6 @@ package delivery
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/devmsg/devmsg/message"
@@ -40,14 +39,10 @@ type ack struct {
 	counted bool
 }
 
-// ackStage stores PUBACKs many at a time: each write marks up to ackWriteMax
-// messages acknowledged, with their records, in one store.UpdateMessages
-// (on Pebble one batch and one fsync). A goroutine writes while
-// acknowledgements gather for the next write, and exists only while
-// there is something to write; when ackBatch are waiting another
-// starts, up to ackWriters, so that one write's fsync does not hold up
-// the next. Writes under way at once hold different messages, so their
-// order does not matter.
+// ackStage stores PUBACKs many at a time (a writeStage): each write
+// marks up to ackWriteMax messages acknowledged, with their records, in
+// one store.UpdateMessages (on Pebble one batch and one fsync); when
+// ackBatch are waiting another write starts, up to ackWriters.
 //
 // The device has its PUBACK answered already; what waits is the delivered
 // state and its record. A message stays in its route's sent set until its
@@ -55,44 +50,11 @@ type ack struct {
 // write leaves it pending, to be sent again on the next connection, which
 // QoS 1 allows. A delivery success record is written only by the write
 // that moves the message out of pending, so exactly once.
-type ackStage struct {
-	mu      sync.Mutex
-	queue   []ack
-	writers int // goroutines running run
-}
+type ackStage = writeStage[ack]
 
-// add queues a and starts a writer if none runs, or if a whole batch is
-// waiting and fewer than ackWriters run.
-func (s *ackStage) add(d *Dispatcher, a ack) {
-	s.mu.Lock()
-	s.queue = append(s.queue, a)
-	if s.writers > 0 && (len(s.queue) < ackBatch || s.writers >= ackWriters) {
-		s.mu.Unlock()
-		return
-	}
-	s.writers++
-	s.mu.Unlock()
-	go s.run(d)
-}
-
-// run writes queued acknowledgements until none is left.
-func (s *ackStage) run(d *Dispatcher) {
-	for {
-		s.mu.Lock()
-		n := min(len(s.queue), ackWriteMax)
-		if n == 0 {
-			s.writers--
-			if s.writers == 0 {
-				s.queue = nil
-			}
-			s.mu.Unlock()
-			return
-		}
-		batch := s.queue[:n:n]
-		s.queue = s.queue[n:]
-		s.mu.Unlock()
-		d.storeAcks(batch)
-	}
+// newAckStage returns d's ack stage.
+func newAckStage(d *Dispatcher) *ackStage {
+	return &ackStage{batch: ackBatch, max: ackWriteMax, writers: ackWriters, write: d.storeAcks}
 }
 
 // storeAcks marks the acknowledged messages delivered, then frees their
@@ -196,7 +158,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	}
 	d.acking[k]++
 	d.mu.Unlock()
-	d.acks.add(d, ack{r: r, id: id, counted: true})
+	d.acks.add(ack{r: r, id: id, counted: true})
 }
 
 // ackingElsewhere reports whether PUBACKs that came on another

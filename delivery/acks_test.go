@@ -377,18 +377,18 @@ func TestAckWritesOverlap(t *testing.T) {
 	d, gated, r := ackStageFixture(t, false)
 	writes := gated.writes
 	id := int64(1 << 40) // no such message: each write fails, which is enough here
-	d.acks.add(d, ack{r: r, id: id})
+	d.acks.add(ack{r: r, id: id})
 	eventually(t, "the first write", func() bool { return len(writes()) == 1 })
 	for range ackBatch - 1 {
 		id++
-		d.acks.add(d, ack{r: r, id: id})
+		d.acks.add(ack{r: r, id: id})
 	}
 	time.Sleep(50 * time.Millisecond)
 	if got := writes(); !slices.Equal(got, []int{1}) {
 		t.Fatalf("writes %v with less than a batch waiting, want the first alone", got)
 	}
 	id++
-	d.acks.add(d, ack{r: r, id: id})
+	d.acks.add(ack{r: r, id: id})
 	eventually(t, "a second write while the first waits", func() bool { return len(writes()) == 2 })
 	if got := writes(); got[1] != ackBatch {
 		t.Fatalf("second write of %d PUBACKs, want %d", got[1], ackBatch)
@@ -397,7 +397,7 @@ func TestAckWritesOverlap(t *testing.T) {
 	eventually(t, "the writers gone", func() bool {
 		d.acks.mu.Lock()
 		defer d.acks.mu.Unlock()
-		return d.acks.writers == 0 && len(d.acks.queue) == 0
+		return d.acks.running == 0 && len(d.acks.queue) == 0
 	})
 }
 
@@ -452,7 +452,7 @@ func TestAckWritesGrowWithTheQueue(t *testing.T) {
 	add := func(n int) {
 		for range n {
 			id++
-			d.acks.add(d, ack{r: r, id: id})
+			d.acks.add(ack{r: r, id: id})
 		}
 	}
 	add(1)
@@ -467,7 +467,7 @@ func TestAckWritesGrowWithTheQueue(t *testing.T) {
 	eventually(t, "the writers gone", func() bool {
 		d.acks.mu.Lock()
 		defer d.acks.mu.Unlock()
-		return d.acks.writers == 0 && len(d.acks.queue) == 0
+		return d.acks.running == 0 && len(d.acks.queue) == 0
 	})
 	later := writes()[ackWriters:]
 	if len(later) > 2 || slices.Max(later) != ackWriteMax {

@@ -25,11 +25,10 @@ type cmdAck struct {
 }
 
 // cmdAckStage stores the delivered states of commands many at a time,
-// as the ack stage stores messages' PUBACKs (acks.go): one synced write
-// (store.CommandBatcher) records what waits while the next PUBACKs
-// gather, and a goroutine writes only while there is something to
-// write. Each PUBACK was a synced write of its own on the device's read
-// loop, which waited for its fsync before it read the device's answer.
+// as the ack stage stores messages' PUBACKs (acks.go): a writeStage whose
+// writes are one synced store write each (store.CommandBatcher). Each
+// PUBACK was a synced write of its own on the device's read loop, which
+// waited for its fsync before it read the device's answer.
 //
 // The delivered state is durable once written; until then a crash leaves
 // the command sent, to be sent again with the same cmd_id on the
@@ -37,30 +36,36 @@ type cmdAck struct {
 // stored first stands: the delivered state leaves an ended command
 // alone (command.DeliveredAt).
 type cmdAckStage struct {
-	mu      sync.Mutex
-	queue   []cmdAck
-	writers int
+	stage *writeStage[cmdAck]
+
+	mu sync.Mutex
 	// pending counts, by command id, the PUBACKs waiting or being
 	// written: Attach does not send such a command again.
 	pending map[int64]int
 }
 
-// add queues a and starts a writer if none runs, or if a whole batch is
-// waiting and fewer than cmdAckWriters run.
-func (s *cmdAckStage) add(cs *CommandSender, a cmdAck) {
+// newCmdAckStage returns cs's stage of delivered states.
+func newCmdAckStage(cs *CommandSender) *cmdAckStage {
+	s := &cmdAckStage{pending: map[int64]int{}}
+	s.stage = &writeStage[cmdAck]{batch: cmdAckBatch, max: cmdAckBatch, writers: cmdAckWriters, write: func(batch []cmdAck) {
+		cs.storeDelivered(batch)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, a := range batch {
+			if s.pending[a.ref.id]--; s.pending[a.ref.id] <= 0 {
+				delete(s.pending, a.ref.id)
+			}
+		}
+	}}
+	return s
+}
+
+// add queues a PUBACK for its write.
+func (s *cmdAckStage) add(a cmdAck) {
 	s.mu.Lock()
-	s.queue = append(s.queue, a)
-	if s.pending == nil {
-		s.pending = map[int64]int{}
-	}
 	s.pending[a.ref.id]++
-	if s.writers > 0 && (len(s.queue) < cmdAckBatch || s.writers >= cmdAckWriters) {
-		s.mu.Unlock()
-		return
-	}
-	s.writers++
 	s.mu.Unlock()
-	go s.run(cs)
+	s.stage.add(a)
 }
 
 // acking reports whether command id's PUBACK came and its delivered
@@ -69,33 +74,6 @@ func (s *cmdAckStage) acking(id int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pending[id] > 0
-}
-
-// run writes queued PUBACKs until none is left.
-func (s *cmdAckStage) run(cs *CommandSender) {
-	for {
-		s.mu.Lock()
-		n := min(len(s.queue), cmdAckBatch)
-		if n == 0 {
-			s.writers--
-			if s.writers == 0 {
-				s.queue = nil
-			}
-			s.mu.Unlock()
-			return
-		}
-		batch := s.queue[:n:n]
-		s.queue = s.queue[n:]
-		s.mu.Unlock()
-		cs.storeDelivered(batch)
-		s.mu.Lock()
-		for _, a := range batch {
-			if s.pending[a.ref.id]--; s.pending[a.ref.id] <= 0 {
-				delete(s.pending, a.ref.id)
-			}
-		}
-		s.mu.Unlock()
-	}
 }
 
 // storeDelivered writes the delivered states of batch: in one write

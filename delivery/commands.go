@@ -73,7 +73,7 @@ type CommandSender struct {
 	locks [64]sync.Mutex
 
 	// acks stores the delivered states (cmdacks.go).
-	acks cmdAckStage
+	acks *cmdAckStage
 }
 
 type cmdRef struct {
@@ -84,7 +84,9 @@ type cmdRef struct {
 // NewCommandSender returns a CommandSender recording sends and PUBACKs
 // with svc.
 func NewCommandSender(st CommandStore, svc *command.Service, log *slog.Logger) *CommandSender {
-	return &CommandSender{store: st, svc: svc, log: log, now: time.Now, inflight: map[Conn]map[uint16]cmdRef{}, waiting: map[Conn][]int64{}}
+	cs := &CommandSender{store: st, svc: svc, log: log, now: time.Now, inflight: map[Conn]map[uint16]cmdRef{}, waiting: map[Conn][]int64{}}
+	cs.acks = newCmdAckStage(cs)
+	return cs
 }
 
 // SetFreed has the sender tell f of each place a command leaves in a
@@ -347,7 +349,7 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 	cs.mu.Unlock()
 	if ok {
 		cs.active.Add(-1)
-		cs.acks.add(cs, cmdAck{ref: ref, at: cs.now().UnixMilli()})
+		cs.acks.add(cmdAck{ref: ref, at: cs.now().UnixMilli()})
 	}
 	sent, freed := cs.drain(ctx, c, app, dev)
 	unlock()

@@ -83,7 +83,7 @@ type Dispatcher struct {
 	// Counts since start, for metrics.
 	published, delivered, expired atomic.Int64
 
-	acks ackStage
+	acks *ackStage
 	// windowFreed, when set, is told of places a connection's messages
 	// left in its window without a PUBACK (SetWindowFreed).
 	windowFreed func(c Conn, app, dev string)
@@ -107,7 +107,9 @@ func (l local) Notify(m store.Message, _ store.Device) { l.d.Notify(m) }
 
 // NewDispatcher returns a Dispatcher; Start begins expiring messages.
 func NewDispatcher(st Store, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{store: st, log: log, now: time.Now, maxHold: defaultMaxHold, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
+	d := &Dispatcher{store: st, log: log, now: time.Now, maxHold: defaultMaxHold, routes: map[routeID]*route{}, idleFlushers: make(chan *route)}
+	d.acks = newAckStage(d)
+	return d
 }
 
 // Attach starts delivery to a connection that subscribed to msg. A

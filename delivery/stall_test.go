@@ -63,7 +63,7 @@ func TestStalledDeviceHoldsNoOneElse(t *testing.T) {
 	}
 
 	// A delivery of dev-1's in the ack stage, then dev-2's PUBACK.
-	f.d.acks.add(f.d, ack{r: f.route(), id: id1})
+	f.d.acks.add(ack{r: f.route(), id: id1})
 	dev2, err := f.st.GetDevice(ctx, "app", "dev-2")
 	must(t, err)
 	m2, err := f.svc.Send(ctx, f.app, dev2, message.SendRequest{Body: "b", TTL: 60}, 0, func(int64) *store.SeqEntry { return nil })
