@@ -410,15 +410,11 @@ func (s *Service) change(ctx context.Context, appKey string, id int64, what stri
 func end(j *store.Job, state, reason string, now time.Time) {
 	j.State, j.AbortReason, j.TimeDone = state, reason, now.UnixMilli()
 	j.Swept = state == store.JobDone // nothing is queued once every execution ended
-	counts := j.Counts
-	if counts == nil {
-		counts = map[string]int64{store.ExecPending: j.Targets}
-	}
 	data, _ := json.Marshal(struct {
 		JobID       string           `json:"job_id"`
 		State       string           `json:"state"`
 		Counts      map[string]int64 `json:"counts"`
 		AbortReason string           `json:"abort_reason"`
-	}{strconv.FormatInt(j.ID, 10), state, counts, reason})
+	}{strconv.FormatInt(j.ID, 10), state, j.Counts, reason})
 	j.Emit = append(j.Emit, store.Event{Type: EventDone, AppKey: j.AppKey, Time: now.UnixMilli(), Data: data})
 }

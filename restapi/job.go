@@ -300,11 +300,7 @@ func parseRetries(obj object) (map[string]int, error) {
 
 // viewJob is j as the API shows it.
 func viewJob(j store.Job) apitypes.Job {
-	counts := j.Counts
-	if counts == nil {
-		counts = map[string]int64{store.ExecPending: j.Targets}
-	}
-	return apitypes.Job{JobID: j.ID, State: j.State, Targets: j.Targets, Counts: counts, AbortReason: j.AbortReason,
+	return apitypes.Job{JobID: j.ID, State: j.State, Targets: j.Targets, Counts: j.Counts, AbortReason: j.AbortReason,
 		TimeCreate: j.TimeCreate, TimeDone: j.TimeDone}
 }
 
