@@ -392,7 +392,9 @@ func (s *Store) UpdateJob(ctx context.Context, appKey string, id int64, fn func(
 		if err != nil {
 			return err
 		}
-		was := j.Active()
+		// ApplyJobUpdate keeps an inactive job inactive (ended stays
+		// ended, swept stays swept), so the global index, which ActiveJobs
+		// prunes of inactive jobs, never needs the job back.
 		evs, err := store.ApplyJobUpdate(&j, fn)
 		if err != nil {
 			return err
@@ -400,13 +402,6 @@ func (s *Store) UpdateJob(ctx context.Context, appKey string, id int64, fn func(
 		fields, err := jobFields(j)
 		if err != nil {
 			return err
-		}
-		// A job that becomes Active again (an ended one unswept) goes
-		// back into the global index first, as CreateJob puts it there.
-		if !was && j.Active() {
-			if err := s.rdb.ZAdd(ctx, s.activeJobsKey(), goredis.Z{Score: float64(id), Member: jobMember(appKey, id)}).Err(); err != nil {
-				return err
-			}
 		}
 		if _, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			p.HSet(ctx, k, fields[:4]...) // def and state: step and next are StartJob's
