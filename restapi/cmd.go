@@ -120,9 +120,8 @@ func (a *API) sendCommand(c *gin.Context) error {
 	if name == "" {
 		return a.cmdSeqFailed(c, app.Key, f, errMissing("device_name"))
 	}
-	if done, err := a.cmdReplay(c, app.Key, f); done || err != nil {
-		return err
-	}
+	// A seq_no recorded already is found by the write, which refuses it
+	// (store.ErrSeqUsed), and replayed then: no read before it.
 	rs, err := a.commands.Send(c.Request.Context(), app, []string{name}, req, true, seqNo, func(cs []store.Command) *store.SeqEntry {
 		return a.seqEntry(f.fp, mustJSON(viewCommand(cs[0])))
 	})

@@ -75,6 +75,7 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 	if err != nil {
 		for _, ch := range order {
 			s.openCmds.drop(ch.c.AppKey, ch.c.DeviceName)
+			s.cmds.forget(ch.c.ID)
 		}
 		for _, ex := range exs {
 			ex.forget()
@@ -88,7 +89,7 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		if ch.wasOpen && !ch.c.Open() {
 			s.openCountAdd(ch.c.AppKey, ch.c.DeviceName, -1)
 		}
-		s.cmds.put(ch.c, ch.raw)
+		s.cmds.put(ch.c, len(ch.raw))
 	}
 	return out, errs, nil
 }

@@ -1,9 +1,6 @@
 package pebble
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"sync"
 
 	"github.com/devmsg/devmsg/store"
@@ -26,64 +23,63 @@ const cmdCacheEntryMax = 2 << 10
 const cmdCacheEnded = 1 << 13
 
 // cmdCache holds the open commands, and the last to end, as last
-// written, encoded and decoded, so a read that finds the same bytes
-// stored skips the JSON decode: a command is read by each of its writes (sent, delivered,
-// answered) and by each call waiting for it. An entry is used only
-// when its bytes equal what the read found, so a stale one costs a
-// decode, never a wrong answer.
+// written, so that a read of one skips the store and the JSON decode: a
+// command is read by each of its writes (sent, delivered, answered) and
+// by each call waiting for it. Every write of a command (createCommands,
+// UpdateCommand, UpdateCommands) puts it here after its commit, under
+// the stripe of its device, or forgets it when the commit fails, so an
+// entry is never older than the last write a reader could have seen
+// returned. A command not here is read from the store and not added: a
+// read that raced a write could otherwise cache what the write replaced.
 type cmdCache struct {
 	mu sync.Mutex
-	m  map[int64]cmdEntry
+	m  map[int64]store.Command
 	// ended holds the ids of the ended commands in m, a ring whose
 	// oldest is at next once full.
 	ended []int64
 	next  int
 }
 
-type cmdEntry struct {
-	raw []byte
-	c   store.Command
+// get returns command id, if the cache holds it.
+func (cc *cmdCache) get(id int64) (store.Command, bool) {
+	cc.mu.Lock()
+	c, ok := cc.m[id]
+	cc.mu.Unlock()
+	return c, ok
 }
 
-// decode returns the command stored as raw under id.
-func (cc *cmdCache) decode(id int64, raw []byte) (store.Command, error) {
+// forget drops command id, whose write failed: its next read goes to
+// the store.
+func (cc *cmdCache) forget(id int64) {
 	cc.mu.Lock()
-	e, ok := cc.m[id]
+	delete(cc.m, id) // an ended one's place in the ring stays, empty
 	cc.mu.Unlock()
-	if ok && bytes.Equal(e.raw, raw) {
-		return e.c, nil
-	}
-	var c store.Command
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return store.Command{}, fmt.Errorf("decode command %d: %w", id, err)
-	}
-	return c, nil
 }
 
 // device returns the device of command id, if the cache holds it.
 func (cc *cmdCache) device(id int64) (string, bool) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	e, ok := cc.m[id]
-	return e.c.DeviceName, ok
+	c, ok := cc.m[id]
+	return c.DeviceName, ok
 }
 
-// put records c, written as raw: kept while open, and once ended among
-// the last cmdCacheEnded to end.
-func (cc *cmdCache) put(c store.Command, raw []byte) {
+// put records c, written as size bytes: kept while open, and once ended
+// among the last cmdCacheEnded to end.
+func (cc *cmdCache) put(c store.Command, size int) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.m == nil {
-		cc.m = map[int64]cmdEntry{}
+		cc.m = map[int64]store.Command{}
 	}
 	c.Emit, c.Lazy = nil, false
-	if len(raw) > cmdCacheEntryMax {
+	if size > cmdCacheEntryMax {
 		delete(cc.m, c.ID) // an ended one's place in the ring stays, empty
 		return
 	}
 	if !c.Open() {
-		if e, ok := cc.m[c.ID]; ok && !e.c.Open() {
-			cc.m[c.ID] = cmdEntry{raw, c} // ended already: its place in the ring stays
+		if e, ok := cc.m[c.ID]; ok && !e.Open() {
+			cc.m[c.ID] = c // ended already: its place in the ring stays
 			return
 		}
 		if len(cc.ended) < cmdCacheEnded {
@@ -93,11 +89,11 @@ func (cc *cmdCache) put(c store.Command, raw []byte) {
 			cc.ended[cc.next] = c.ID
 			cc.next = (cc.next + 1) % cmdCacheEnded
 		}
-		cc.m[c.ID] = cmdEntry{raw, c}
+		cc.m[c.ID] = c
 		return
 	}
 	if _, ok := cc.m[c.ID]; !ok && len(cc.m)-len(cc.ended) >= cmdCacheMax {
 		return
 	}
-	cc.m[c.ID] = cmdEntry{raw, c}
+	cc.m[c.ID] = c
 }

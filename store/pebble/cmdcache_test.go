@@ -7,41 +7,25 @@ import (
 	"github.com/devmsg/devmsg/store"
 )
 
-// TestCmdCacheStale checks that an entry is used only for the bytes it
-// was written as: other bytes stored under its id are decoded.
-func TestCmdCacheStale(t *testing.T) {
+// TestCmdCacheHoldsLastWrite checks that the cache answers with the
+// command as last put, and that a forgotten one is read from the store.
+func TestCmdCacheHoldsLastWrite(t *testing.T) {
 	var cc cmdCache
 	c := store.Command{ID: 7, AppKey: "app", DeviceName: "d", Name: "reboot", State: store.CmdQueued}
-	raw, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc.put(c, raw)
+	cc.put(c, 100)
 	if dev, ok := cc.device(7); !ok || dev != "d" {
 		t.Fatalf("device(7) = %q, %v; want d, true", dev, ok)
 	}
-	got, err := cc.decode(7, raw)
-	if err != nil || got.State != store.CmdQueued {
-		t.Fatalf("decode of the cached bytes = %+v, %v", got, err)
+	c.State = store.CmdSucceeded
+	c.Emit = []store.Event{{Type: "command.done"}}
+	cc.put(c, 100)
+	got, ok := cc.get(7)
+	if !ok || got.State != store.CmdSucceeded || got.Emit != nil {
+		t.Fatalf("get(7) = %+v, %v; want the ended command without its events", got, ok)
 	}
-	sent := c
-	sent.State = store.CmdSent
-	other, err := json.Marshal(sent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err = cc.decode(7, other); err != nil || got.State != store.CmdSent {
-		t.Fatalf("decode of other bytes = %+v, %v; want state sent", got, err)
-	}
-	done := c
-	done.State = store.CmdSucceeded
-	doneRaw, err := json.Marshal(done)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc.put(done, doneRaw)
-	if got, err = cc.decode(7, doneRaw); err != nil || got.State != store.CmdSucceeded {
-		t.Fatalf("decode of the ended command = %+v, %v", got, err)
+	cc.forget(7)
+	if _, ok := cc.get(7); ok {
+		t.Fatal("a forgotten command is still cached")
 	}
 }
 
@@ -50,10 +34,10 @@ func TestCmdCacheStale(t *testing.T) {
 func TestCmdCacheEndedBound(t *testing.T) {
 	var cc cmdCache
 	open := store.Command{ID: 1 << 40, DeviceName: "d", State: store.CmdQueued}
-	cc.put(open, []byte("open"))
+	cc.put(open, 4)
 	for id := int64(1); id <= cmdCacheEnded+10; id++ {
-		cc.put(store.Command{ID: id, DeviceName: "d", State: store.CmdSucceeded}, []byte("x"))
-		cc.put(store.Command{ID: id, DeviceName: "d", State: store.CmdSucceeded}, []byte("y")) // again: no second place
+		cc.put(store.Command{ID: id, DeviceName: "d", State: store.CmdSucceeded}, 1)
+		cc.put(store.Command{ID: id, DeviceName: "d", State: store.CmdSucceeded}, 1) // again: no second place
 	}
 	if len(cc.m) != cmdCacheEnded+1 {
 		t.Fatalf("%d cached, want %d", len(cc.m), cmdCacheEnded+1)
@@ -77,17 +61,17 @@ func TestCmdCacheSkipsLargeCommands(t *testing.T) {
 	var cc cmdCache
 	big := store.Command{ID: 1, DeviceName: "d", Name: "ota", State: store.CmdQueued,
 		Params: json.RawMessage(`"` + string(make([]byte, cmdCacheEntryMax)) + `"`)}
-	cc.put(big, make([]byte, cmdCacheEntryMax+1))
+	cc.put(big, cmdCacheEntryMax+1)
 	if _, ok := cc.device(1); ok {
 		t.Fatal("a command over cmdCacheEntryMax was cached")
 	}
 	small := store.Command{ID: 2, DeviceName: "d", Name: "ping", State: store.CmdQueued}
-	cc.put(small, []byte(`{}`))
+	cc.put(small, 2)
 	if _, ok := cc.device(2); !ok {
 		t.Fatal("a small command was not cached")
 	}
 	small.State = store.CmdSucceeded
-	cc.put(small, make([]byte, cmdCacheEntryMax+1)) // answered with a large result
+	cc.put(small, cmdCacheEntryMax+1) // answered with a large result
 	if _, ok := cc.device(2); ok {
 		t.Fatal("a command grown over cmdCacheEntryMax stayed cached")
 	}

@@ -157,6 +157,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 	if err != nil {
 		for i := range out {
 			s.openCmds.drop(appKey, out[i].DeviceName)
+			s.cmds.forget(out[i].ID)
 		}
 		ex.forget()
 		return nil, fmt.Errorf("create commands: %w", err)
@@ -166,20 +167,23 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		if out[i].Open() {
 			s.openCountAdd(appKey, out[i].DeviceName, 1)
 		}
-		s.cmds.put(out[i], raws[i])
+		s.cmds.put(out[i], len(raws[i]))
 	}
 	return out, nil
 }
 
-// getCommand reads command id of appKey.
+// getCommand reads command id of appKey: from cmdCache when it holds
+// it, else from the store.
 func (s *Store) getCommand(appKey string, id int64) (store.Command, error) {
-	raw, err := s.get(cmdKey(id))
-	if err != nil {
-		return store.Command{}, err
-	}
-	c, err := s.cmds.decode(id, raw)
-	if err != nil {
-		return store.Command{}, err
+	c, ok := s.cmds.get(id)
+	if !ok {
+		raw, err := s.get(cmdKey(id))
+		if err != nil {
+			return store.Command{}, err
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return store.Command{}, fmt.Errorf("decode command %d: %w", id, err)
+		}
 	}
 	if c.AppKey != appKey {
 		return store.Command{}, store.ErrNotFound
@@ -248,6 +252,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	}
 	if err != nil {
 		s.openCmds.drop(appKey, c.DeviceName)
+		s.cmds.forget(id)
 		ex.forget()
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
@@ -255,7 +260,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
 	ex.apply()
-	s.cmds.put(c, written)
+	s.cmds.put(c, len(written))
 	return c, nil
 }
 
