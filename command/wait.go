@@ -84,6 +84,8 @@ func (w *waiters) wakeEnded(c store.Command) {
 // they are. A command is woken only once its end is durable; one
 // returned as read otherwise may show a lazy write (Sent) or
 // an end still syncing, so Wait then calls Barrier before it returns.
+// Commands returned as given (d is 0, or each had ended) are as durable
+// as the caller's copy.
 func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command, d time.Duration) ([]store.Command, error) {
 	if d <= 0 {
 		return cmds, nil

@@ -128,7 +128,7 @@ func (a *API) sendCommand(c *gin.Context) error {
 	if err != nil {
 		return a.cmdSeqFailed(c, app.Key, f, err)
 	}
-	return a.answerCommands(c, app.Key, []command.Result{rs[0]}, wait, false)
+	return a.answerCommands(c, app.Key, []command.Result{rs[0]}, wait, false, fromWrite)
 }
 
 // sendCommands serves POST /cmd/v1/cmds (docs/api.md, "Send a command to
@@ -169,7 +169,7 @@ func (a *API) sendCommands(c *gin.Context) error {
 	if err != nil {
 		return a.cmdSeqFailed(c, app.Key, f, err)
 	}
-	return a.answerCommands(c, app.Key, rs, wait, true)
+	return a.answerCommands(c, app.Key, rs, wait, true, fromWrite)
 }
 
 // cmdReplay answers a send whose seq_no is recorded: a different request
@@ -217,7 +217,7 @@ func (a *API) cmdReplay(c *gin.Context, appKey string, f cmdSend) (bool, error) 
 		rs[i] = command.Result{Command: cmd, DeviceName: cmd.DeviceName}
 	}
 	c.Header("X-Devmsg-Replayed", "true")
-	return true, a.answerCommands(c, appKey, rs, f.wait, batch)
+	return true, a.answerCommands(c, appKey, rs, f.wait, batch, fromRead)
 }
 
 // cmdSeqFailed answers a failed send as seqFailed does, replaying a
@@ -235,10 +235,23 @@ func (a *API) cmdSeqFailed(c *gin.Context, appKey string, f cmdSend, err error) 
 	return err
 }
 
+// cmdsFrom says where the commands an answer starts from came from.
+type cmdsFrom int
+
+const (
+	// fromWrite: the call's own write, which returned durable.
+	fromWrite cmdsFrom = iota
+	// fromRead: a read, which may show a write still syncing.
+	fromRead
+)
+
 // answerCommands waits up to wait for the commands of rs to end and
 // writes them: one document, or the batch answer. The answer is durable
-// whatever it was read from.
-func (a *API) answerCommands(c *gin.Context, appKey string, rs []command.Result, wait time.Duration, batch bool) error {
+// whatever it was read from: command.Service.Wait makes what it reads
+// durable, and what it hands back unread is made durable here unless the
+// call wrote it itself. A waiting call thus answers the moment its
+// command's end is stored, without a sync of its own.
+func (a *API) answerCommands(c *gin.Context, appKey string, rs []command.Result, wait time.Duration, batch bool, from cmdsFrom) error {
 	if wait > 0 {
 		rc := http.NewResponseController(c.Writer)
 		deadline := time.Now().Add(wait + cmdGrace)
@@ -263,10 +276,14 @@ func (a *API) answerCommands(c *gin.Context, appKey string, rs []command.Result,
 			rs[i].Command = cmds[i]
 		}
 	}
-	if !batch {
-		return a.writeRead(c, viewCommand(rs[0].Command))
+	write := writeJSON
+	if from == fromRead {
+		write = a.writeRead
 	}
-	return a.writeRead(c, batchAnswer(rs))
+	if !batch {
+		return write(c, viewCommand(rs[0].Command))
+	}
+	return write(c, batchAnswer(rs))
 }
 
 func batchAnswer(rs []command.Result) apitypes.CommandBatchAnswer {
@@ -320,7 +337,7 @@ func (a *API) getCommand(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return a.answerCommands(c, app.Key, []command.Result{{Command: cmd}}, time.Duration(wait)*time.Second, false)
+	return a.answerCommands(c, app.Key, []command.Result{{Command: cmd}}, time.Duration(wait)*time.Second, false, fromRead)
 }
 
 // cancelCommand serves DELETE /cmd/v1/cmd?cmd_id= (docs/api.md, "Cancel
