@@ -64,17 +64,11 @@ func (s *Service) Sent(ctx context.Context, appKey string, id int64) error {
 }
 
 // Delivered records the device's PUBACK of command id: its answer is
-// due within the command's timeout from now.
+// due within the command's timeout from now. The write is lazy
+// (DeliveredAt).
 func (s *Service) Delivered(ctx context.Context, appKey, device string, id int64) error {
 	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
-		if c.DeviceName != device || !c.Undelivered() {
-			return false
-		}
-		if c.TimeSent == 0 {
-			c.TimeSent = now
-		}
-		c.State, c.TimeDelivered, c.Deadline = store.CmdDelivered, now, now+c.Timeout*1000
-		return true
+		return DeliveredAt(device, now)(c) == nil
 	})
 	return err
 }

@@ -28,3 +28,25 @@ func AppendString(b []byte, s string) []byte {
 	}
 	return append(b, '"')
 }
+
+// AppendRaw appends raw JSON as json.Marshal does a json.RawMessage: as
+// it is when it is valid, compact, ASCII and holds none of <, > and &;
+// through encoding/json (which compacts and escapes it, or fails)
+// otherwise.
+func AppendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
+	plain := true
+	for _, c := range raw {
+		if c <= ' ' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			plain = false
+			break
+		}
+	}
+	if plain && json.Valid(raw) {
+		return append(b, raw...), nil
+	}
+	out, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, out...), nil
+}

@@ -22,3 +22,18 @@ func TestAppendStringMatchesMarshal(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendRawMatchesMarshal checks that AppendRaw writes what
+// json.Marshal writes for a json.RawMessage, and fails where it fails.
+func TestAppendRawMatchesMarshal(t *testing.T) {
+	for _, raw := range []string{`{"a":1}`, `{ "a" : [1, 2] }`, `"<b>&"`, `"ü"`, `null`, `7`, `{"a":`, `nope`, "\t1"} {
+		want, wantErr := json.Marshal(json.RawMessage(raw))
+		got, err := AppendRaw([]byte("x"), json.RawMessage(raw))
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("AppendRaw(%s): error %v, encoding/json's %v", raw, err, wantErr)
+		}
+		if err == nil && string(got) != "x"+string(want) {
+			t.Errorf("AppendRaw(%s) = %s, want x%s", raw, got, want)
+		}
+	}
+}

@@ -15,10 +15,9 @@ var _ store.CommandBatcher = (*Store)(nil)
 
 // cmdChange is one command an UpdateCommands call writes.
 type cmdChange struct {
-	c       store.Command
-	oldDue  int64
-	wasOpen bool
-	raw     []byte
+	c   store.Command
+	was cmdIndexed
+	raw []byte
 }
 
 // UpdateCommands applies the updates under the stripes of their devices,
@@ -86,7 +85,7 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		ex.apply()
 	}
 	for _, ch := range order {
-		if ch.wasOpen && !ch.c.Open() {
+		if ch.was.open && !ch.c.Open() {
 			s.openCountAdd(ch.c.AppKey, ch.c.DeviceName, -1)
 		}
 		s.cmds.put(ch.c, len(ch.raw))
@@ -137,7 +136,7 @@ func (s *Store) applyUpdates(updates []store.CommandUpdate, devs []string, errs 
 				errs[i] = err
 				continue
 			}
-			ch = &cmdChange{c: c, oldDue: c.Due(), wasOpen: c.Open()}
+			ch = &cmdChange{c: c, was: indexed(c)}
 		}
 		c := ch.c
 		if _, err := store.ApplyCommandUpdate(&c, u.ID, u.AppKey, u.Fn); err != nil {
@@ -181,18 +180,10 @@ func (s *Store) prepareChangeExecs(order []*cmdChange) ([]*execWrites, error) {
 // fillCommandChange adds ch to b as UpdateCommand's write does: the
 // command, and its index entries moved or removed.
 func fillCommandChange(b *pebble.Batch, ch *cmdChange) error {
-	c := ch.c
-	if ch.wasOpen && (!c.Open() || c.Due() != ch.oldDue) {
-		if err := b.Delete(cmdDueKey(ch.oldDue, c.ID), nil); err != nil {
-			return err
-		}
+	if err := dropIndex(b, ch.c, ch.was); err != nil {
+		return err
 	}
-	if ch.wasOpen && !c.Open() {
-		if err := b.Delete(cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
-			return err
-		}
-	}
-	raw, err := putCommand(b, c)
+	raw, err := putCommand(b, ch.c, ch.was)
 	ch.raw = raw
 	return err
 }

@@ -73,9 +73,25 @@ func (s *Store) openCount(app, device string) (int, error) {
 	return n, nil
 }
 
-// putCommand adds c, and its index entries, to b; it returns c encoded.
-func putCommand(b *pebble.Batch, c store.Command) ([]byte, error) {
-	raw, err := json.Marshal(c)
+// cmdIndexed is what a command's index entries were before a write: an
+// open entry and a due entry at due when open (the zero value for a new
+// command).
+type cmdIndexed struct {
+	open bool
+	due  int64
+}
+
+// indexed is what c's index entries are once it is written.
+func indexed(c store.Command) cmdIndexed {
+	return cmdIndexed{open: c.Open(), due: c.Due()}
+}
+
+// putCommand adds c, and the index entries it gains, to b; it returns c
+// encoded. The entries it loses are the caller's to delete (dropIndex).
+// An entry c keeps is not written again: most writes of a command
+// (sent, delivered) change neither.
+func putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) ([]byte, error) {
+	raw, err := appendCommand(nil, &c)
 	if err != nil {
 		return nil, fmt.Errorf("encode command %d: %w", c.ID, err)
 	}
@@ -85,10 +101,32 @@ func putCommand(b *pebble.Batch, c store.Command) ([]byte, error) {
 	if !c.Open() {
 		return raw, nil
 	}
-	if err := set(b, cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
-		return nil, err
+	if !was.open {
+		if err := set(b, cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
+			return nil, err
+		}
+	}
+	if was.open && was.due == c.Due() {
+		return raw, nil
 	}
 	return raw, set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
+}
+
+// dropIndex adds to b the deletes of the index entries c, indexed as was
+// before, loses by its write.
+func dropIndex(b *pebble.Batch, c store.Command, was cmdIndexed) error {
+	if !was.open {
+		return nil
+	}
+	if !c.Open() || c.Due() != was.due {
+		if err := b.Delete(cmdDueKey(was.due, c.ID), nil); err != nil {
+			return err
+		}
+	}
+	if !c.Open() {
+		return b.Delete(cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil)
+	}
+	return nil
 }
 
 // CreateCommands stores cmds with seq in one synced write; see
@@ -140,7 +178,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
 			out[i].Emit = nil
 			var err error
-			if raws[i], err = putCommand(b, out[i]); err != nil {
+			if raws[i], err = putCommand(b, out[i], cmdIndexed{}); err != nil {
 				return nil, err
 			}
 		}
@@ -214,7 +252,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		return store.Command{}, err
 	}
 	defer unlock()
-	oldDue, wasOpen := c.Due(), c.Open()
+	was := indexed(c)
 	if _, err := store.ApplyCommandUpdate(&c, id, appKey, fn); err != nil {
 		return store.Command{}, err
 	}
@@ -228,17 +266,10 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	defer ex.release()
 	var written []byte
 	fill := func(b *pebble.Batch) error {
-		if wasOpen && (!c.Open() || c.Due() != oldDue) {
-			if err := b.Delete(cmdDueKey(oldDue, id), nil); err != nil {
-				return err
-			}
+		if err := dropIndex(b, c, was); err != nil {
+			return err
 		}
-		if wasOpen && !c.Open() {
-			if err := b.Delete(cmdOpenKey(appKey, c.DeviceName, id), nil); err != nil {
-				return err
-			}
-		}
-		w, perr := putCommand(b, c)
+		w, perr := putCommand(b, c, was)
 		written = w
 		if perr != nil {
 			return perr
@@ -256,7 +287,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		ex.forget()
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
-	if wasOpen && !c.Open() {
+	if was.open && !c.Open() {
 		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
 	ex.apply()

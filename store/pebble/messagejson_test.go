@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -107,7 +108,7 @@ func TestAppendMessageCoversEveryField(t *testing.T) {
 }
 
 // TestRawMemoGivesAppendRaw: the memo answers for the very slice it saw
-// last, as appendRaw would (escaped where encoding/json escapes), and
+// last, as jsonfast.AppendRaw would (escaped where encoding/json escapes), and
 // checks anything else afresh: other bytes, a shorter slice of the same
 // array, invalid JSON (an error every time).
 func TestRawMemoGivesAppendRaw(t *testing.T) {
@@ -116,7 +117,7 @@ func TestRawMemoGivesAppendRaw(t *testing.T) {
 	other := json.RawMessage(`{"broadcast_id":"7"}`)
 	bad := json.RawMessage(`{"a":`)
 	for _, raw := range []json.RawMessage{shared, shared, other, shared, shared[:1], bad, bad, other, other} {
-		want, wantErr := appendRaw([]byte("x"), raw)
+		want, wantErr := jsonfast.AppendRaw([]byte("x"), raw)
 		got, err := memo.appendRaw([]byte("x"), raw)
 		if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
 			t.Fatalf("memo.appendRaw(%s) = %s, %v; appendRaw gives %s, %v", raw, got, err, want, wantErr)
