@@ -13,6 +13,7 @@ import (
 	"github.com/devmsg/devmsg/errdefs"
 	"github.com/devmsg/devmsg/events"
 	"github.com/devmsg/devmsg/internal/idgen"
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -244,20 +245,6 @@ func commandsOf(rs []Result) []store.Command {
 	return out
 }
 
-// ResultsOf is the reverse of commandsOf, for building an answer from
-// what a CommandSeq is given.
-func ResultsOf(cs []store.Command) []Result {
-	out := make([]Result, len(cs))
-	for i, c := range cs {
-		if c.ID == 0 {
-			out[i] = Result{DeviceName: c.DeviceName, Code: c.Code, Message: c.Message}
-		} else {
-			out[i] = Result{Command: c, DeviceName: c.DeviceName}
-		}
-	}
-	return out
-}
-
 // newCommand is req for dev: queued, or already ended when dev is
 // disabled (rejected, 3003) or, with ttl 0, not online (offline).
 func (s *Service) newCommand(appKey string, dev store.Device, req Request, now int64) store.Command {
@@ -365,20 +352,32 @@ func (s *Service) ended(ctx context.Context, c store.Command) {
 // another node.
 func (s *Service) Woken(id int64) { s.waiters.wake(id) }
 
+// doneEvent is c's command.done event: {"cmd_id","name","state","code",
+// "result"?,"message","job_id"?} (docs/events.md), written by hand as
+// json.Marshal would write it: every command ends with one.
 func doneEvent(c store.Command, now int64) store.Event {
-	data := struct {
-		CmdID   string          `json:"cmd_id"`
-		Name    string          `json:"name"`
-		State   string          `json:"state"`
-		Code    int             `json:"code"`
-		Result  json.RawMessage `json:"result,omitempty"`
-		Message string          `json:"message"`
-		JobID   string          `json:"job_id,omitempty"`
-	}{CmdID: strconv.FormatInt(c.ID, 10), Name: c.Name, State: c.State, Code: c.Code, Result: c.Result, Message: c.Message}
-	if c.Job != 0 {
-		data.JobID = strconv.FormatInt(c.Job, 10)
+	b := make([]byte, 0, 128+len(c.Name)+len(c.Result)+len(c.Message))
+	b = append(b, `{"cmd_id":"`...)
+	b = strconv.AppendInt(b, c.ID, 10)
+	b = append(b, `","name":`...)
+	b = jsonfast.AppendString(b, c.Name)
+	b = append(b, `,"state":`...)
+	b = jsonfast.AppendString(b, c.State)
+	b = append(b, `,"code":`...)
+	b = strconv.AppendInt(b, int64(c.Code), 10)
+	if len(c.Result) > 0 {
+		if r, err := jsonfast.AppendRaw(append(b, `,"result":`...), c.Result); err == nil {
+			b = r // results are JSON checked on their way in
+		}
 	}
-	b, _ := json.Marshal(data)
+	b = append(b, `,"message":`...)
+	b = jsonfast.AppendString(b, c.Message)
+	if c.Job != 0 {
+		b = append(b, `,"job_id":"`...)
+		b = strconv.AppendInt(b, c.Job, 10)
+		b = append(b, '"')
+	}
+	b = append(b, '}')
 	return store.Event{Type: EventDone, AppKey: c.AppKey, DeviceName: c.DeviceName, Time: now, Data: b}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/devmsg/devmsg/internal/jsonfast"
 	"github.com/devmsg/devmsg/store"
 )
 
@@ -22,20 +23,28 @@ const (
 	TopicCancel   = "cmd/cancel"
 )
 
-// Payload is what the device receives on cmd for c (docs/device-protocol.md).
+// Payload is what the device receives on cmd for c
+// (docs/device-protocol.md): {"cmd_id","name","params","timeout",
+// "expire_time"}, params null when c has none.
 func Payload(c store.Command) []byte {
-	params := c.Params
-	if len(params) == 0 {
-		params = json.RawMessage("null")
+	b := make([]byte, 0, 96+len(c.Name)+len(c.Params))
+	b = append(b, `{"cmd_id":"`...)
+	b = strconv.AppendInt(b, c.ID, 10)
+	b = append(b, `","name":`...)
+	b = jsonfast.AppendString(b, c.Name)
+	b = append(b, `,"params":`...)
+	if len(c.Params) == 0 {
+		b = append(b, "null"...)
+	} else if p, err := jsonfast.AppendRaw(b, c.Params); err == nil {
+		b = p
+	} else {
+		b = append(b, "null"...) // params are JSON checked on their way in
 	}
-	b, _ := json.Marshal(struct {
-		CmdID      string          `json:"cmd_id"`
-		Name       string          `json:"name"`
-		Params     json.RawMessage `json:"params"`
-		Timeout    int64           `json:"timeout"`
-		ExpireTime int64           `json:"expire_time"`
-	}{strconv.FormatInt(c.ID, 10), c.Name, params, c.Timeout, c.TimeCreate/1000 + c.TTL})
-	return b
+	b = append(b, `,"timeout":`...)
+	b = strconv.AppendInt(b, c.Timeout, 10)
+	b = append(b, `,"expire_time":`...)
+	b = strconv.AppendInt(b, c.TimeCreate/1000+c.TTL, 10)
+	return append(b, '}')
 }
 
 // CancelPayload is what the device receives on cmd/cancel.

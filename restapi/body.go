@@ -322,6 +322,9 @@ func canonicalValue(raw json.RawMessage) []byte {
 		}
 		return canonicalComposite(raw)
 	case '{':
+		if b, ok := canonicalFlatObject(raw); ok {
+			return b
+		}
 		return canonicalComposite(raw)
 	case 't', 'f', 'n':
 		return raw

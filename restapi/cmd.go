@@ -3,6 +3,7 @@ package restapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -123,7 +124,7 @@ func (a *API) sendCommand(c *gin.Context) error {
 	// A seq_no recorded already is found by the write, which refuses it
 	// (store.ErrSeqUsed), and replayed then: no read before it.
 	rs, err := a.commands.Send(c.Request.Context(), app, []string{name}, req, true, seqNo, func(cs []store.Command) *store.SeqEntry {
-		return a.seqEntry(f.fp, mustJSON(viewCommand(cs[0])))
+		return a.seqEntry(f.fp, seqRecord(cs, false))
 	})
 	if err != nil {
 		return a.cmdSeqFailed(c, app.Key, f, err)
@@ -164,7 +165,7 @@ func (a *API) sendCommands(c *gin.Context) error {
 		return err
 	}
 	rs, err := a.commands.Send(c.Request.Context(), app, names, req, false, seqNo, func(cs []store.Command) *store.SeqEntry {
-		return a.seqEntry(f.fp, mustJSON(batchAnswer(command.ResultsOf(cs))))
+		return a.seqEntry(f.fp, seqRecord(cs, true))
 	})
 	if err != nil {
 		return a.cmdSeqFailed(c, app.Key, f, err)
@@ -276,26 +277,17 @@ func (a *API) answerCommands(c *gin.Context, appKey string, rs []command.Result,
 			rs[i].Command = cmds[i]
 		}
 	}
-	write := writeJSON
+	body, err := encodeCommands(rs, batch)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
 	if from == fromRead {
-		write = a.writeRead
-	}
-	if !batch {
-		return write(c, viewCommand(rs[0].Command))
-	}
-	return write(c, batchAnswer(rs))
-}
-
-func batchAnswer(rs []command.Result) apitypes.CommandBatchAnswer {
-	out := apitypes.CommandBatchAnswer{Resp: make([]json.RawMessage, len(rs))}
-	for i, r := range rs {
-		if r.Refused() {
-			out.Resp[i] = mustJSON(apitypes.CommandRefused{DeviceName: r.DeviceName, Code: r.Code, Message: r.Message})
-		} else {
-			out.Resp[i] = mustJSON(viewCommand(r.Command))
+		if err := a.readsDurable(c); err != nil {
+			return err
 		}
 	}
-	return out
+	c.Data(http.StatusOK, "application/json", body)
+	return nil
 }
 
 // viewCommand is c as the API shows it.

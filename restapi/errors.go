@@ -130,10 +130,19 @@ func (a *API) wrap(h handlerFunc) gin.HandlerFunc {
 // not be taken back by a crash (store.Store.Barrier). Answers built from a
 // write's own result need not wait, as the write returned durable.
 func (a *API) writeRead(c *gin.Context, v any) error {
+	if err := a.readsDurable(c); err != nil {
+		return err
+	}
+	return writeJSON(c, v)
+}
+
+// readsDurable returns once every write the handler's reads could see is
+// durable (writeRead).
+func (a *API) readsDurable(c *gin.Context) error {
 	if err := a.store.Barrier(c.Request.Context()); err != nil {
 		return fmt.Errorf("wait for durable reads: %w", err)
 	}
-	return writeJSON(c, v)
+	return nil
 }
 
 func writeJSON(c *gin.Context, v any) error {

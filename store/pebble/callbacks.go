@@ -114,8 +114,11 @@ func (s *Store) ReadOutbox(ctx context.Context, after int64, limit int) ([]store
 		return nil, err
 	}
 	defer s.exit()
-	out := make([]store.OutboxHead, 0, min(limit, 256))
+	var out []store.OutboxHead // the router polls an outbox that is mostly empty: no slice for it
 	err := s.scan(seqLower([]byte(pOutbox), after), prefixEnd([]byte(pOutbox)), func(k, v []byte) (bool, error) {
+		if out == nil {
+			out = make([]store.OutboxHead, 0, min(limit, 256))
+		}
 		h, err := store.DecodeOutboxHead(v)
 		if err != nil {
 			return false, fmt.Errorf("%q: %w", k, err)
