@@ -53,3 +53,42 @@ func TestPayloadAndDoneMatchEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+var replyCases = []string{
+	`{"cmd_id":"12","code":0,"result":{"a":[1,2]},"message":"ok"}`, `{"cmd_id":12,"code":1}`, `{"code":-3,"message":null}`,
+	`{"cmd_id":"12","code":1.0}`, `{"cmd_id":"12","code":"1"}`, `{"CMD_ID":"12","code":0}`, `{"cmd_id":"1\u0032","code":0}`,
+	`{"code":0,"code":null}`, `{"code":0,"message":"caf\u00e9"}`, `{"code":0,"message":"é"}`, `{"code":0,"extra":1}`,
+	`{"code":99999999999999999999}`, `{"code":0,"result":null}`, ` { "code" : 0 , "result" : "x" } `, `{"code":0,"result":"\xff"}`,
+	`[1]`, `{"code":0`, `{}`, `{"code":+1}`, `{"code":01}`, `{"code":0,"message":"a","message":"b"}`,
+}
+
+// TestScanReplyMatchesDecoder: whatever scanReply reads, it reads as
+// encoding/json does; what it does not take goes the decoder's way.
+func TestScanReplyMatchesDecoder(t *testing.T) {
+	for _, c := range replyCases {
+		checkScanReply(t, []byte(c))
+	}
+}
+
+func FuzzScanReply(f *testing.F) {
+	for _, c := range replyCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(checkScanReply)
+}
+
+func checkScanReply(t *testing.T, payload []byte) {
+	got, ok := scanReply(payload)
+	if !ok {
+		return
+	}
+	var want replyPayload
+	if err := json.Unmarshal(payload, &want); err != nil {
+		t.Fatalf("scanReply took %q, which encoding/json refuses: %v", payload, err)
+	}
+	if string(got.CmdID) != string(want.CmdID) || string(got.Result) != string(want.Result) ||
+		(got.Code == nil) != (want.Code == nil) || got.Code != nil && *got.Code != *want.Code ||
+		(got.Message == nil) != (want.Message == nil) || got.Message != nil && *got.Message != *want.Message {
+		t.Fatalf("scanReply(%q) = %+v, encoding/json %+v", payload, got, want)
+	}
+}
