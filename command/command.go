@@ -314,21 +314,29 @@ var errUnchanged = errors.New("command unchanged")
 // wakes the command's waiters when it ended. A command fn leaves alone
 // is returned as it is.
 func (s *Service) update(ctx context.Context, appKey string, id int64, fn func(c *store.Command, now int64) bool) (store.Command, error) {
-	var before store.Command
+	// What the closure keeps lives on the heap: a flag for every write,
+	// and a copy of the command only when fn leaves it alone.
+	var seen struct {
+		wasOpen   bool
+		unchanged *store.Command
+	}
 	c, err := s.store.UpdateCommand(ctx, appKey, id, func(c *store.Command) error {
-		before = *c
+		seen.wasOpen = c.Open()
+		before := *c
 		if !fn(c, s.now().UnixMilli()) {
+			unchanged := before
+			seen.unchanged = &unchanged
 			return errUnchanged
 		}
 		return nil
 	})
 	if errors.Is(err, errUnchanged) {
-		return before, nil
+		return *seen.unchanged, nil
 	}
 	if err != nil {
 		return c, err
 	}
-	if before.Open() && !c.Open() {
+	if seen.wasOpen && !c.Open() {
 		s.ended(ctx, c)
 	}
 	return c, nil

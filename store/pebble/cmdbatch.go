@@ -18,6 +18,10 @@ type cmdChange struct {
 	c   store.Command
 	was cmdIndexed
 	raw []byte
+	// next is c as the update being applied leaves it, kept here rather
+	// than in a variable of applyUpdates, which would be allocated for
+	// every update.
+	next store.Command
 }
 
 // UpdateCommands applies the updates under the stripes of their devices,
@@ -138,15 +142,16 @@ func (s *Store) applyUpdates(updates []store.CommandUpdate, devs []string, errs 
 			}
 			ch = &cmdChange{c: c, was: indexed(c)}
 		}
-		c := ch.c
-		if _, err := store.ApplyCommandUpdate(&c, u.ID, u.AppKey, u.Fn); err != nil {
+		ch.next = ch.c
+		if _, err := store.ApplyCommandUpdate(&ch.next, u.ID, u.AppKey, u.Fn); err != nil {
 			errs[i] = err
 			continue
 		}
+		c := &ch.next
 		lazy = lazy && c.Lazy && len(c.Emit) == 0 && c.Open()
 		evs = append(evs, c.Emit...)
 		c.Emit, c.Lazy = nil, false
-		ch.c, out[i] = c, c
+		ch.c, out[i] = *c, *c
 		if changed[u.ID] == nil {
 			changed[u.ID] = ch
 			order = append(order, ch)

@@ -215,18 +215,30 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 func (s *Store) getCommand(appKey string, id int64) (store.Command, error) {
 	c, ok := s.cmds.get(id)
 	if !ok {
-		raw, err := s.get(cmdKey(id))
-		if err != nil {
+		var err error
+		if c, err = s.readCommand(id); err != nil {
 			return store.Command{}, err
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return store.Command{}, fmt.Errorf("decode command %d: %w", id, err)
 		}
 	}
 	if c.AppKey != appKey {
 		return store.Command{}, store.ErrNotFound
 	}
 	return c, nil
+}
+
+// readCommand reads command id from the store. It is apart from
+// getCommand so that the decode's pointer does not put getCommand's
+// command on the heap when the cache answers.
+func (s *Store) readCommand(id int64) (store.Command, error) {
+	raw, err := s.get(cmdKey(id))
+	if err != nil {
+		return store.Command{}, err
+	}
+	c := new(store.Command)
+	if err := json.Unmarshal(raw, c); err != nil {
+		return store.Command{}, fmt.Errorf("decode command %d: %w", id, err)
+	}
+	return *c, nil
 }
 
 // GetCommand returns the app's command, or store.ErrNotFound.
