@@ -403,7 +403,11 @@ func TestRunCommands(t *testing.T) {
 	}
 	bin := buildDevmsg(t)
 	o := small()
-	o.Binary, o.Subscribers, o.Rate = bin, 10, 200
+	// command-batch gives every device one command per call, so each
+	// device answers as many calls a second as the loop makes over all of
+	// them: with 10 devices that passed the broker's 50 publishes a second
+	// per device, and its answers were refused. 50 keep each well under.
+	o.Binary, o.Devices, o.Subscribers, o.Rate = bin, 50, 50, 200
 	o.Workloads = CommandWorkloads
 	var out bytes.Buffer
 	if err := Run(context.Background(), o, &out); err != nil {
