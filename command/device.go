@@ -74,7 +74,7 @@ func (s *Service) Sent(ctx context.Context, appKey string, id int64) error {
 }
 
 // Delivered records the device's PUBACK of command id: its answer is
-// due within the command's timeout from now. The write is lazy
+// due within the command's timeout from now. The write is synced
 // (DeliveredAt).
 func (s *Service) Delivered(ctx context.Context, appKey, device string, id int64) error {
 	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
