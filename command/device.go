@@ -96,6 +96,10 @@ type Reply struct {
 func ParseReply(payload, correlation []byte) (Reply, error) {
 	p, ok := scanReply(payload)
 	if !ok {
+		// Afresh: what the scan filled in before it gave up holds a
+		// slice of payload (cmd_id), which json.RawMessage would decode
+		// into, writing over the payload as the decoder reads it.
+		p = replyPayload{}
 		if err := json.Unmarshal(payload, &p); err != nil {
 			return Reply{}, fmt.Errorf("%w: not a JSON object: %v", ErrMalformed, err)
 		}
