@@ -48,3 +48,19 @@ func parseReplyRecovering(t *testing.T, payload []byte) (r Reply, err error) {
 	}()
 	return ParseReply(payload, nil)
 }
+
+// FuzzParseReply: whatever a device publishes, ParseReply neither panics
+// nor changes the payload (the connection's buffer).
+func FuzzParseReply(f *testing.F) {
+	for _, c := range replyCases {
+		f.Add([]byte(c))
+	}
+	f.Add([]byte(`{"cmd_id":"1","cmd_id":"2345","x":1,"code":0}`))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		orig := bytes.Clone(payload)
+		_, _ = parseReplyRecovering(t, payload)
+		if !bytes.Equal(payload, orig) {
+			t.Fatalf("ParseReply(%q) changed the payload to %q", orig, payload)
+		}
+	})
+}
