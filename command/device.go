@@ -74,7 +74,7 @@ func (s *Service) Sent(ctx context.Context, appKey string, id int64) error {
 }
 
 // Delivered records the device's PUBACK of command id: its answer is
-// due within the command's timeout from now. The write is lazy
+// due within the command's timeout from now. The write is synced
 // (DeliveredAt).
 func (s *Service) Delivered(ctx context.Context, appKey, device string, id int64) error {
 	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
@@ -96,6 +96,10 @@ type Reply struct {
 func ParseReply(payload, correlation []byte) (Reply, error) {
 	p, ok := scanReply(payload)
 	if !ok {
+		// Afresh: what the scan filled in before it gave up holds a
+		// slice of payload (cmd_id), which json.RawMessage would decode
+		// into, writing over the payload as the decoder reads it.
+		p = replyPayload{}
 		if err := json.Unmarshal(payload, &p); err != nil {
 			return Reply{}, fmt.Errorf("%w: not a JSON object: %v", ErrMalformed, err)
 		}

@@ -33,9 +33,10 @@ type BatchRouter interface {
 // DeliveredAt returns the UpdateCommand fn that records the PUBACK, at
 // the Unix ms at, of a command published to device: the write Delivered
 // makes, for a caller that writes many commands' at once. Its answer is
-// due within its timeout from at. The write is lazy, as Sent's is: lost
-// to a crash, the command is sent again with the same cmd_id, and no
-// read shows it before it is durable (store.Store.Barrier).
+// due within its timeout from at. The write is synced, not lazy as
+// Sent's: a delivered state lost to a crash would leave the command
+// undelivered, to end expired once its ttl (0 by default) has passed
+// although the device has it and will answer.
 func DeliveredAt(device string, at int64) func(*store.Command) error {
 	return func(c *store.Command) error {
 		if c.DeviceName != device || !c.Undelivered() {
@@ -45,7 +46,6 @@ func DeliveredAt(device string, at int64) func(*store.Command) error {
 			c.TimeSent = at
 		}
 		c.State, c.TimeDelivered, c.Deadline = store.CmdDelivered, at, at+c.Timeout*1000
-		c.Lazy = true
 		return nil
 	}
 }

@@ -26,15 +26,14 @@ type cmdAck struct {
 
 // cmdAckStage stores the delivered states of commands many at a time,
 // as the ack stage stores messages' PUBACKs (acks.go): a writeStage whose
-// writes are one store write each (store.CommandBatcher), off the
-// device's read loop.
+// writes are one synced store write each (store.CommandBatcher), off
+// the device's read loop.
 //
-// The delivered state is written lazily (command.DeliveredAt) and is
-// durable with the next synced write; until then a crash leaves the
-// command sent, to be sent again with the same cmd_id on the device's
-// next connection, as one whose PUBACK never came, and no read shows it
-// before it is durable. An answer stored first stands: the delivered
-// state leaves an ended command alone.
+// The delivered state is durable once written (command.DeliveredAt);
+// until then a crash leaves the command sent, to be sent again with the
+// same cmd_id on the device's next connection, as one whose PUBACK
+// never came. An answer stored first stands: the delivered state leaves
+// an ended command alone.
 type cmdAckStage struct {
 	stage *writeStage[cmdAck]
 

@@ -36,7 +36,8 @@ type Floor struct {
 // that the heap goal is at least floor bytes while the live heap is
 // small. Stop ends the tuning.
 func Start(floor uint64, percent int) *Floor {
-	f := &Floor{floor: floor, percent: percent, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	f := &Floor{floor: floor, percent: percent, sample: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
 	f.apply(percent)
 	f.arm()
 	return f
@@ -67,10 +68,13 @@ func (f *Floor) arm() {
 
 func (f *Floor) tune() {
 	metrics.Read(f.sample)
-	if f.sample[0].Value.Kind() != metrics.KindUint64 {
-		return
+	for _, s := range f.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return
+		}
 	}
-	p := Percent(f.sample[0].Value.Uint64(), f.floor, f.percent)
+	roots := f.sample[1].Value.Uint64() + f.sample[2].Value.Uint64()
+	p := Percent(f.sample[0].Value.Uint64(), roots, f.floor, f.percent)
 	if old := f.set.Load(); p != int(old) && (p > int(old)*21/20 || p < int(old)*19/20 || p == f.percent) {
 		f.apply(p)
 	}
@@ -82,12 +86,15 @@ func (f *Floor) apply(p int) {
 }
 
 // Percent is the GOGC that puts the heap goal of a live heap of live
-// bytes at floor, or percent when that is more.
-func Percent(live, floor uint64, percent int) int {
+// bytes at floor, or percent when that is more. roots is the stacks and
+// globals the last collection scanned: the runtime applies GOGC to them
+// as to the live heap (goal = live + (live+roots)*GOGC/100), and with
+// many goroutines they can be several times the live heap.
+func Percent(live, roots, floor uint64, percent int) int {
 	if live == 0 || live >= floor {
 		return percent
 	}
-	p := (floor - live) * 100 / live
+	p := (floor - live) * 100 / (live + roots)
 	if p > maxPercent {
 		return maxPercent
 	}

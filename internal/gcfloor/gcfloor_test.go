@@ -3,7 +3,9 @@ package gcfloor
 import (
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 func TestPercent(t *testing.T) {
@@ -25,9 +27,13 @@ func TestPercent(t *testing.T) {
 		{4 * mib, 16 * mib, 400},      // 300 < 400
 		{2 * mib, 16 * mib, 700},      // 2 + 2*7 = 16
 	} {
-		if got := Percent(c.live, c.floor, 400); got != c.want {
+		if got := Percent(c.live, 0, c.floor, 400); got != c.want {
 			t.Errorf("Percent(%d MiB live, %d MiB floor) = %d, want %d", c.live/mib, c.floor/mib, got, c.want)
 		}
+	}
+	// Stacks and globals count: 8 + (8+24)*7.75 = 256 MiB.
+	if got := Percent(8*mib, 24*mib, 256*mib, 400); got != 775 {
+		t.Errorf("Percent(8 MiB live, 24 MiB roots, 256 MiB floor) = %d, want 775", got)
 	}
 }
 
@@ -51,4 +57,51 @@ func TestFloorTunesAfterCollections(t *testing.T) {
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Fatalf("GOGC %d after Stop, want 100", got)
 	}
+}
+
+// TestFloorGoalCountsStacks holds the heap goal to the floor when the
+// goroutine stacks are large beside the live heap: the runtime applies
+// GOGC to the live heap, the stacks and the globals together, so a
+// GOGC computed from the live heap alone put the goal many times above
+// the floor.
+func TestFloorGoalCountsStacks(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	const floor = 256 << 20
+	release := make(chan struct{})
+	started := make(chan struct{})
+	for range 128 {
+		go func() { growStack(256, started, release) }()
+		<-started
+	}
+	defer close(release)
+	f := Start(floor, 100)
+	defer f.Stop()
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	for range 5 {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond) // the finalizer tunes after the cycle
+	}
+	runtime.GC() // with the tuned GOGC
+	metrics.Read(s)
+	goal, stacks, live := s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64()
+	if stacks < 16<<20 {
+		t.Skipf("only %d MiB of stacks", stacks>>20)
+	}
+	if goal > floor*11/10 {
+		t.Fatalf("heap goal %d MiB with a %d MiB floor (live %d MiB, stacks %d MiB, GOGC %d)",
+			goal>>20, floor>>20, live>>20, stacks>>20, f.Percent())
+	}
+}
+
+// growStack grows the goroutine's stack by about n KiB, then parks.
+func growStack(n int, started chan<- struct{}, release <-chan struct{}) byte {
+	var buf [1 << 10]byte
+	buf[n%len(buf)] = byte(n)
+	if n > 0 {
+		return growStack(n-1, started, release) + buf[0]
+	}
+	started <- struct{}{}
+	<-release
+	return buf[0]
 }
