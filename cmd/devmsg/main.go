@@ -98,7 +98,7 @@ const defaultGCPercent = 400
 // it. With a live heap of a few MiB, GOGC alone collected every second or
 // two under load, and on two cores each cycle held up requests for tens
 // of milliseconds: the p99 of command-latency was those cycles.
-const heapFloor = 256 << 20
+const heapFloor = 128 << 20
 
 func main() {
 	if os.Getenv("GOGC") == "" {
