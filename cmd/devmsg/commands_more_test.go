@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // TestCommandBadInput: names, sizes, ranges, unknown devices, another
@@ -228,5 +230,60 @@ func TestCommandMQTT5Shell(t *testing.T) {
 	got := f.getCommand(v.CmdID, 10)
 	if got.State != "succeeded" || string(got.Result) != `"from the shell"` {
 		t.Fatalf("after the shell's answer: %+v", got)
+	}
+}
+
+// TestCommandAnswerOnlyByItsDevice: a command's answer counts only from
+// its own device. Another device of the app, a device of another app
+// (each answering on its own reply topic with the stolen cmd_id), and a
+// device publishing on the owner's reply topic leave it open; its own
+// device's answer then ends it.
+func TestCommandAnswerOnlyByItsDevice(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	ownerSecret := f.createDevice("cmd-owner")
+	thiefSecret := f.createDevice("cmd-thief")
+	owner := f.connectCmdDevice("cmd-owner", ownerSecret, false, nil)
+	thief := f.connectCmdDevice("cmd-thief", thiefSecret, false, nil)
+	v := f.command(`{"seq_no":1,"device_name":"cmd-owner","name":"ping","ttl":60,"timeout":60,"wait":0}`)
+	waitFor(t, 10*time.Second, "delivered", func() bool { return f.getCommand(v.CmdID, 0).State == "delivered" })
+	forged := fmt.Sprintf(`{"cmd_id":"%d","code":0,"result":"stolen"}`, v.CmdID)
+
+	thief.reply(t, forged)
+	// Onto the owner's topic: refused by the broker, or the connection closed.
+	thief.c.Publish(owner.prefix+"cmd/reply", 1, false, forged).WaitTimeout(5 * time.Second)
+
+	var other struct {
+		Key          string `json:"key"`
+		MasterSecret string `json:"master_secret"`
+	}
+	f.restOK("POST", "/admin/v1/apps", `{"name":"foreign"}`, &other)
+	st, body := f.restAs(other.Key, other.MasterSecret, "POST", "/device/v1/devices", `{"device":[{"name":"cmd-owner"}]}`)
+	var created struct {
+		Resp []struct {
+			DeviceSecret string `json:"device_secret"`
+		} `json:"resp"`
+	}
+	if st != 200 || json.Unmarshal(body, &created) != nil || len(created.Resp) != 1 {
+		t.Fatalf("create the other app's device: %d %s", st, body)
+	}
+	opts := paho.NewClientOptions().AddBroker("tcp://" + f.s.mqtt["tcp"]).SetClientID(other.Key + "/cmd-owner").
+		SetUsername(other.Key + "/cmd-owner").SetPassword(created.Resp[0].DeviceSecret).SetAutoReconnect(false).
+		SetConnectTimeout(5 * time.Second)
+	foreign := paho.NewClient(opts)
+	if tok := foreign.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect the other app's device: %v", tok.Error())
+	}
+	defer foreign.Disconnect(0)
+	if tok := foreign.Publish("d/"+other.Key+"/cmd-owner/cmd/reply", 1, false, forged); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("the other app's device's reply: %v", tok.Error())
+	}
+
+	if got := f.getCommand(v.CmdID, 0); got.State != "delivered" || got.Code != nil {
+		t.Fatalf("after answers from devices that do not own it: %+v", got)
+	}
+	owner.reply(t, fmt.Sprintf(`{"cmd_id":"%d","code":0,"result":"mine"}`, v.CmdID))
+	if got := f.getCommand(v.CmdID, 0); got.State != "succeeded" || string(got.Result) != `"mine"` {
+		t.Fatalf("after its own device's answer: %+v", got)
 	}
 }
