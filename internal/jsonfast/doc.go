@@ -1,9 +1,10 @@
 // Package jsonfast is devmsg's one JSON fast path: the rules of the
-// hand-written JSON code that the REST body reader (restapi), the readers
-// and writers of stored records (store/pebble), the batch answers
-// (message) and the device payloads (delivery) share, where
-// encoding/json's reflection costs too much. It finds where a JSON value
-// ends, reads the strings that need no decoding, and appends strings as
+// hand-written JSON code that the REST body reader and command answers
+// (restapi), the readers and writers of stored records (store/pebble),
+// the batch answers (message), the device payloads (delivery, command)
+// and the device's command replies (command) share, where encoding/json's
+// reflection costs too much. It finds where a JSON value ends, reads the
+// strings that need no decoding, and appends strings and raw values as
 // json.Marshal would.
 //
 // Every rule here agrees with encoding/json: a span a function accepts is
