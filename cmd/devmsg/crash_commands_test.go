@@ -76,6 +76,11 @@ func (l *cmdCrashLedger) device(c func() paho.Client, prefix string) func(paho.M
 }
 
 // reply publishes a device's answer and records whether it was PUBACKed.
+// An answer over the device's publish rate gets no PUBACK on MQTT 3.1.1
+// (docs/device-protocol.md, Refused publishes): while the connection
+// stays open the device publishes it again after a pause, as a device
+// that does not block on one PUBACK does; once the connection is gone
+// the answer waits in unacked for the next one (resend).
 func (l *cmdCrashLedger) reply(c paho.Client, prefix string, id int64, tag string) {
 	l.mu.Lock()
 	if l.unacked[prefix] == nil {
@@ -83,12 +88,20 @@ func (l *cmdCrashLedger) reply(c paho.Client, prefix string, id int64, tag strin
 	}
 	l.unacked[prefix][id] = tag
 	l.mu.Unlock()
-	tok := c.Publish(prefix+"cmd/reply", 1, false, fmt.Sprintf(`{"cmd_id":"%d","code":0,"result":%q}`, id, tag))
-	if tok.WaitTimeout(10*time.Second) && tok.Error() == nil {
-		l.mu.Lock()
-		l.acked[id] = tag
-		delete(l.unacked[prefix], id)
-		l.mu.Unlock()
+	payload := fmt.Sprintf(`{"cmd_id":"%d","code":0,"result":%q}`, id, tag)
+	for range 30 {
+		tok := c.Publish(prefix+"cmd/reply", 1, false, payload)
+		if tok.WaitTimeout(2*time.Second) && tok.Error() == nil {
+			l.mu.Lock()
+			l.acked[id] = tag
+			delete(l.unacked[prefix], id)
+			l.mu.Unlock()
+			return
+		}
+		if !c.IsConnectionOpen() {
+			return
+		}
+		time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 	}
 }
 
