@@ -59,7 +59,7 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 	}()
 	fill := func(b *pebble.Batch) error {
 		for _, ch := range order {
-			if err := fillCommandChange(b, ch); err != nil {
+			if err := s.fillCommandChange(b, ch); err != nil {
 				return err
 			}
 		}
@@ -184,11 +184,11 @@ func (s *Store) prepareChangeExecs(order []*cmdChange) ([]*execWrites, error) {
 
 // fillCommandChange adds ch to b as UpdateCommand's write does: the
 // command, and its index entries moved or removed.
-func fillCommandChange(b *pebble.Batch, ch *cmdChange) error {
+func (s *Store) fillCommandChange(b *pebble.Batch, ch *cmdChange) error {
 	if err := dropIndex(b, ch.c, ch.was); err != nil {
 		return err
 	}
-	raw, err := putCommand(b, ch.c, ch.was)
+	raw, err := s.putCommand(b, ch.c, ch.was)
 	ch.raw = raw
 	return err
 }

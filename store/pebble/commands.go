@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -89,8 +90,9 @@ func indexed(c store.Command) cmdIndexed {
 // putCommand adds c, and the index entries it gains, to b; it returns c
 // encoded. The entries it loses are the caller's to delete (dropIndex).
 // An entry c keeps is not written again: most writes of a command
-// (sent, delivered) change neither.
-func putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) ([]byte, error) {
+// (sent, delivered) change neither. A due entry set lowers s.due, before
+// the commit as dueFloor asks.
+func (s *Store) putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) ([]byte, error) {
 	raw, err := appendCommand(nil, &c)
 	if err != nil {
 		return nil, fmt.Errorf("encode command %d: %w", c.ID, err)
@@ -109,6 +111,7 @@ func putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) ([]byte, error
 	if was.open && was.due == c.Due() {
 		return raw, nil
 	}
+	s.due.lower(c.Due())
 	return raw, set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
 }
 
@@ -178,7 +181,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
 			out[i].Emit = nil
 			var err error
-			if raws[i], err = putCommand(b, out[i], cmdIndexed{}); err != nil {
+			if raws[i], err = s.putCommand(b, out[i], cmdIndexed{}); err != nil {
 				return nil, err
 			}
 		}
@@ -281,7 +284,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		if err := dropIndex(b, c, was); err != nil {
 			return err
 		}
-		w, perr := putCommand(b, c, was)
+		w, perr := s.putCommand(b, c, was)
 		written = w
 		if perr != nil {
 			return perr
@@ -371,17 +374,30 @@ func (s *Store) DueCommands(ctx context.Context, before int64, limit int) ([]sto
 		id  int64
 	}
 	var refs []ref
-	lo := []byte(pCmdDue)
+	start, read := s.due.from(time.Now())
+	lo := cmdDueKey(start, 0)
 	hi := cmdDueKey(before+1, 0)
+	if start == 0 {
+		lo = []byte(pCmdDue)
+	}
+	next := before + 1
 	err := s.scan(lo, hi, func(k, v []byte) (bool, error) {
 		if len(k) != len(pCmdDue)+16 {
 			return false, fmt.Errorf("due commands: malformed key %q", k)
+		}
+		if len(refs) == 0 {
+			next = int64(binary.BigEndian.Uint64(k[len(pCmdDue):]))
 		}
 		refs = append(refs, ref{string(v), int64(binary.BigEndian.Uint64(k[len(pCmdDue)+8:]))})
 		return len(refs) < limit, nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if next < read {
+		s.due.lower(next) // a full scan found one a write's race hid
+	} else {
+		s.due.raise(read, next)
 	}
 	out := make([]store.Command, 0, len(refs))
 	for _, r := range refs {

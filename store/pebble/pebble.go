@@ -102,6 +102,8 @@ type Store struct {
 	cmds cmdCache
 	// openCmds caches devices' open-command counts (cmdcount.go).
 	openCmds cache[int]
+	// due is where DueCommands starts its scan (cmddue.go).
+	due dueFloor
 	// disk is the free-space floor (diskfloor.go).
 	disk diskFloor
 	// jobs holds the jobs' locks and counts (jobexecs.go).
