@@ -15,9 +15,9 @@ var _ store.CommandBatcher = (*Store)(nil)
 
 // cmdChange is one command an UpdateCommands call writes.
 type cmdChange struct {
-	c   store.Command
-	was cmdIndexed
-	raw []byte
+	c    store.Command
+	was  cmdIndexed
+	size int // encoded
 	// next is c as the update being applied leaves it, kept here rather
 	// than in a variable of applyUpdates, which would be allocated for
 	// every update.
@@ -92,7 +92,7 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		if ch.was.open && !ch.c.Open() {
 			s.openCountAdd(ch.c.AppKey, ch.c.DeviceName, -1)
 		}
-		s.cmds.put(ch.c, len(ch.raw))
+		s.cmds.put(ch.c, ch.size)
 	}
 	return out, errs, nil
 }
@@ -188,7 +188,7 @@ func (s *Store) fillCommandChange(b *pebble.Batch, ch *cmdChange) error {
 	if err := dropIndex(b, ch.c, ch.was); err != nil {
 		return err
 	}
-	raw, err := s.putCommand(b, ch.c, ch.was)
-	ch.raw = raw
+	size, err := s.putCommand(b, ch.c, ch.was)
+	ch.size = size
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -87,33 +88,47 @@ func indexed(c store.Command) cmdIndexed {
 	return cmdIndexed{open: c.Open(), due: c.Due()}
 }
 
-// putCommand adds c, and the index entries it gains, to b; it returns c
-// encoded. The entries it loses are the caller's to delete (dropIndex).
-// An entry c keeps is not written again: most writes of a command
-// (sent, delivered) change neither. A due entry set lowers s.due, before
-// the commit as dueFloor asks.
-func (s *Store) putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) ([]byte, error) {
-	raw, err := appendCommand(nil, &c)
+// putCommand adds c, and the index entries it gains, to b; it returns
+// the size of c encoded. The entries it loses are the caller's to delete
+// (dropIndex). An entry c keeps is not written again: most writes of a
+// command (sent, delivered) change neither. A due entry set lowers
+// s.due, before the commit as dueFloor asks.
+func (s *Store) putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) (int, error) {
+	buf := cmdBufs.Get().(*[]byte)
+	defer cmdBufs.Put(buf)
+	raw, err := appendCommand((*buf)[:0], &c)
 	if err != nil {
-		return nil, fmt.Errorf("encode command %d: %w", c.ID, err)
+		return 0, fmt.Errorf("encode command %d: %w", c.ID, err)
 	}
-	if err := set(b, cmdKey(c.ID), raw); err != nil {
-		return nil, err
+	if cap(raw) <= cmdBufMax {
+		*buf = raw
+	}
+	if err := set(b, cmdKey(c.ID), raw); err != nil { // the batch copies raw
+		return 0, err
 	}
 	if !c.Open() {
-		return raw, nil
+		return len(raw), nil
 	}
 	if !was.open {
 		if err := set(b, cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
-			return nil, err
+			return 0, err
 		}
 	}
 	if was.open && was.due == c.Due() {
-		return raw, nil
+		return len(raw), nil
 	}
 	s.due.lower(c.Due())
-	return raw, set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
+	return len(raw), set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
 }
+
+// cmdBufs holds the buffers putCommand encodes commands into: a command
+// is encoded by each of its writes, and growing a fresh buffer for each
+// was a tenth of the server's allocations under command load.
+var cmdBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// cmdBufMax is the largest buffer cmdBufs keeps: params and results
+// reach 256 KiB, and most commands are far smaller.
+const cmdBufMax = 16 << 10
 
 // dropIndex adds to b the deletes of the index entries c, indexed as was
 // before, loses by its write.
@@ -174,14 +189,14 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
 	defer ex.release()
-	raws := make([][]byte, len(out))
+	sizes := make([]int, len(out))
 	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		var evs []store.Event
 		for i := range out {
 			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
 			out[i].Emit = nil
 			var err error
-			if raws[i], err = s.putCommand(b, out[i], cmdIndexed{}); err != nil {
+			if sizes[i], err = s.putCommand(b, out[i], cmdIndexed{}); err != nil {
 				return nil, err
 			}
 		}
@@ -208,7 +223,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		if out[i].Open() {
 			s.openCountAdd(appKey, out[i].DeviceName, 1)
 		}
-		s.cmds.put(out[i], len(raws[i]))
+		s.cmds.put(out[i], sizes[i])
 	}
 	return out, nil
 }
@@ -279,7 +294,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
 	}
 	defer ex.release()
-	var written []byte
+	var written int
 	fill := func(b *pebble.Batch) error {
 		if err := dropIndex(b, c, was); err != nil {
 			return err
@@ -306,7 +321,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
 	ex.apply()
-	s.cmds.put(c, len(written))
+	s.cmds.put(c, written)
 	return c, nil
 }
 
