@@ -50,7 +50,8 @@ type windowRequestConn interface {
 // a backlog of messages never delays it, and it waits only for a place
 // that a publish in flight holds until its PUBACK. It keeps only the
 // commands awaiting their PUBACK or a place, per connection, so a device
-// that never gets a command costs nothing here.
+// that never gets a command costs nothing here; a connection that had
+// one keeps its (empty) map of commands in flight until it ends.
 type CommandSender struct {
 	store CommandStore
 	svc   *command.Service
@@ -341,10 +342,7 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 	cs.mu.Lock()
 	ref, ok := cs.inflight[c][pid]
 	if ok {
-		delete(cs.inflight[c], pid)
-		if len(cs.inflight[c]) == 0 {
-			delete(cs.inflight, c)
-		}
+		delete(cs.inflight[c], pid) // the map stays until Detach, for the next command
 	}
 	cs.mu.Unlock()
 	if ok {
