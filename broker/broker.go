@@ -35,6 +35,8 @@ const (
 	DefaultMaxInflight     = 1024
 	DefaultPublishRate     = 50
 	DefaultPublishBurst    = 100
+	DefaultAnswerRate      = 1000
+	DefaultAnswerBurst     = 200
 	DefaultSubscribeRate   = 1
 	DefaultSubscribeBurst  = 10
 )
@@ -69,6 +71,16 @@ type Config struct {
 	// the store.
 	PublishRate  float64
 	PublishBurst int
+	// AnswerTopics are the topics under a device's prefix on which it
+	// answers what the service asked it (a command's reply): their
+	// publishes are limited by AnswerRate and AnswerBurst instead of the
+	// publish rate. The service bounds what it asks a device (its open
+	// commands), so a device may answer as fast as it is asked, and a
+	// reconnect that hands it its whole backlog at once is answered at
+	// once, without taking the place of its other publishes.
+	AnswerTopics []string
+	AnswerRate   float64
+	AnswerBurst  int
 	// SubscribeRate and SubscribeBurst limit the SUBSCRIBEs of one device
 	// per second (token bucket); every filter of a SUBSCRIBE beyond them
 	// is refused. A SUBSCRIBE makes the service read the device's queue.
@@ -106,6 +118,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PublishRate == 0 {
 		c.PublishRate, c.PublishBurst = DefaultPublishRate, DefaultPublishBurst
+	}
+	if c.AnswerRate == 0 {
+		c.AnswerRate, c.AnswerBurst = DefaultAnswerRate, DefaultAnswerBurst
 	}
 	if c.SubscribeRate == 0 {
 		c.SubscribeRate, c.SubscribeBurst = DefaultSubscribeRate, DefaultSubscribeBurst

@@ -294,9 +294,13 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, packets.CodeSuccessIgnore
 	}
 	topic := pk.TopicName[len(s.prefix):]
-	if !s.limiter.Allow() {
+	if lim := s.publishLimiter(topic); !lim.Allow() {
+		reason := "over the device's publish rate"
+		if lim == s.answers {
+			reason = "over the device's answer rate"
+		}
 		h.b.refusedRate.Add(1)
-		h.b.refusals.warn(s.AppKey, s.DeviceName, topic, "over the device's publish rate")
+		h.b.refusals.warn(s.AppKey, s.DeviceName, topic, reason)
 		return pk, refuse(cl, pk, packets.ErrQuotaExceeded)
 	}
 	var err error

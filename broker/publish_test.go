@@ -172,6 +172,32 @@ func TestPublishRateRefused(t *testing.T) {
 	}
 }
 
+// TestAnswerRate: publishes on an answer topic count against the answer
+// rate, apart from the publish rate: a device that used its publishes
+// still answers, and answers over the answer rate are refused as
+// publishes over the publish rate are.
+func TestAnswerRate(t *testing.T) {
+	h := &pubHandler{}
+	b, addr := startBroker(t, Config{PublishRate: 0.001, PublishBurst: 2,
+		AnswerTopics: []string{"cmd/reply"}, AnswerRate: 0.001, AnswerBurst: 3}, h)
+	rc, _ := rawConnect(t, addr, 5, "app/dev", "secret")
+	for i, p := range []struct {
+		topic string
+		want  byte
+	}{{"up", 0}, {"up", 0}, {"up", 0x97}, {"cmd/reply", 0}, {"cmd/reply", 0}, {"cmd/reply", 0}, {"cmd/reply", 0x97}, {"up", 0x97}} {
+		rc.publish(p.topic, 1, "p")
+		if ack := rc.read(packets.Puback); ack.ReasonCode != p.want {
+			t.Errorf("publish %d on %s: PUBACK reason %#x, want %#x", i, p.topic, ack.ReasonCode, p.want)
+		}
+	}
+	if got := len(h.got()); got != 5 {
+		t.Errorf("handler saw %d publishes, want 5", got)
+	}
+	if got := b.PublishesRefused().RateLimit; got != 3 {
+		t.Errorf("rate refusals counted %d, want 3", got)
+	}
+}
+
 // TestSessionEnd: the handler learns why each session ended, and what
 // protocol and transport it used.
 func TestSessionEnd(t *testing.T) {

@@ -51,6 +51,10 @@ type Session struct {
 	// (topicName).
 	lastTopic atomic.Pointer[topicNamed]
 	limiter   *rate.Limiter
+	// answers limits the publishes on Config.AnswerTopics; made at the
+	// first, so a device that answers nothing does not pay for it. Only
+	// the connection's read loop (hook.OnPublish) uses either limiter.
+	answers *rate.Limiter
 	// subLimiter limits SUBSCRIBEs; subThrottled says the one being
 	// processed is over it (set by hook.OnSubscribe).
 	subLimiter   *rate.Limiter
@@ -509,4 +513,17 @@ func cut(s string) (head, rest string, more bool) {
 		}
 	}
 	return s, "", false
+}
+
+// publishLimiter returns the limiter a publish on topic (under the
+// device's prefix) counts against: the answer limiter for an answer
+// topic, else the publish rate's. Called from the read loop only.
+func (s *Session) publishLimiter(topic string) *rate.Limiter {
+	if !slices.Contains(s.b.cfg.AnswerTopics, topic) {
+		return s.limiter
+	}
+	if s.answers == nil {
+		s.answers = rate.NewLimiter(rate.Limit(s.b.cfg.AnswerRate), s.b.cfg.AnswerBurst)
+	}
+	return s.answers
 }

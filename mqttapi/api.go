@@ -26,6 +26,11 @@ import (
 // Service topics: what the service publishes under a device's prefix.
 var ServiceTopics = []string{delivery.TopicMsg, shadow.TopicDesired, shadow.TopicReportReply, command.TopicCmd, command.TopicCancel}
 
+// AnswerTopics are the device → service topics on which a device answers
+// what the service asked it (broker.Config.AnswerTopics): a command's
+// reply. Progress reports stay under the publish rate.
+var AnswerTopics = []string{command.TopicReply}
+
 // Topics a device publishes to.
 const TopicClick = "msg/click"
 

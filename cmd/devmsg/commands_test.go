@@ -245,3 +245,32 @@ func TestCommandAheadOfMessages(t *testing.T) {
 		t.Fatalf("the device got %d messages before the command, want the 64 of its window", n)
 	}
 }
+
+// TestCommandBacklogAnsweredAtOnce: a device that connects to a full
+// backlog of commands gets them all and answers each at once. Answers
+// count against a rate of their own, so every one is taken, and the
+// device's telemetry right after is not refused on their account.
+func TestCommandBacklogAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-backlog")
+	ids := make([]int64, 100)
+	for i := range ids {
+		ids[i] = f.command(fmt.Sprintf(`{"seq_no":%d,"device_name":"cmd-backlog","name":"ping","params":%d,"ttl":60,"timeout":60,"wait":0}`, i+1, i)).CmdID
+	}
+	d := f.connectCmdDevice("cmd-backlog", secret, false, echo)
+	for i, id := range ids {
+		if got := f.getCommand(id, 10); got.State != "succeeded" || string(got.Result) != fmt.Sprint(i) {
+			t.Fatalf("command %d of the backlog: %+v, want succeeded with %d", i, got, i)
+		}
+	}
+	toks := make([]paho.Token, 80)
+	for i := range toks {
+		toks[i] = d.c.Publish(d.prefix+"up", 1, false, `{"t":1}`)
+	}
+	for i, tok := range toks {
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("telemetry %d after the answers: no PUBACK (%v)", i, tok.Error())
+		}
+	}
+}

@@ -388,6 +388,7 @@ func (m *Main) brokerConfig() broker.Config {
 		WSAddr:        m.Config.MQTT.WSAddr,
 		Bound:         m.mqttLns,
 		ServiceTopics: mqttapi.ServiceTopics,
+		AnswerTopics:  mqttapi.AnswerTopics,
 	}
 	if m.cert != nil {
 		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*m.cert}, MinVersion: tls.VersionTLS12}
