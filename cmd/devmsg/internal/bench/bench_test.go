@@ -405,8 +405,7 @@ func TestRunCommands(t *testing.T) {
 	o := small()
 	// command-batch gives every device one command per call, so each
 	// device answers as many calls a second as the loop makes over all of
-	// them: with 10 devices that passed the broker's 50 publishes a second
-	// per device, and its answers were refused. 50 keep each well under.
+	// them; 50 devices keep each well under the broker's answer rate.
 	o.Binary, o.Devices, o.Subscribers, o.Rate = bin, 50, 50, 200
 	o.Workloads = CommandWorkloads
 	var out bytes.Buffer
