@@ -171,17 +171,17 @@ func (s *Service) Send(ctx context.Context, app store.App, names []string, req R
 	if err != nil {
 		return nil, fmt.Errorf("read devices: %w", err)
 	}
-	byName := make(map[string]store.Device, len(devs))
-	for _, d := range devs {
-		byName[d.Name] = d
-	}
+	byName := devicesByName(devs)
 	now := s.now().UnixMilli()
 	results := make([]Result, len(names))
 	var cmds []store.Command
 	var at []int
-	seen := make(map[string]bool, len(names))
+	var seen map[string]bool // names taken; a single name needs none
+	if len(names) > 1 {
+		seen = make(map[string]bool, len(names))
+	}
 	for i, name := range names {
-		dev, ok := byName[name]
+		dev, ok := byName.get(name)
 		switch {
 		case name == "" && !single:
 			results[i] = Result{DeviceName: name, Code: CodeMissing, Message: "device_names holds an empty name: a device name is required"}
@@ -195,7 +195,9 @@ func (s *Service) Send(ctx context.Context, app store.App, names []string, req R
 			results[i] = Result{DeviceName: name, Code: CodeInvalid, Message: "device " + strconv.Quote(name) + " repeated in device_names"}
 			continue
 		}
-		seen[name] = true
+		if seen != nil {
+			seen[name] = true
+		}
 		cmds = append(cmds, s.newCommand(app.Key, dev, req, now))
 		at = append(at, i)
 	}
@@ -213,22 +215,70 @@ func (s *Service) Send(ctx context.Context, app store.App, names []string, req R
 	if err != nil {
 		return nil, err
 	}
-	var queued []store.Command
-	var queuedDevs []store.Device
 	for j, c := range stored {
 		results[at[j]] = Result{Command: c, DeviceName: c.DeviceName}
+	}
+	s.notify(stored, byName)
+	return results, nil
+}
+
+// notify hands the router the queued ones of stored, which are durable,
+// with their devices: in one call where it takes many (BatchRouter).
+func (s *Service) notify(stored []store.Command, byName deviceIndex) {
+	if len(stored) == 1 {
+		if c := stored[0]; c.State == store.CmdQueued {
+			dev, _ := byName.get(c.DeviceName)
+			s.router.NotifyCommand(c, dev)
+		}
+		return
+	}
+	var queued []store.Command
+	var queuedDevs []store.Device
+	for _, c := range stored {
 		if c.State == store.CmdQueued {
-			queued, queuedDevs = append(queued, c), append(queuedDevs, byName[c.DeviceName])
+			dev, _ := byName.get(c.DeviceName)
+			queued, queuedDevs = append(queued, c), append(queuedDevs, dev)
 		}
 	}
 	if br, ok := s.router.(BatchRouter); ok && len(queued) > 1 {
 		br.NotifyCommands(queued, queuedDevs)
-		return results, nil
+		return
 	}
 	for i, c := range queued {
 		s.router.NotifyCommand(c, queuedDevs[i])
 	}
-	return results, nil
+}
+
+// deviceIndex finds devices by name: by a scan of a few, by a map of
+// many (a map made for every single command was a fiftieth of the
+// server's allocations under command load).
+type deviceIndex struct {
+	devs []store.Device
+	m    map[string]store.Device
+}
+
+func devicesByName(devs []store.Device) deviceIndex {
+	if len(devs) <= 8 {
+		return deviceIndex{devs: devs}
+	}
+	m := make(map[string]store.Device, len(devs))
+	for _, d := range devs {
+		m[d.Name] = d
+	}
+	return deviceIndex{m: m}
+}
+
+func (x deviceIndex) get(name string) (store.Device, bool) {
+	if x.m != nil {
+		d, ok := x.m[name]
+		return d, ok
+	}
+	for _, d := range x.devs {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return store.Device{}, false
 }
 
 // commandsOf flattens results for a CommandSeq: refused names become

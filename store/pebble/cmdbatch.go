@@ -125,6 +125,9 @@ func (s *Store) updateDevices(updates []store.CommandUpdate, errs []error) []str
 func (s *Store) applyUpdates(updates []store.CommandUpdate, devs []string, errs []error) (out []store.Command, order []*cmdChange, evs []store.Event, lazy bool) {
 	out = make([]store.Command, len(updates))
 	changed := map[int64]*cmdChange{}
+	// One allocation for every change: cap is never passed, so the
+	// pointers into it stay valid.
+	changes := make([]cmdChange, 0, len(updates))
 	lazy = true
 	for i, u := range updates {
 		if errs[i] != nil {
@@ -140,7 +143,8 @@ func (s *Store) applyUpdates(updates []store.CommandUpdate, devs []string, errs 
 				errs[i] = err
 				continue
 			}
-			ch = &cmdChange{c: c, was: indexed(c)}
+			changes = append(changes, cmdChange{c: c, was: indexed(c)})
+			ch = &changes[len(changes)-1]
 		}
 		ch.next = ch.c
 		if _, err := store.ApplyCommandUpdate(&ch.next, u.ID, u.AppKey, u.Fn); err != nil {

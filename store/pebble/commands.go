@@ -283,7 +283,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	}
 	defer unlock()
 	was := indexed(c)
-	if _, err := store.ApplyCommandUpdate(&c, id, appKey, fn); err != nil {
+	if err := applyBoxed(&c, id, appKey, fn); err != nil {
 		return store.Command{}, err
 	}
 	evs := c.Emit
@@ -323,6 +323,25 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	ex.apply()
 	s.cmds.put(c, written)
 	return c, nil
+}
+
+// cmdBoxes hold the commands applyBoxed hands to an update.
+var cmdBoxes = sync.Pool{New: func() any { return new(store.Command) }}
+
+// applyBoxed is store.ApplyCommandUpdate on a pooled copy of *c, copied
+// back: the update is a function value, so a command it is given a
+// pointer to goes to the heap, and UpdateCommand's did for every write
+// (a thirtieth of the server's allocations under command load).
+func applyBoxed(c *store.Command, id int64, appKey string, fn func(*store.Command) error) error {
+	box := cmdBoxes.Get().(*store.Command)
+	*box = *c
+	_, err := store.ApplyCommandUpdate(box, id, appKey, fn)
+	if err == nil {
+		*c = *box
+	}
+	*box = store.Command{}
+	cmdBoxes.Put(box)
+	return err
 }
 
 // lockCommand locks the stripe of the device of the app's command id
