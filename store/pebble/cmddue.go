@@ -40,11 +40,14 @@ func (f *dueFloor) lower(due int64) {
 }
 
 // from returns where a scan at now starts, and the floor it read, for
-// raise: 0 (the start) when a full scan is due.
+// raise: 0 (the start) when a full scan is due. A full scan is due too
+// when the clock is before the last one (set back): else none would run
+// until the clock caught up with it.
 func (f *dueFloor) from(now time.Time) (start, read int64) {
 	read = f.at.Load()
-	if last := f.lastFull.Load(); now.UnixNano()-last >= int64(dueFullScanEvery) {
-		f.lastFull.Store(now.UnixNano())
+	ns := now.UnixNano()
+	if since := ns - f.lastFull.Load(); since >= int64(dueFullScanEvery) || since < 0 {
+		f.lastFull.Store(ns)
 		return 0, read
 	}
 	return read, read
