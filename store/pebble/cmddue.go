@@ -42,7 +42,10 @@ func (f *dueFloor) lower(due int64) {
 // from returns where a scan at now starts, and the floor it read, for
 // raise: 0 (the start) when a full scan is due. A full scan is due too
 // when the clock is before the last one (set back): else none would run
-// until the clock caught up with it.
+// until the clock caught up with it. A floor below 0 starts at 0 as
+// well: due keys sort as unsigned, a negative due after every other, so
+// a scan from it would pass over every entry and raise the floor past
+// them.
 func (f *dueFloor) from(now time.Time) (start, read int64) {
 	read = f.at.Load()
 	ns := now.UnixNano()
@@ -50,7 +53,7 @@ func (f *dueFloor) from(now time.Time) (start, read int64) {
 		f.lastFull.Store(ns)
 		return 0, read
 	}
-	return read, read
+	return max(read, 0), read
 }
 
 // raise moves the floor from read, as a scan read it, to next, unless a

@@ -2,6 +2,7 @@ package pebble
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -135,5 +136,40 @@ func TestDueCommandsClockBack(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].ID != c.ID {
 		t.Fatalf("due after the clock went back: %+v, want command %d", got, c.ID)
+	}
+}
+
+// TestDueCommandsNegativeFloor checks that a floor below zero (a due
+// before 1970, or a scan to the largest time) does not start a scan past
+// every entry: due keys sort as unsigned, a negative due after all
+// others.
+func TestDueCommandsNegativeFloor(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		lower func(s *Store, create func(id, at int64) store.Command)
+	}{
+		{"a negative due", func(_ *Store, create func(id, at int64) store.Command) { create(2, -100_000) }},
+		{"a scan to the largest time", func(s *Store, _ func(id, at int64) store.Command) {
+			if _, err := s.DueCommands(ctx, math.MaxInt64, 1); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, create := dueStore(t)
+			if _, err := s.DueCommands(ctx, 1, 10); err != nil { // the first, full
+				t.Fatal(err)
+			}
+			tc.lower(s, create)
+			c := create(1, 5_000)
+			got, err := s.DueCommands(ctx, 1_000_000, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].ID != c.ID {
+				t.Fatalf("floor %d: due %+v, want command %d", s.due.at.Load(), got, c.ID)
+			}
+		})
 	}
 }
