@@ -75,6 +75,9 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 	} else {
 		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
 	}
+	for _, ch := range order {
+		s.noteDue(ch.c, ch.was)
+	}
 	if err != nil {
 		for _, ch := range order {
 			s.openCmds.drop(ch.c.AppKey, ch.c.DeviceName)

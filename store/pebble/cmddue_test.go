@@ -2,7 +2,9 @@ package pebble
 
 import (
 	"context"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/devmsg/devmsg/store"
 )
@@ -85,5 +87,89 @@ func TestDueCommandsFloor(t *testing.T) {
 	}
 	if c := create(5, 6_000); s.due.at.Load() != c.Due() {
 		t.Fatalf("floor %d, want the due of 5, %d", s.due.at.Load(), c.Due())
+	}
+}
+
+// dueStore opens a store with an app "app" and its device "d", and
+// returns it with a function that creates a queued command of d.
+func dueStore(t *testing.T) (*Store, func(id, at int64) store.Command) {
+	t.Helper()
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if err := s.CreateApp(ctx, store.App{Key: "app", Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d", Secret: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	return s, func(id, at int64) store.Command {
+		t.Helper()
+		out, err := s.CreateCommands(ctx, "app", []store.Command{{ID: id, DeviceName: "d", Name: "n", State: store.CmdQueued, TimeCreate: at}}, 0, nil)
+		if err != nil || out[0].State != store.CmdQueued {
+			t.Fatalf("create command %d: %v %+v", id, err, out)
+		}
+		return out[0]
+	}
+}
+
+// TestDueCommandsClockBack checks that a wall clock set back does not
+// put off the full scan of the due index until it catches up with when
+// the last one ran.
+func TestDueCommandsClockBack(t *testing.T) {
+	s, create := dueStore(t)
+	ctx := context.Background()
+	if _, err := s.DueCommands(ctx, 1, 10); err != nil { // the first, full
+		t.Fatal(err)
+	}
+	c := create(1, 5_000)
+	// A write that raced a scan left the floor past c; and the last full
+	// scan ran, by the clock, an hour from now: the clock was set back.
+	s.due.at.Store(1_000_000)
+	s.due.lastFull.Store(time.Now().Add(time.Hour).UnixNano())
+	got, err := s.DueCommands(ctx, 1_000_000, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != c.ID {
+		t.Fatalf("due after the clock went back: %+v, want command %d", got, c.ID)
+	}
+}
+
+// TestDueCommandsNegativeFloor checks that a floor below zero (a due
+// before 1970, or a scan to the largest time) does not start a scan past
+// every entry: due keys sort as unsigned, a negative due after all
+// others.
+func TestDueCommandsNegativeFloor(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		lower func(s *Store, create func(id, at int64) store.Command)
+	}{
+		{"a negative due", func(_ *Store, create func(id, at int64) store.Command) { create(2, -100_000) }},
+		{"a scan to the largest time", func(s *Store, _ func(id, at int64) store.Command) {
+			if _, err := s.DueCommands(ctx, math.MaxInt64, 1); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, create := dueStore(t)
+			if _, err := s.DueCommands(ctx, 1, 10); err != nil { // the first, full
+				t.Fatal(err)
+			}
+			tc.lower(s, create)
+			c := create(1, 5_000)
+			got, err := s.DueCommands(ctx, 1_000_000, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].ID != c.ID {
+				t.Fatalf("floor %d: due %+v, want command %d", s.due.at.Load(), got, c.ID)
+			}
+		})
 	}
 }

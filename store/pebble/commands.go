@@ -91,8 +91,8 @@ func indexed(c store.Command) cmdIndexed {
 // putCommand adds c, and the index entries it gains, to b; it returns
 // the size of c encoded. The entries it loses are the caller's to delete
 // (dropIndex). An entry c keeps is not written again: most writes of a
-// command (sent, delivered) change neither. A due entry set lowers
-// s.due, before the commit as dueFloor asks.
+// command (sent, delivered) change neither. The caller notes a due entry
+// set (noteDue) once the batch is committed, as dueFloor asks.
 func (s *Store) putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) (int, error) {
 	buf := cmdBufs.Get().(*[]byte)
 	defer cmdBufs.Put(buf)
@@ -114,11 +114,11 @@ func (s *Store) putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) (in
 			return 0, err
 		}
 	}
-	if was.open && was.due == c.Due() {
+	due, ok := dueSet(c, was)
+	if !ok {
 		return len(raw), nil
 	}
-	s.due.lower(c.Due())
-	return len(raw), set(b, cmdDueKey(c.Due(), c.ID), []byte(c.AppKey))
+	return len(raw), set(b, cmdDueKey(due, c.ID), []byte(c.AppKey))
 }
 
 // cmdBufs holds the buffers putCommand encodes commands into: a command
@@ -210,6 +210,9 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		}
 		return evs, putSeq(b, appKey, seqNo, e)
 	})
+	for i := range out {
+		s.noteDue(out[i], cmdIndexed{})
+	}
 	if err != nil {
 		for i := range out {
 			s.openCmds.drop(appKey, out[i].DeviceName)
@@ -311,6 +314,7 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	} else {
 		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
 	}
+	s.noteDue(c, was)
 	if err != nil {
 		s.openCmds.drop(appKey, c.DeviceName)
 		s.cmds.forget(id)
@@ -408,7 +412,7 @@ func (s *Store) DueCommands(ctx context.Context, before int64, limit int) ([]sto
 		id  int64
 	}
 	var refs []ref
-	start, read := s.due.from(time.Now())
+	start, full := s.due.begin(time.Now())
 	lo := cmdDueKey(start, 0)
 	hi := cmdDueKey(before+1, 0)
 	if start == 0 {
@@ -425,13 +429,9 @@ func (s *Store) DueCommands(ctx context.Context, before int64, limit int) ([]sto
 		refs = append(refs, ref{string(v), int64(binary.BigEndian.Uint64(k[len(pCmdDue)+8:]))})
 		return len(refs) < limit, nil
 	})
+	s.due.end(next, full, err == nil)
 	if err != nil {
 		return nil, err
-	}
-	if next < read {
-		s.due.lower(next) // a full scan found one a write's race hid
-	} else {
-		s.due.raise(read, next)
 	}
 	out := make([]store.Command, 0, len(refs))
 	for _, r := range refs {
