@@ -35,7 +35,7 @@ const (
 	DefaultMaxInflight     = 1024
 	DefaultPublishRate     = 50
 	DefaultPublishBurst    = 100
-	DefaultAnswerRate      = 1000
+	DefaultAnswerRate      = 200
 	DefaultAnswerBurst     = 200
 	DefaultSubscribeRate   = 1
 	DefaultSubscribeBurst  = 10
@@ -77,7 +77,10 @@ type Config struct {
 	// publish rate. The service bounds what it asks a device (its open
 	// commands), so a device may answer as fast as it is asked, and a
 	// reconnect that hands it its whole backlog at once is answered at
-	// once, without taking the place of its other publishes.
+	// once, without taking the place of its other publishes. The
+	// defaults, 200/s in bursts of 200, hold a backlog of 100 twice over
+	// and bound what a device flooding replies that answer nothing (each
+	// a lookup) costs.
 	AnswerTopics []string
 	AnswerRate   float64
 	AnswerBurst  int

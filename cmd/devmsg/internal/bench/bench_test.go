@@ -405,8 +405,8 @@ func TestRunCommands(t *testing.T) {
 	o := small()
 	// command-batch gives every device one command per call, so each
 	// device answers as many calls a second as the loop makes over all of
-	// them; 50 devices keep each well under the broker's answer rate.
-	o.Binary, o.Devices, o.Subscribers, o.Rate = bin, 50, 50, 200
+	// them; 100 devices keep each well under the broker's answer rate.
+	o.Binary, o.Devices, o.Subscribers, o.Rate = bin, 100, 100, 200
 	o.Workloads = CommandWorkloads
 	var out bytes.Buffer
 	if err := Run(context.Background(), o, &out); err != nil {
