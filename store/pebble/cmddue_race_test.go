@@ -19,23 +19,13 @@ import (
 // The run is far shorter than the full-scan period, so the scans from
 // the floor alone must find every command due.
 func TestDueCommandsUnderWrites(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
-	if err := s.CreateApp(ctx, store.App{Key: "app", Name: "a"}); err != nil {
-		t.Fatal(err)
-	}
 	const devices, writers = 64, 8
-	devs := make([]store.Device, devices)
-	for i := range devs {
-		devs[i] = store.Device{Name: "d" + strconv.Itoa(i), Secret: "s"}
+	names := make([]string, devices)
+	for i := range names {
+		names[i] = "d" + strconv.Itoa(i)
 	}
-	if _, err := s.CreateDevices(ctx, "app", devs); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := openTestApp(t, names...)
+	ctx := context.Background()
 	run := 2 * time.Second
 	if testing.Short() {
 		run = time.Second
@@ -45,7 +35,7 @@ func TestDueCommandsUnderWrites(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for n := 0; time.Now().Before(d.stop); n++ {
-				if err := d.write(ctx, devs[(w+n*writers)%devices].Name, n, w%2 == 1); err != nil {
+				if err := d.write(ctx, names[(w+n*writers)%devices], n, w%2 == 1); err != nil {
 					d.errs <- err
 					return
 				}

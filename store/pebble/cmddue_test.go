@@ -14,26 +14,8 @@ import (
 // entry written below that point, and that its periodic full scan finds
 // one the floor passed over.
 func TestDueCommandsFloor(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, create := dueStore(t)
 	ctx := context.Background()
-	if err := s.CreateApp(ctx, store.App{Key: "app", Name: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d", Secret: "s"}}); err != nil {
-		t.Fatal(err)
-	}
-	create := func(id, at int64) store.Command {
-		t.Helper()
-		out, err := s.CreateCommands(ctx, "app", []store.Command{{ID: id, DeviceName: "d", Name: "n", State: store.CmdQueued, TimeCreate: at}}, 0, nil)
-		if err != nil || out[0].State != store.CmdQueued {
-			t.Fatalf("create command %d: %v %+v", id, err, out)
-		}
-		return out[0]
-	}
 	due := func(before int64) []int64 {
 		t.Helper()
 		cmds, err := s.DueCommands(ctx, before, 100)
@@ -94,18 +76,8 @@ func TestDueCommandsFloor(t *testing.T) {
 // returns it with a function that creates a queued command of d.
 func dueStore(t *testing.T) (*Store, func(id, at int64) store.Command) {
 	t.Helper()
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, _ := openTestApp(t, "d")
 	ctx := context.Background()
-	if err := s.CreateApp(ctx, store.App{Key: "app", Name: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateDevices(ctx, "app", []store.Device{{Name: "d", Secret: "s"}}); err != nil {
-		t.Fatal(err)
-	}
 	return s, func(id, at int64) store.Command {
 		t.Helper()
 		out, err := s.CreateCommands(ctx, "app", []store.Command{{ID: id, DeviceName: "d", Name: "n", State: store.CmdQueued, TimeCreate: at}}, 0, nil)
