@@ -760,7 +760,7 @@ func registerDeviceMetrics(reg *prometheus.Registry, mq *broker.Broker, d *deliv
 	}
 	refused := func(reason string, f func(broker.PublishRefusals) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "devmsg_mqtt_publishes_refused_total",
-			Help:        "Device publishes refused (no PUBACK, or an MQTT 5 PUBACK with a reason code), by reason: quota (over the per-device publish rate), malformed, topic (a topic the service takes nothing on), or error (not stored).",
+			Help:        "Device publishes refused (no PUBACK, or an MQTT 5 PUBACK with a reason code), by reason: quota (over the per-device publish rate, or answer rate for cmd/reply), malformed, topic (a topic the service takes nothing on), or error (not stored).",
 			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(f(mq.PublishesRefused())) })
 	}
 	subRefused := func(reason string, f func(broker.SubscriptionRefusals) int64) prometheus.Collector {
