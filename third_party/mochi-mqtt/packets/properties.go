@@ -42,8 +42,10 @@ const (
 	PropSharedSubAvailable     byte = 42
 )
 
-// validPacketProperties indicates which properties are valid for which packet types.
-var validPacketProperties = map[byte]map[byte]byte{
+// validPacketProperties indicates which properties are valid for which packet types:
+// 1 at [property][packet type]. An array, not a map of maps: Encode asks it for every
+// property of every packet it writes (devmsg patch 16).
+var validPacketProperties = [256][WillProperties + 1]byte{
 	PropPayloadFormat:          {Publish: 1, WillProperties: 1},
 	PropMessageExpiryInterval:  {Publish: 1, WillProperties: 1},
 	PropContentType:            {Publish: 1, WillProperties: 1},
@@ -192,7 +194,12 @@ func (p *Properties) Copy(allowTransfer bool) Properties {
 
 // canEncode returns true if the property type is valid for the packet type.
 func (p *Properties) canEncode(pkt byte, k byte) bool {
-	return validPacketProperties[k][pkt] == 1
+	return validProperty(k, pkt)
+}
+
+// validProperty reports whether property k may appear in a packet of type pkt.
+func validProperty(k, pkt byte) bool {
+	return int(pkt) < len(validPacketProperties[k]) && validPacketProperties[k][pkt] == 1
 }
 
 // Encode encodes properties into a bytes buffer.
@@ -387,7 +394,7 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 			return n + bu, err
 		}
 
-		if _, ok := validPacketProperties[k][pkt]; !ok {
+		if !validProperty(k, pkt) {
 			return n + bu, fmt.Errorf("property type %v not valid for packet type %v: %w", k, pkt, ErrProtocolViolationUnsupportedProperty)
 		}
 
