@@ -105,3 +105,70 @@ func growStack(n int, started chan<- struct{}, release <-chan struct{}) byte {
 	<-release
 	return buf[0]
 }
+
+// TestQuietTrimsOncePerSpell follows a process that allocates, goes
+// quiet with garbage on its heap, and is trimmed once QuietFor has
+// passed, and not again until it has been busy.
+func TestQuietTrimsOncePerSpell(t *testing.T) {
+	const mib = 1 << 20
+	start := time.Unix(1_800_000_000, 0)
+	var q quiet
+	var allocs uint64
+	step := func(s int, rate, garbage uint64) bool {
+		allocs += rate
+		return q.observe(start.Add(time.Duration(s)*time.Second), allocs, garbage)
+	}
+	at := 0
+	for ; at < 5; at++ { // busy: 50 MiB/s
+		if step(at, 50*mib, 200*mib) {
+			t.Fatalf("trimmed at %d s while busy", at)
+		}
+	}
+	for ; at < 7; at++ { // quiet since the last busy second (4 s), not for QuietFor yet
+		if step(at, mib/4, 200*mib) {
+			t.Fatalf("trimmed at %d s, quiet since 4 s", at)
+		}
+	}
+	if !step(at, mib/4, 200*mib) {
+		t.Fatalf("not trimmed at %d s, quiet since 4 s with 200 MiB of garbage", at)
+	}
+	for at++; at < 20; at++ {
+		if step(at, 0, 200*mib) {
+			t.Fatalf("trimmed again at %d s in the same quiet spell", at)
+		}
+	}
+	for end := at + 2; at < end; at++ { // busy again
+		step(at, 50*mib, 200*mib)
+	}
+	for end := at + 5; at < end; at++ { // quiet with little garbage
+		if step(at, 0, TrimGarbage) {
+			t.Fatalf("trimmed at %d s with only %d MiB of garbage", at, TrimGarbage/mib)
+		}
+	}
+	if !step(at, 0, TrimGarbage+1) {
+		t.Fatalf("not trimmed at %d s once the garbage passed %d MiB", at, TrimGarbage/mib)
+	}
+}
+
+// TestQuietProcessIsTrimmed leaves garbage under a floor far above it and
+// checks that the watcher collects it once the test goes quiet.
+func TestQuietProcessIsTrimmed(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	f := Start(1<<30, 100)
+	defer f.Stop()
+	runtime.GC() // the floor tunes GOGC after a collection
+	for range 96 {
+		sink = make([]byte, 1<<20)
+	}
+	sink = nil
+	deadline := time.Now().Add(QuietFor + 10*time.Second)
+	for f.Trims() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no trim %v after 96 MiB of garbage and quiet", QuietFor+10*time.Second)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var sink []byte
