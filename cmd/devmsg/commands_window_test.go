@@ -187,9 +187,11 @@ func TestCommandWithinReceiveMaximum(t *testing.T) {
 		}
 		d.puback(pk.PacketID)
 	}
-	if got := f.getCommand(v.CmdID, 0); got.State != "delivered" {
-		t.Fatalf("after its PUBACK: %+v, want delivered", got)
-	}
+	// The delivered state is stored a moment after the PUBACK
+	// (docs/api.md, "States").
+	waitFor(t, 5*time.Second, "the command delivered after its PUBACK", func() bool {
+		return f.getCommand(v.CmdID, 0).State == "delivered"
+	})
 }
 
 // TestCommandTakesPlaceFreedByExpiry: on a device that declared no
