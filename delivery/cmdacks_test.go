@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/devmsg/devmsg/command"
-	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/memory"
 )
@@ -38,20 +37,8 @@ func (s *deliveredWrites) UpdateCommand(ctx context.Context, appKey string, id i
 func TestDeliveredLingers(t *testing.T) {
 	ctx := context.Background()
 	st := &deliveredWrites{Store: memory.New()}
-	if err := st.CreateApp(ctx, store.App{Key: "app"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "dev-1"}}); err != nil {
-		t.Fatal(err)
-	}
-	ids, err := idgen.New(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	svc := command.NewService(st, ids, log)
-	svc.SetRouter(offlineRouter{})
-	cs := NewCommandSender(st, svc, log)
+	svc := offlineCommands(t, st.Store, st, "dev-1")
+	cs := NewCommandSender(st, svc, slog.New(slog.DiscardHandler))
 	const linger = 500 * time.Millisecond
 	cs.acks.linger = linger
 	send := func() int64 {

@@ -42,6 +42,31 @@ func (offlineRouter) CommandOnline(store.Device) bool           { return false }
 func (offlineRouter) NotifyCommand(store.Command, store.Device) {}
 func (offlineRouter) CancelCommand(store.Command)               {}
 
+// offlineCommands creates app "app" with devices in mem and returns a
+// command service on st (mem, or a store wrapping it) that holds every
+// command queued, as for devices not connected.
+func offlineCommands(t *testing.T, mem *memory.Store, st command.Store, devices ...string) *command.Service {
+	t.Helper()
+	ctx := context.Background()
+	if err := mem.CreateApp(ctx, store.App{Key: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	devs := make([]store.Device, len(devices))
+	for i, name := range devices {
+		devs[i] = store.Device{AppKey: "app", Name: name}
+	}
+	if _, err := mem.CreateDevices(ctx, "app", devs); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := idgen.New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := command.NewService(st, ids, slog.New(slog.DiscardHandler))
+	svc.SetRouter(offlineRouter{})
+	return svc
+}
+
 // A job cancelled or aborted cancels its queued commands in the
 // background, after its cancel answered: a device that connects before
 // the sweep reaches its command must not get it, while the command of a
@@ -49,20 +74,8 @@ func (offlineRouter) CancelCommand(store.Command)               {}
 func TestQueuedCommandOfAnEndedJobIsNotSent(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
-	app := store.App{Key: "app"}
-	if err := st.CreateApp(ctx, app); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "dev-1"}, {AppKey: "app", Name: "dev-2"}}); err != nil {
-		t.Fatal(err)
-	}
-	ids, err := idgen.New(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := offlineCommands(t, st, st, "dev-1", "dev-2")
 	log := slog.New(slog.DiscardHandler)
-	svc := command.NewService(st, ids, log)
-	svc.SetRouter(offlineRouter{})
 	start := func(device string, id int64) store.Job {
 		j := store.Job{ID: id, AppKey: "app", State: store.JobRunning, Targets: 1,
 			Command: store.JobCommand{Name: "ota", Timeout: 30}, TTL: 600, Rate: 1000, TimeCreate: time.Now().UnixMilli()}
