@@ -48,19 +48,32 @@ type cmdAck struct {
 type cmdAckStage struct {
 	stage  *writeStage[cmdAck]
 	linger time.Duration // cmdAckLinger; tests lengthen it
+	// hurry, closed by flush, ends the linger of every write.
+	hurry     chan struct{}
+	hurryOnce sync.Once
 
 	mu sync.Mutex
 	// pending counts, by command id, the PUBACKs waiting or being
 	// written: Attach does not send such a command again.
 	pending map[int64]int
+	// idle is signalled when pending empties (flush).
+	idle *sync.Cond
 }
 
 // newCmdAckStage returns cs's stage of delivered states.
 func newCmdAckStage(cs *CommandSender) *cmdAckStage {
-	s := &cmdAckStage{pending: map[int64]int{}, linger: cmdAckLinger}
+	s := &cmdAckStage{pending: map[int64]int{}, linger: cmdAckLinger, hurry: make(chan struct{})}
+	s.idle = sync.NewCond(&s.mu)
 	s.stage = &writeStage[cmdAck]{batch: cmdAckBatch, max: cmdAckBatch, writers: cmdAckWriters, write: func(batch []cmdAck) {
 		// The oldest is first: the others have lingered less.
-		time.Sleep(time.Until(batch[0].queued.Add(s.linger)))
+		if d := time.Until(batch[0].queued.Add(s.linger)); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-s.hurry:
+				t.Stop()
+			}
+		}
 		cs.storeDelivered(batch)
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -69,8 +82,22 @@ func newCmdAckStage(cs *CommandSender) *cmdAckStage {
 				delete(s.pending, a.ref.id)
 			}
 		}
+		if len(s.pending) == 0 {
+			s.idle.Broadcast()
+		}
 	}}
 	return s
+}
+
+// flush ends the linger of the writes waiting, and of any later one,
+// and returns once no PUBACK waits for its write.
+func (s *cmdAckStage) flush() {
+	s.hurryOnce.Do(func() { close(s.hurry) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.pending) > 0 {
+		s.idle.Wait()
+	}
 }
 
 // add queues a PUBACK for its write.

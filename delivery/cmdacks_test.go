@@ -95,3 +95,33 @@ func TestDeliveredLingers(t *testing.T) {
 		t.Fatalf("%d delivered states written, want 1: the answered command's was left to its answer", n)
 	}
 }
+
+// TestFlushEndsLinger: Flush stores at once the delivered states that
+// linger, and returns only once they are stored; the linger here is
+// long enough that nothing else would write them during the test.
+func TestFlushEndsLinger(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	svc := offlineCommands(t, st, st, "dev-1")
+	cs := NewCommandSender(st, svc, slog.New(slog.DiscardHandler))
+	cs.acks.linger = time.Hour
+	rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{"dev-1"}, command.Request{Name: "ping", TTL: 60, Timeout: 30}, true, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cmdConn{}
+	cs.Attach(ctx, c, "app", "dev-1", false)
+	if !cs.Acked(c, "app", "dev-1", 1) {
+		t.Fatal("PUBACK of the command not taken")
+	}
+	done := make(chan struct{})
+	go func() { cs.Flush(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Flush waited for the linger")
+	}
+	if got, err := st.GetCommand(ctx, "app", rs[0].Command.ID); err != nil || got.State != store.CmdDelivered {
+		t.Fatalf("after Flush: %s, %v; want delivered", got.State, err)
+	}
+}

@@ -388,6 +388,13 @@ func (cs *CommandSender) Detach(c Conn) {
 	cs.mu.Unlock()
 }
 
+// Flush stores at once the delivered states of the PUBACKs taken, which
+// otherwise wait cmdAckLinger for an answer, and returns once they are
+// stored: call it when the connections have ended, before the store
+// closes, so that a clean stop does not leave the commands the devices
+// took to be sent again.
+func (cs *CommandSender) Flush() { cs.acks.flush() }
+
 // Cancel tells the device on c that command id was cancelled.
 func (cs *CommandSender) Cancel(c Conn, id int64) {
 	if _, err := c.Publish(command.TopicCancel, command.CancelPayload(id), 1); err != nil {

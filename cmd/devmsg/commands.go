@@ -16,10 +16,10 @@ import (
 // use, moved past every command id stored) and connects it to the MQTT
 // API: its delivery, and in a cluster the word that wakes waiting calls
 // on the other nodes.
-func newCommands(ctx context.Context, st store.Store, ids *idgen.Generator, mq *mqttapi.API, cluster bool, log *slog.Logger) (*command.Service, error) {
+func newCommands(ctx context.Context, st store.Store, ids *idgen.Generator, mq *mqttapi.API, cluster bool, log *slog.Logger) (*command.Service, *delivery.CommandSender, error) {
 	last, err := st.LastCommandID(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read last command id: %w", err)
+		return nil, nil, fmt.Errorf("read last command id: %w", err)
 	}
 	ids.Skip(last)
 	svc := command.NewService(st, ids, log)
@@ -27,6 +27,7 @@ func newCommands(ctx context.Context, st store.Store, ids *idgen.Generator, mq *
 	if cluster {
 		svc.SetWaker(mq)
 	}
-	mq.SetCommands(svc, delivery.NewCommandSender(st, svc, log))
-	return svc, nil
+	cs := delivery.NewCommandSender(st, svc, log)
+	mq.SetCommands(svc, cs)
+	return svc, cs, nil
 }

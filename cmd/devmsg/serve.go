@@ -108,6 +108,7 @@ type Main struct {
 	counted    *events.CountedStore // the store, counting the events appended
 	broadcasts *message.Broadcaster
 	commands   *command.Service
+	cmdSender  *delivery.CommandSender
 	jobs       *job.Service
 	// stopCommands ends the command sweep.
 	stopCommands context.CancelFunc
@@ -335,7 +336,7 @@ func (m *Main) buildServices(ctx context.Context) error {
 		return err
 	}
 	messages := message.NewService(st, ids, m.mqttAPI)
-	if m.commands, err = newCommands(ctx, st, ids, m.mqttAPI, m.node != nil, log); err != nil {
+	if m.commands, m.cmdSender, err = newCommands(ctx, st, ids, m.mqttAPI, m.node != nil, log); err != nil {
 		return err
 	}
 	m.jobs = newJobs(st, ids, m.commands, messages, log)
@@ -522,6 +523,11 @@ func (m *Main) close() error {
 		if err := m.broker.Close(); err != nil {
 			m.log.Error("close mqtt broker", "err", err)
 		}
+	}
+	if m.cmdSender != nil {
+		// The devices are gone: the PUBACKs they sent are stored now,
+		// not after their linger, when the store may be closed.
+		m.cmdSender.Flush()
 	}
 	if m.callbacksStarted {
 		m.callbacks.Stop()
