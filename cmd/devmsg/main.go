@@ -98,8 +98,8 @@ const defaultGCPercent = 400
 // it. With a live heap of a few MiB, GOGC alone collected every second or
 // two under load, and on two cores each cycle held up requests for tens
 // of milliseconds: the p99 of command-latency was those cycles. At 128
-// MiB a collection still came every 3 s at 2,000 commands/s; at 512 MiB
-// it comes every 15 s or so, and command-latency's p99.9 fell from 10 to
+// MiB a collection still came every 3.3 s at 2,000 commands/s; at 512
+// MiB every 15.6 s, and command-latency's p99.9 fell from 10 to
 // 20 ms to 8 to 11 ms. What a burst leaves below the floor is collected
 // and returned to the OS once the process goes quiet (gcfloor).
 const heapFloor = 512 << 20
