@@ -142,7 +142,11 @@ func TestCommandCrashLoop(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	cycles := envInt(t, envCrashCycles, 20)
-	clients, devices := 8, 4
+	// The clients send as fast as the server takes commands, and each
+	// device answers at most 200 a second (the broker's answer rate):
+	// enough devices that their answers keep up, so the queues fill only
+	// when a crash holds answers back.
+	clients, devices := 8, 32
 
 	dir := t.TempDir()
 	args := []string{"--mqtt.tcp_addr", "127.0.0.1:0"}

@@ -43,7 +43,13 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 			stripes = append(stripes, deviceStripe(u.AppKey, devs[i]))
 		}
 	}
-	defer s.lockStripes(stripes)()
+	unlock := s.lockStripes(stripes)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	out, order, evs, lazy := s.applyUpdates(updates, devs, errs)
 	if len(order) == 0 {
 		return out, errs, nil
@@ -70,15 +76,16 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		}
 		return nil
 	}
+	var w *applied
 	if lazy {
 		err = s.writeLazy(fill)
 	} else {
-		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
+		w, err = s.applyEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
 	}
 	for _, ch := range order {
 		s.noteDue(ch.c, ch.was)
 	}
-	if err != nil {
+	forget := func(err error) ([]store.Command, []error, error) {
 		for _, ch := range order {
 			s.openCmds.drop(ch.c.AppKey, ch.c.DeviceName)
 			s.cmds.forget(ch.c.ID)
@@ -88,6 +95,9 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		}
 		return nil, nil, fmt.Errorf("update commands: %w", err)
 	}
+	if err != nil {
+		return forget(err)
+	}
 	for _, ex := range exs {
 		ex.apply()
 	}
@@ -96,6 +106,15 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 			s.openCountAdd(ch.c.AppKey, ch.c.DeviceName, -1)
 		}
 		s.cmds.put(ch.c, ch.size)
+	}
+	if w != nil {
+		// As in createCommands: the writers waiting for these stripes
+		// need not wait for this write's fsync.
+		unlock()
+		locked = false
+		if err := w.durable(); err != nil {
+			return forget(err)
+		}
 	}
 	return out, errs, nil
 }

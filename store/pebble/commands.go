@@ -132,17 +132,27 @@ const cmdBufMax = 16 << 10
 
 // dropIndex adds to b the deletes of the index entries c, indexed as was
 // before, loses by its write.
+//
+// They are SingleDeletes, as the message queue's (unqueue): a command
+// answered within the memtable's life then leaves nothing of its open
+// and due entries on disk, where a Delete is carried down every level.
+// Pebble requires that the key was Set at most once since it was last
+// deleted, which holds: both keys hold the command's id, putCommand sets
+// the open entry only as the command is created (was.open false) and a
+// due entry only when the due moves, in the write that deletes the old
+// one, and a command that has ended is never open again
+// (store.ApplyCommandUpdate).
 func dropIndex(b *pebble.Batch, c store.Command, was cmdIndexed) error {
 	if !was.open {
 		return nil
 	}
 	if !c.Open() || c.Due() != was.due {
-		if err := b.Delete(cmdDueKey(was.due, c.ID), nil); err != nil {
+		if err := b.SingleDelete(cmdDueKey(was.due, c.ID), nil); err != nil {
 			return err
 		}
 	}
 	if !c.Open() {
-		return b.Delete(cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil)
+		return b.SingleDelete(cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil)
 	}
 	return nil
 }
@@ -170,7 +180,13 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 	if seq != nil {
 		stripes = append(stripes, seqStripe(appKey, seqNo))
 	}
-	defer s.lockStripes(stripes)()
+	unlock := s.lockStripes(stripes)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	if seq != nil {
 		if err := s.checkSeqFree(appKey, seqNo, &store.SeqEntry{}); err != nil {
 			return nil, err
@@ -190,7 +206,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 	}
 	defer ex.release()
 	sizes := make([]int, len(out))
-	err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) {
+	w, err := s.applyEvents(func(b *pebble.Batch) ([]store.Event, error) {
 		var evs []store.Event
 		for i := range out {
 			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
@@ -213,7 +229,7 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 	for i := range out {
 		s.noteDue(out[i], cmdIndexed{})
 	}
-	if err != nil {
+	forget := func(err error) ([]store.Command, error) {
 		for i := range out {
 			s.openCmds.drop(appKey, out[i].DeviceName)
 			s.cmds.forget(out[i].ID)
@@ -221,12 +237,22 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		ex.forget()
 		return nil, fmt.Errorf("create commands: %w", err)
 	}
+	if err != nil {
+		return forget(err)
+	}
 	ex.apply()
 	for i := range out {
 		if out[i].Open() {
 			s.openCountAdd(appKey, out[i].DeviceName, 1)
 		}
 		s.cmds.put(out[i], sizes[i])
+	}
+	// Reads see the commands now; the writes of the same devices that
+	// wait for the stripes need not wait for this one's fsync too.
+	unlock()
+	locked = false
+	if err := w.durable(); err != nil {
+		return forget(err)
 	}
 	return out, nil
 }
@@ -284,7 +310,12 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 	if err != nil {
 		return store.Command{}, err
 	}
-	defer unlock()
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	was := indexed(c)
 	if err := applyBoxed(&c, id, appKey, fn); err != nil {
 		return store.Command{}, err
@@ -309,23 +340,36 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		}
 		return ex.put(b)
 	}
+	var w *applied
 	if lazy {
 		err = s.writeLazy(fill)
 	} else {
-		err = s.writeEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
+		w, err = s.applyEvents(func(b *pebble.Batch) ([]store.Event, error) { return evs, fill(b) })
 	}
 	s.noteDue(c, was)
-	if err != nil {
+	forget := func(err error) (store.Command, error) {
 		s.openCmds.drop(appKey, c.DeviceName)
 		s.cmds.forget(id)
 		ex.forget()
 		return store.Command{}, fmt.Errorf("update command %d: %w", id, err)
+	}
+	if err != nil {
+		return forget(err)
 	}
 	if was.open && !c.Open() {
 		s.openCountAdd(appKey, c.DeviceName, -1)
 	}
 	ex.apply()
 	s.cmds.put(c, written)
+	if w != nil {
+		// As in createCommands: the stripe's next writer need not wait
+		// for this write's fsync.
+		unlock()
+		locked = false
+		if err := w.durable(); err != nil {
+			return forget(err)
+		}
+	}
 	return c, nil
 }
 

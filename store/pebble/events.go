@@ -175,37 +175,73 @@ func (s *Store) trimmedThrough(app string) (int64, error) {
 // place). Without events it is write; with them, see the top of this
 // file. It returns once the batch is durable.
 func (s *Store) writeEvents(fill func(b *pebble.Batch) ([]store.Event, error)) error {
-	b := s.db.NewBatch()
-	defer b.Close()
-	evs, err := fill(b)
+	w, err := s.applyEvents(fill)
 	if err != nil {
 		return err
 	}
-	if len(evs) == 0 {
-		s.committing.Add(1)
-		defer s.committing.Add(-1)
-		if err := b.Commit(pebble.Sync); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
+	return w.durable()
+}
+
+// applied is a synced write that Pebble has applied, so reads see it,
+// and whose sync is still to be waited for (durable).
+type applied struct {
+	s       *Store
+	b       *pebble.Batch
+	highest map[*eventApp]int64 // the events' highest id per app
+}
+
+// applyEvents is writeEvents up to the point where reads see the batch:
+// a writer that holds locks for its read-modify-write releases them then
+// and waits for durable after, so that the writers queued behind its
+// locks do not wait for its fsync too. The write counts in s.committing
+// until durable, so a durable read (barrier) syncs past it. On an error
+// nothing is applied.
+func (s *Store) applyEvents(fill func(b *pebble.Batch) ([]store.Event, error)) (*applied, error) {
+	b := s.db.NewBatch()
+	evs, err := fill(b)
+	if err != nil {
+		b.Close()
+		return nil, err
 	}
 	for i := range evs {
 		evs[i].Data = store.NormalData(evs[i].Data)
 		if evs[i].AppKey == "" {
-			return fmt.Errorf("append events: an event of type %q has no app key", evs[i].Type)
+			b.Close()
+			return nil, fmt.Errorf("append events: an event of type %q has no app key", evs[i].Type)
 		}
 	}
 	s.committing.Add(1)
-	defer s.committing.Add(-1)
-	highest, err := s.applyEvents(b, evs)
-	if err != nil {
-		return err
+	var highest map[*eventApp]int64
+	if len(evs) == 0 {
+		err = s.db.ApplyNoSyncWait(b, pebble.Sync)
+		if err != nil {
+			err = fmt.Errorf("commit: %w", err)
+		}
+	} else {
+		highest, err = s.appendEvents(b, evs)
 	}
-	if err := b.SyncWait(); err != nil {
+	if err != nil {
+		s.committing.Add(-1)
+		b.Close()
+		return nil, err
+	}
+	return &applied{s: s, b: b, highest: highest}, nil
+}
+
+// durable waits for the write's sync, then wakes the readers of its
+// events.
+func (w *applied) durable() error {
+	s := w.s
+	defer s.committing.Add(-1)
+	defer w.b.Close()
+	if err := w.b.SyncWait(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	if len(w.highest) == 0 {
+		return nil
+	}
 	s.events.wakeMu.Lock()
-	for a, id := range highest {
+	for a, id := range w.highest {
 		if id > a.durable {
 			a.durable = id
 			close(a.wake)
@@ -216,10 +252,10 @@ func (s *Store) writeEvents(fill func(b *pebble.Batch) ([]store.Event, error)) e
 	return nil
 }
 
-// applyEvents assigns the events their ids, adds them to b and hands b to
-// Pebble, all under ev.mu; it returns the highest id b holds per app. On
-// a failure nothing is applied and the ids are taken back.
-func (s *Store) applyEvents(b *pebble.Batch, evs []store.Event) (map[*eventApp]int64, error) {
+// appendEvents assigns the events their ids, adds them to b and hands b
+// to Pebble, all under ev.mu; it returns the highest id b holds per app.
+// On a failure nothing is applied and the ids are taken back.
+func (s *Store) appendEvents(b *pebble.Batch, evs []store.Event) (map[*eventApp]int64, error) {
 	s.events.mu.Lock()
 	defer s.events.mu.Unlock()
 	highest := map[*eventApp]int64{}

@@ -82,3 +82,51 @@ func TestAppendUnqueueKeysAreUnqueueKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestEndedCommandLeavesNoTombstones: a command created and answered
+// within the memtable's life leaves nothing of its open and due entries
+// once the memtable is flushed.
+func TestEndedCommandLeavesNoTombstones(t *testing.T) {
+	s, must := openTestApp(t, "dev-1")
+	ctx := context.Background()
+	queued := func(id int64) store.Command {
+		return store.Command{ID: id, DeviceName: "dev-1", Name: "ping", TTL: 60, Timeout: 30, State: store.CmdQueued, TimeCreate: 1000}
+	}
+	// A command that stays open, on disk: the flush below cannot drop a
+	// tombstone for lack of anything under it.
+	_, err := s.CreateCommands(ctx, "app", []store.Command{queued(100)}, 0, nil)
+	must(err)
+	must(s.db.Flush())
+	_, err = s.CreateCommands(ctx, "app", []store.Command{queued(1), queued(2)}, 0, nil)
+	must(err)
+	deliver := func(c *store.Command) error {
+		c.State, c.TimeDelivered, c.Deadline = store.CmdDelivered, 2000, 32000
+		return nil
+	}
+	answer := func(c *store.Command) error {
+		c.State, c.TimeDone, c.Answered = store.CmdSucceeded, 3000, true
+		return nil
+	}
+	for _, fn := range []func(*store.Command) error{deliver, answer} {
+		_, err = s.UpdateCommand(ctx, "app", 1, fn)
+		must(err)
+	}
+	_, errs, err := s.UpdateCommands(ctx, []store.CommandUpdate{{AppKey: "app", ID: 2, Fn: deliver}, {AppKey: "app", ID: 2, Fn: answer}})
+	must(err)
+	must(errors.Join(errs...))
+	must(s.db.Flush())
+	tombstones := 0
+	must(s.db.ScanInternal(ctx, block.CategoryUnknown, []byte(pCmdDue), []byte("P"),
+		func(k *pebble.InternalKey, _ pebble.LazyValue, _ pebble.IteratorLevel) error {
+			if k.Kind() == pebble.InternalKeyKindDelete || k.Kind() == pebble.InternalKeyKindSingleDelete {
+				tombstones++
+			}
+			return nil
+		}, nil, nil, nil, nil))
+	if tombstones != 0 {
+		t.Errorf("%d tombstones flushed, want 0", tombstones)
+	}
+	if n := countKeys(t, s, pCmdOpen) + countKeys(t, s, pCmdDue); n != 2 {
+		t.Errorf("%d open and due entries left, want 2 (command 100's)", n)
+	}
+}
