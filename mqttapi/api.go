@@ -95,6 +95,8 @@ type API struct {
 	presence presence.Tracker
 
 	locks [stripes]sync.Mutex
+	// deadlines bound the store writes of what devices publish.
+	deadlines storeDeadlines
 
 	// retry holds, per device, the latest presence write of this node
 	// that failed (Redis down, say), until it lands or a newer write of
@@ -398,19 +400,13 @@ func (g *API) Published(s *broker.Session, topic string, qos byte, payload []byt
 	return nil
 }
 
-// storeTimeout bounds the wait for an event to be stored; the device's
-// publish is refused after it.
-const storeTimeout = 10 * time.Second
-
 // deviceEvent runs write, which stores an event the device published,
 // and tells the broker how to answer: nil once it is durable, a refusal
 // the device can tell apart (broker.ErrMalformed) when the publish
 // breaks the rules of its topic, else the store's error (the device
 // publishes it again).
 func (g *API) deviceEvent(s *broker.Session, topic string, write func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	err := write(ctx)
+	err := write(g.deadlines.get())
 	switch {
 	case err == nil:
 		return nil
