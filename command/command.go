@@ -174,8 +174,8 @@ func (s *Service) Send(ctx context.Context, app store.App, names []string, req R
 	byName := devicesByName(devs)
 	now := s.now().UnixMilli()
 	results := make([]Result, len(names))
-	var cmds []store.Command
-	var at []int
+	cmds := make([]store.Command, 0, len(names))
+	at := make([]int, 0, len(names))
 	var seen map[string]bool // names taken; a single name needs none
 	if len(names) > 1 {
 		seen = make(map[string]bool, len(names))
@@ -232,13 +232,24 @@ func (s *Service) notify(stored []store.Command, byName deviceIndex) {
 		}
 		return
 	}
-	var queued []store.Command
-	var queuedDevs []store.Device
-	for _, c := range stored {
-		if c.State == store.CmdQueued {
-			dev, _ := byName.get(c.DeviceName)
-			queued, queuedDevs = append(queued, c), append(queuedDevs, dev)
+	n := 0
+	for i := range stored {
+		if stored[i].State == store.CmdQueued {
+			n++
 		}
+	}
+	queued := stored // most often every one is queued
+	if n < len(stored) {
+		queued = make([]store.Command, 0, n)
+		for _, c := range stored {
+			if c.State == store.CmdQueued {
+				queued = append(queued, c)
+			}
+		}
+	}
+	queuedDevs := make([]store.Device, len(queued))
+	for i := range queued {
+		queuedDevs[i], _ = byName.get(queued[i].DeviceName)
 	}
 	if br, ok := s.router.(BatchRouter); ok && len(queued) > 1 {
 		br.NotifyCommands(queued, queuedDevs)

@@ -19,11 +19,11 @@ type Addressed struct {
 // (store.CommandBatcher): POST /cmd/v1/cmds made a write per command,
 // one after the other, a thousand per call.
 func (cs *CommandSender) SendAll(ctx context.Context, cmds []Addressed) {
-	var sent []store.Command
+	sent := make([]cmdRef, 0, len(cmds))
 	for _, a := range cmds {
 		unlock := cs.lock(a.Command.AppKey, a.Command.DeviceName)
 		if cs.publish(a.Conn, a.Command) {
-			sent = append(sent, a.Command)
+			sent = append(sent, refOf(a.Command))
 		}
 		unlock()
 	}
@@ -37,7 +37,7 @@ type commandBatcher interface {
 
 // recordSentAll writes that cmds were published, in one write where the
 // store can, else one by one (recordSent).
-func (cs *CommandSender) recordSentAll(ctx context.Context, cmds []store.Command) {
+func (cs *CommandSender) recordSentAll(ctx context.Context, cmds []cmdRef) {
 	b, ok := cs.store.(commandBatcher)
 	if !ok || len(cmds) < 2 {
 		for _, cmd := range cmds {
@@ -48,7 +48,7 @@ func (cs *CommandSender) recordSentAll(ctx context.Context, cmds []store.Command
 	fn := command.SentAt(cs.now().UnixMilli())
 	updates := make([]store.CommandUpdate, len(cmds))
 	for i, cmd := range cmds {
-		updates[i] = store.CommandUpdate{AppKey: cmd.AppKey, ID: cmd.ID, Fn: fn}
+		updates[i] = store.CommandUpdate{AppKey: cmd.app, ID: cmd.id, Fn: fn}
 	}
 	_, errs, err := b.UpdateCommands(ctx, updates)
 	if errors.Is(err, errors.ErrUnsupported) {
@@ -63,7 +63,7 @@ func (cs *CommandSender) recordSentAll(ctx context.Context, cmds []store.Command
 	}
 	for i, err := range errs {
 		if err != nil && !errors.Is(err, command.ErrUnchanged) && !errors.Is(err, store.ErrNotFound) {
-			cs.log.Error("record a command sent", "app", cmds[i].AppKey, "cmd_id", cmds[i].ID, "err", err)
+			cs.log.Error("record a command sent", "app", cmds[i].app, "cmd_id", cmds[i].id, "err", err)
 		}
 	}
 }

@@ -82,6 +82,8 @@ type cmdRef struct {
 	id       int64
 }
 
+func refOf(c store.Command) cmdRef { return cmdRef{c.AppKey, c.DeviceName, c.ID} }
+
 // NewCommandSender returns a CommandSender recording sends and PUBACKs
 // with svc.
 func NewCommandSender(st CommandStore, svc *command.Service, log *slog.Logger) *CommandSender {
@@ -115,7 +117,7 @@ func (cs *CommandSender) lock(app, dev string) func() {
 // PUBACKs and this read are serialised, so what it reads is not
 // overtaken by a send or PUBACK of the same command.
 func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, queued bool) {
-	var sent []store.Command
+	var sent []cmdRef
 	defer func() { cs.recordSentAll(ctx, sent) }()
 	defer cs.lock(app, dev)()
 	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
@@ -139,7 +141,7 @@ func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, qu
 			continue // its job was cancelled or aborted: the runner's sweep cancels it
 		}
 		if cs.publish(c, cmd) {
-			sent = append(sent, cmd)
+			sent = append(sent, refOf(cmd))
 		}
 	}
 }
@@ -177,7 +179,7 @@ func (cs *CommandSender) Send(ctx context.Context, c Conn, cmd store.Command) {
 	sent := cs.publish(c, cmd)
 	unlock()
 	if sent {
-		cs.recordSent(ctx, cmd)
+		cs.recordSent(ctx, refOf(cmd))
 	}
 }
 
@@ -266,7 +268,7 @@ func (cs *CommandSender) record(c Conn, pid uint16, cmd store.Command) {
 // those it sent, to be recorded sent. Each is read again: one cancelled,
 // answered or expired while it waited is given up. Its place then goes
 // to the next, or back to the messages (freed).
-func (cs *CommandSender) drain(ctx context.Context, c Conn, app, dev string) (sent []store.Command, freed bool) {
+func (cs *CommandSender) drain(ctx context.Context, c Conn, app, dev string) (sent []cmdRef, freed bool) {
 	cs.mu.Lock()
 	ids := slices.Clone(cs.waiting[c])
 	cs.mu.Unlock()
@@ -300,7 +302,7 @@ func (cs *CommandSender) drain(ctx context.Context, c Conn, app, dev string) (se
 			break // the connection ends (Detach forgets the rest), or the window is full
 		}
 		cs.record(c, pid, cmd)
-		sent = append(sent, cmd)
+		sent = append(sent, refOf(cmd))
 		done++
 	}
 	cs.mu.Lock()
@@ -319,9 +321,9 @@ func (cs *CommandSender) drain(ctx context.Context, c Conn, app, dev string) (se
 }
 
 // recordSent writes that cmd was published (queued to sent).
-func (cs *CommandSender) recordSent(ctx context.Context, cmd store.Command) {
-	if err := cs.svc.Sent(ctx, cmd.AppKey, cmd.ID); err != nil {
-		cs.log.Error("record a command sent", "app", cmd.AppKey, "cmd_id", cmd.ID, "err", err)
+func (cs *CommandSender) recordSent(ctx context.Context, cmd cmdRef) {
+	if err := cs.svc.Sent(ctx, cmd.app, cmd.id); err != nil {
+		cs.log.Error("record a command sent", "app", cmd.app, "cmd_id", cmd.id, "err", err)
 	}
 }
 
@@ -337,7 +339,7 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 		return false
 	}
 	ctx := context.Background()
-	var sent []store.Command
+	var sent []cmdRef
 	unlock := cs.lock(app, dev)
 	cs.mu.Lock()
 	ref, ok := cs.inflight[c][pid]

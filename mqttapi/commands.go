@@ -42,8 +42,7 @@ func (g *API) PublishedCorrelated(s *broker.Session, topic string, qos byte, pay
 // topic's rules is refused (v5 PUBACK 0x99); a late, repeated or unknown
 // one is acknowledged, dropped and counted.
 func (g *API) commandPublish(s *broker.Session, topic string, payload, correlation []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
+	ctx := g.deadlines.get()
 	var err error
 	if topic == command.TopicReply {
 		var r command.Reply
@@ -106,7 +105,7 @@ func (g *API) NotifyCommand(c store.Command, dev store.Device) {
 // of cmds[i]): those whose devices are here are sent together, their
 // sent states recorded in one write.
 func (g *API) NotifyCommands(cmds []store.Command, devs []store.Device) {
-	var here []delivery.Addressed
+	here := make([]delivery.Addressed, 0, len(cmds))
 	for i, c := range cmds {
 		if s := g.cmdSession(c.AppKey, c.DeviceName, command.TopicCmd); s != nil {
 			here = append(here, delivery.Addressed{Conn: s, Command: c})
