@@ -419,6 +419,12 @@ func TestRunCommands(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", w, report)
 		}
 	}
+	// Every command of every batch was answered, as its answer says.
+	for line := range strings.Lines(report) {
+		if strings.HasPrefix(line, "command-batch ") && !strings.Contains(line, " errors 0 ") {
+			t.Errorf("command-batch had errors: %s", line)
+		}
+	}
 }
 
 // TestCommandsMosquitto runs the Mosquitto peers of the command workloads

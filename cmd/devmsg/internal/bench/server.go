@@ -44,9 +44,18 @@ func newClient() *http.Client {
 // do makes one request and reads the whole body, so the connection goes
 // back to the pool for the next one.
 func do(ctx context.Context, c *http.Client, method, url, user, pass string, body []byte) (int, []byte, error) {
+	var buf bytes.Buffer
+	st, err := doInto(ctx, c, method, url, user, pass, body, &buf)
+	return st, buf.Bytes(), err
+}
+
+// doInto is do with the answer read into buf, emptied first, for a
+// caller that reuses one buffer for many large answers.
+func doInto(ctx context.Context, c *http.Client, method, url, user, pass string, body []byte, buf *bytes.Buffer) (int, error) {
+	buf.Reset()
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	if user != "" {
 		req.SetBasicAuth(user, pass)
@@ -56,11 +65,11 @@ func do(ctx context.Context, c *http.Client, method, url, user, pass string, bod
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	_, err = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, err
 }
 
 // setup creates the bench app with unlimited rates and its devices, all
