@@ -330,8 +330,10 @@ func (s *Service) newCommand(appKey string, dev store.Device, req Request, now i
 // has none.
 func (s *Service) Get(ctx context.Context, appKey string, id int64) (store.Command, error) {
 	c, err := s.store.GetCommand(ctx, appKey, id)
-	if err == nil && c.State == store.CmdSent {
-		err = s.store.Barrier(ctx) // written lazily (Sent): durable before shown
+	if err == nil {
+		// Sent is written lazily, and a store lets reads see a synced
+		// write before its fsync: durable before shown.
+		err = s.store.Barrier(ctx)
 	}
 	return c, commandErr(id, err)
 }
@@ -362,7 +364,11 @@ func (s *Service) Cancel(ctx context.Context, appKey string, id int64) (store.Co
 	if err != nil {
 		return c, commandErr(id, err)
 	}
-	if store.CmdOpen(was) && was != store.CmdQueued {
+	if !store.CmdOpen(was) {
+		// Ended already, as read: its end may still be syncing.
+		return c, commandErr(id, s.store.Barrier(ctx))
+	}
+	if was != store.CmdQueued {
 		s.router.CancelCommand(c)
 	}
 	return c, nil

@@ -225,6 +225,10 @@ func (s *Service) Answer(ctx context.Context, appKey, device string, r Reply) (b
 	}
 	if err == nil && !took {
 		s.dropped.Add(1)
+		// The answer that ended the command may still be syncing (a
+		// store lets reads see a write before its fsync): durable before
+		// this one is acknowledged as taken care of.
+		err = s.store.Barrier(ctx)
 	}
 	return took, err
 }

@@ -186,7 +186,9 @@ type Commands interface {
 	// an error from fn is returned as is and nothing is written. When fn
 	// sets Lazy, leaves the command open and emits no event, the write
 	// may return before it is durable: it is durable with the next synced
-	// write or Barrier, and until then a crash may take it back.
+	// write or Barrier, and until then a crash may take it back. fn sees
+	// the command as last written, which may not be durable yet (see
+	// GetCommand).
 	UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*Command) error) (Command, error)
 	// OpenCommands returns up to limit of the device's open commands in
 	// id order.
