@@ -2,13 +2,10 @@ package command_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 
 	"github.com/devmsg/devmsg/command"
-	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/memory"
 )
@@ -30,17 +27,10 @@ func (s *barrierStore) Barrier(ctx context.Context) error {
 // Get) waits for a Barrier first.
 func TestReadStatesMadeDurable(t *testing.T) {
 	ctx := context.Background()
-	st := &barrierStore{Store: memory.New()}
-	must(t, st.CreateApp(ctx, store.App{Key: "app"}))
-	_, err := st.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "d1"}})
-	must(t, err)
-	ids, err := idgen.New(0)
-	must(t, err)
-	svc := command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	svc.SetRouter(&online{})
-	rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{"d1"}, command.Request{Name: "ping", Timeout: 30}, true, 0, nil)
-	must(t, err)
-	id := rs[0].Command.ID
+	mem := memory.New()
+	st := &barrierStore{Store: mem}
+	svc, c := pingOn(t, mem, st)
+	id := c.ID
 	reply := command.Reply{ID: id, Result: []byte(`"pong"`)}
 	if took, err := svc.Answer(ctx, "app", "d1", reply); !took || err != nil {
 		t.Fatalf("answer: %v %v", took, err)

@@ -30,17 +30,9 @@ func (s *countingStore) GetCommand(ctx context.Context, appKey string, id int64)
 // reading it again.
 func TestWaitTakesTheEndedCommand(t *testing.T) {
 	ctx := context.Background()
-	st := &countingStore{Store: memory.New()}
-	must(t, st.CreateApp(ctx, store.App{Key: "app"}))
-	_, err := st.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "d1"}})
-	must(t, err)
-	ids, err := idgen.New(0)
-	must(t, err)
-	svc := command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	svc.SetRouter(&online{})
-	rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{"d1"}, command.Request{Name: "ping", Timeout: 30}, true, 0, nil)
-	must(t, err)
-	c := rs[0].Command
+	mem := memory.New()
+	st := &countingStore{Store: mem}
+	svc, c := pingOn(t, mem, st)
 	done := make(chan []store.Command, 1)
 	go func() {
 		out, err := svc.Wait(ctx, "app", []store.Command{c}, time.Minute)
@@ -64,4 +56,22 @@ func TestWaitTakesTheEndedCommand(t *testing.T) {
 	if n := st.gets.Load() - before; n != 0 {
 		t.Fatalf("the woken wait read the command %d more times", n)
 	}
+}
+
+// pingOn makes a service on st, which keeps its data in mem, creates
+// app "app" with device d1 there, and sends d1 a ping (timeout 30 s)
+// through the service; it returns the service and the command.
+func pingOn(t *testing.T, mem *memory.Store, st command.Store) (*command.Service, store.Command) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, mem.CreateApp(ctx, store.App{Key: "app"}))
+	_, err := mem.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "d1"}})
+	must(t, err)
+	ids, err := idgen.New(0)
+	must(t, err)
+	svc := command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	svc.SetRouter(&online{})
+	rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{"d1"}, command.Request{Name: "ping", Timeout: 30}, true, 0, nil)
+	must(t, err)
+	return svc, rs[0].Command
 }

@@ -45,16 +45,8 @@ func TestUnqueuedEntriesLeaveNoTombstones(t *testing.T) {
 	})
 	must(err)
 	must(s.db.Flush())
-	tombstones := 0
-	must(s.db.ScanInternal(ctx, block.CategoryUnknown, nil, nil,
-		func(k *pebble.InternalKey, _ pebble.LazyValue, _ pebble.IteratorLevel) error {
-			if k.Kind() == pebble.InternalKeyKindDelete || k.Kind() == pebble.InternalKeyKindSingleDelete {
-				tombstones++
-			}
-			return nil
-		}, nil, nil, nil, nil))
-	if tombstones != 0 {
-		t.Errorf("%d tombstones flushed, want 0", tombstones)
+	if n := tombstones(t, s, nil, nil); n != 0 {
+		t.Errorf("%d tombstones flushed, want 0", n)
 	}
 	if n := countKeys(t, s, pQueue) + countKeys(t, s, pExpiry); n != 2 {
 		t.Errorf("%d queue and expiry entries left, want 2 (message 100's)", n)
@@ -115,18 +107,28 @@ func TestEndedCommandLeavesNoTombstones(t *testing.T) {
 	must(err)
 	must(errors.Join(errs...))
 	must(s.db.Flush())
-	tombstones := 0
-	must(s.db.ScanInternal(ctx, block.CategoryUnknown, []byte(pCmdDue), []byte("P"),
-		func(k *pebble.InternalKey, _ pebble.LazyValue, _ pebble.IteratorLevel) error {
-			if k.Kind() == pebble.InternalKeyKindDelete || k.Kind() == pebble.InternalKeyKindSingleDelete {
-				tombstones++
-			}
-			return nil
-		}, nil, nil, nil, nil))
-	if tombstones != 0 {
-		t.Errorf("%d tombstones flushed, want 0", tombstones)
+	if n := tombstones(t, s, []byte(pCmdDue), []byte("P")); n != 0 {
+		t.Errorf("%d tombstones flushed, want 0", n)
 	}
 	if n := countKeys(t, s, pCmdOpen) + countKeys(t, s, pCmdDue); n != 2 {
 		t.Errorf("%d open and due entries left, want 2 (command 100's)", n)
 	}
+}
+
+// tombstones counts the deletes of keys in [lo, hi) (nil: unbounded) in
+// s's memtables and tables.
+func tombstones(t *testing.T, s *Store, lo, hi []byte) int {
+	t.Helper()
+	n := 0
+	err := s.db.ScanInternal(context.Background(), block.CategoryUnknown, lo, hi,
+		func(k *pebble.InternalKey, _ pebble.LazyValue, _ pebble.IteratorLevel) error {
+			if k.Kind() == pebble.InternalKeyKindDelete || k.Kind() == pebble.InternalKeyKindSingleDelete {
+				n++
+			}
+			return nil
+		}, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
