@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -43,13 +44,9 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 			stripes = append(stripes, deviceStripe(u.AppKey, devs[i]))
 		}
 	}
-	unlock := s.lockStripes(stripes)
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
+	// Released before the fsync, and by the defer on an early return.
+	unlock := sync.OnceFunc(s.lockStripes(stripes))
+	defer unlock()
 	out, order, evs, lazy := s.applyUpdates(updates, devs, errs)
 	if len(order) == 0 {
 		return out, errs, nil
@@ -111,7 +108,6 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		// As in createCommands: the writers waiting for these stripes
 		// need not wait for this write's fsync.
 		unlock()
-		locked = false
 		if err := w.durable(); err != nil {
 			return forget(err)
 		}

@@ -215,13 +215,9 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 	if seq != nil {
 		stripes = append(stripes, seqStripe(appKey, seqNo))
 	}
-	unlock := s.lockStripes(stripes)
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
+	// Released before the fsync, and by the defer on an early return.
+	unlock := sync.OnceFunc(s.lockStripes(stripes))
+	defer unlock()
 	if seq != nil {
 		if err := s.checkSeqFree(appKey, seqNo, &store.SeqEntry{}); err != nil {
 			return nil, err
@@ -284,7 +280,6 @@ func (s *Store) createCommands(appKey string, cmds []store.Command, seqNo int64,
 	// Reads see the commands now; the writes of the same devices that
 	// wait for the stripes need not wait for this one's fsync too.
 	unlock()
-	locked = false
 	if err := w.durable(); err != nil {
 		return forget(err)
 	}
@@ -340,16 +335,12 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		return store.Command{}, err
 	}
 	defer s.exit()
-	c, unlock, err := s.lockCommand(appKey, id)
+	c, release, err := s.lockCommand(appKey, id)
 	if err != nil {
 		return store.Command{}, err
 	}
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
+	unlock := sync.OnceFunc(release) // released before the fsync, or by the defer
+	defer unlock()
 	was := indexed(c)
 	if err := applyBoxed(&c, id, appKey, fn); err != nil {
 		return store.Command{}, err
@@ -399,7 +390,6 @@ func (s *Store) UpdateCommand(ctx context.Context, appKey string, id int64, fn f
 		// As in createCommands: the stripe's next writer need not wait
 		// for this write's fsync.
 		unlock()
-		locked = false
 		if err := w.durable(); err != nil {
 			return forget(err)
 		}
