@@ -125,13 +125,14 @@ func putRecord(b *pebble.Batch, c *store.Command) (int, error) {
 }
 
 // putNewCommands is putCommand for each of cmds, new commands (indexed
-// as cmdIndexed{}), with each one's size in sizes; it adds the entries
-// to b in key order, the commands (C/), then their due (D/) and open
-// (O/) entries, rather than command by command. Pebble inserts a batch
-// into its memtable in the batch's order, and an insert next to the one
-// before it skips most of the skiplist's search: a batch of 1,000
-// commands went into a memtable of 100 such batches in about 1.3 ms,
-// against 1.8 ms interleaved.
+// as cmdIndexed{}), with each one's size in sizes. It adds the commands
+// (C/), then their due entries (D/), then their open entries (O/), each
+// in the order of cmds (ids ascending, as a send makes them), rather
+// than command by command. Pebble inserts a batch into its memtable in
+// the batch's order, and an insert next to the one before it skips most
+// of the skiplist's search: a batch of 1,000 commands went into a
+// memtable of 100 such batches in about 1.3 ms, against 1.8 ms
+// interleaved.
 func (s *Store) putNewCommands(b *pebble.Batch, cmds []store.Command, sizes []int) error {
 	for i := range cmds {
 		var err error
