@@ -30,10 +30,11 @@ import (
 //     times each from its schedule to the response's arrival.
 //   - command-batch: the same devices; FanoutWorkers REST workers post
 //     POST /cmd/v1/cmds to up to 1000 of them with wait, back to back for
-//     Duration; commands answered per second (round trips/s), latency per
-//     call. The peer: FanoutWorkers backend clients each publish a
-//     request to every device and wait for all the responses, back to
-//     back.
+//     Warmup and then Duration, which is measured (measuredWindow):
+//     commands answered per second (round trips/s), latency per call. The
+//     peer: FanoutWorkers backend clients each publish a request to every
+//     device and wait for all the responses, back to back, measured the
+//     same way.
 var CommandWorkloads = []string{"command-latency", "command-batch"}
 
 // DefaultCommandRate is the open-loop rate of command-latency.
@@ -190,9 +191,7 @@ func (b *runner) commandBatchDevmsg(ctx context.Context, workload string) (Resul
 	t, mu := newTally(), &sync.Mutex{}
 	var answered atomic.Int64
 	var wg sync.WaitGroup
-	win := b.begin(ctx, workload)
-	start := time.Now()
-	end := start.Add(b.o.Duration)
+	bw := b.batchWindow()
 	for w := range FanoutWorkers {
 		wg.Add(1)
 		go func() {
@@ -200,9 +199,12 @@ func (b *runner) commandBatchDevmsg(ctx context.Context, workload string) (Resul
 			c := b.workerConn(ctx, w)
 			defer c.close()
 			var buf bytes.Buffer
-			for k := w; time.Now().Before(end) && ctx.Err() == nil; k++ {
+			for k := w; time.Now().Before(bw.end) && ctx.Err() == nil; k++ {
 				at := time.Now()
 				n, reason := b.commandBatch(ctx, c, groups[k%len(groups)], &buf)
+				if at.Before(bw.warmEnd) {
+					continue
+				}
 				answered.Add(int64(n))
 				mu.Lock()
 				t.add(reason == "", reason, time.Since(at))
@@ -210,13 +212,26 @@ func (b *runner) commandBatchDevmsg(ctx context.Context, workload string) (Resul
 			}
 		}()
 	}
+	time.Sleep(time.Until(bw.warmEnd))
+	win := b.begin(ctx, workload)
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := time.Since(bw.warmEnd)
 	mu.Lock()
 	defer mu.Unlock()
 	r := t.result(workload, fmt.Sprintf("%d conns × %d, %d dev", FanoutWorkers, len(groups[0]), b.o.Subscribers), elapsed)
 	r.PerSecond = float64(answered.Load()) / elapsed.Seconds()
 	return r, win.end(&r)
+}
+
+// measuredWindow is when a command-batch peer's batches count: those
+// started from warmEnd until end. Batches run from the start, so the
+// pipeline is full when the window opens; the rate is over the time from
+// warmEnd until the last counted batch has ended.
+type measuredWindow struct{ warmEnd, end time.Time }
+
+func (b *runner) batchWindow() measuredWindow {
+	warmEnd := time.Now().Add(b.o.Warmup)
+	return measuredWindow{warmEnd: warmEnd, end: warmEnd.Add(b.o.Duration)}
 }
 
 // quotedGroups is devices 0..n-1's names, quoted, in groups of at most
@@ -408,8 +423,7 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 	var answered atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, FanoutWorkers)
-	start := time.Now()
-	end := start.Add(b.o.Duration)
+	bw := b.batchWindow()
 	batch := min(b.o.Subscribers, 1000)
 	for w := range FanoutWorkers {
 		wg.Add(1)
@@ -429,7 +443,7 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 				return
 			}
 			defer rq.c.close()
-			for k := int64(1); time.Now().Before(end) && ctx.Err() == nil; k++ {
+			for k := int64(1); time.Now().Before(bw.end) && ctx.Err() == nil; k++ {
 				current.Store(k)
 				corr := strconv.AppendInt(nil, k, 10)
 				at := time.Now()
@@ -448,6 +462,9 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 						return
 					}
 				}
+				if at.Before(bw.warmEnd) {
+					continue
+				}
 				answered.Add(int64(batch))
 				mu.Lock()
 				t.add(true, "", time.Since(at))
@@ -457,7 +474,7 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 	}
 	wg.Wait()
 	close(errs)
-	elapsed := time.Since(start)
+	elapsed := time.Since(bw.warmEnd)
 	mu.Lock()
 	defer mu.Unlock()
 	r := t.result(name, fmt.Sprintf("%d conns × %d, %d dev", FanoutWorkers, batch, b.o.Subscribers), elapsed)
