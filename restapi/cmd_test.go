@@ -2,6 +2,7 @@ package restapi_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -93,6 +94,21 @@ func TestCommandEndpoints(t *testing.T) {
 	e.call("GET", "/cmd/v1/cmd", nil).wantError(t, 400, 1002)
 	e.call("GET", "/cmd/v1/cmd?cmd_id=1", nil).wantError(t, 400, 1003)
 	e.call("DELETE", "/cmd/v1/cmd?cmd_id=x", nil).wantError(t, 400, 1003)
+}
+
+// TestMalformedIDs: an id devmsg could never have given (0, negative,
+// not a number) is refused as malformed, naming the field, on every
+// endpoint that reads one, rather than looked up and reported unknown.
+func TestMalformedIDs(t *testing.T) {
+	e := newEnv(t)
+	for _, q := range []string{"/msg/v1/msg?msgid=", "/msg/v1/broadcast?broadcast_id=", "/cmd/v1/cmd?cmd_id=", "/job/v1/job?job_id=", "/job/v1/job/executions?job_id="} {
+		field := q[strings.Index(q, "?")+1 : len(q)-1]
+		for _, id := range []string{"-5", "0", "1.5", "x"} {
+			e.call("GET", q+id, nil).wantError(t, 400, 1003, field+" must be a positive integer")
+		}
+	}
+	e.call("DELETE", "/cmd/v1/cmd?cmd_id=-5", nil).wantError(t, 400, 1003, "cmd_id must be a positive integer")
+	e.call("POST", "/job/v1/job/cancel", `{"job_id":-5}`).wantError(t, 400, 1003, "job_id must be a positive integer")
 }
 
 // TestCommandRateLimit: every command takes a token of the app's

@@ -381,6 +381,9 @@ func (a *API) changeJob(change func(*job.Service, context.Context, string, int64
 		if err != nil {
 			return err
 		}
+		if id < 1 {
+			return errInvalid("job_id must be a positive integer, got %d", id)
+		}
 		j, err := change(a.jobs, c.Request.Context(), currentApp(c).Key, id)
 		if err != nil {
 			return err

@@ -632,7 +632,7 @@ func TestJobNotFound(t *testing.T) {
 		}
 	}
 	e.call("GET", "/job/v1/job", nil).wantError(t, 400, 1002, "job_id is required")
-	e.call("GET", "/job/v1/job?job_id=x", nil).wantError(t, 400, 1003, "job_id must be an integer")
+	e.call("GET", "/job/v1/job?job_id=x", nil).wantError(t, 400, 1003, "job_id must be a positive integer")
 	if v := e.getJob(id); v.State != "running" {
 		t.Fatalf("the other app changed the job: %+v", v)
 	}

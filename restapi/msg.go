@@ -154,16 +154,18 @@ func (a *API) retractMessage(c *gin.Context) error {
 	return writeJSON(c, viewMessage(m))
 }
 
-// idParam reads the integer id in the query parameter name (msgid,
-// cmd_id, broadcast_id): missing is 1002, not an integer 1003.
+// idParam reads the id in the query parameter name (msgid, cmd_id,
+// broadcast_id, job_id): missing is 1002, not a positive integer 1003.
+// Every id devmsg gives is positive, so 0 or -5 is a malformed id, not
+// an unknown one.
 func idParam(c *gin.Context, name string) (int64, error) {
 	s, ok := c.GetQuery(name)
 	if !ok || s == "" {
 		return 0, errMissing(name)
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, errInvalid("%s must be an integer", name)
+	if err != nil || id < 1 {
+		return 0, errInvalid("%s must be a positive integer", name)
 	}
 	return id, nil
 }
