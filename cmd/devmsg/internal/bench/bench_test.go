@@ -442,13 +442,29 @@ func TestCommandsMosquitto(t *testing.T) {
 	o := small()
 	o.Subscribers, o.Rate, o.Duration = 20, 500, time.Second
 	b := &runner{o: o}
-	for _, w := range CommandWorkloads {
-		r, err := b.commandsMosquitto(context.Background(), w)
-		if err != nil {
-			t.Fatalf("%s: %v", w, err)
+	peer, err := startRequestPeer(context.Background(), o.Subscribers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.stop()
+	latency, err := b.requestLatencyMosquitto(context.Background(), peer.m, "mosquitto-command-latency")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two turns add up: twice the requests of one, over twice the time.
+	tot := newBatchTotal()
+	for range 2 {
+		if err := b.requestBatchMosquitto(context.Background(), peer.m, o.Duration, tot); err != nil {
+			t.Fatal(err)
 		}
-		if r.Errors != 0 || r.PerSecond <= 0 || r.Requests == 0 {
-			t.Errorf("%s: %+v", w, r)
+	}
+	batch := tot.result("mosquitto-command-batch", "")
+	if tot.elapsed < 2*o.Duration {
+		t.Errorf("two turns measured %s, want at least %s", tot.elapsed, 2*o.Duration)
+	}
+	for _, r := range []Result{latency, batch} {
+		if r.Errors != 0 || r.PerSecond <= 0 || r.Requests == 0 || peer.failed.Load() != 0 {
+			t.Errorf("%s: %+v", r.Workload, r)
 		}
 		t.Log(r.text())
 	}

@@ -95,8 +95,9 @@ func (b *runner) dialCommandDevice(i int) (*mqttConn, string, error) {
 	return c, "d/" + user + "/cmd", err
 }
 
-// commands runs a command workload against devmsg, then against
-// Mosquitto, and prints the ratios.
+// commands runs a command workload against devmsg and against
+// Mosquitto, and prints the ratios. command-latency runs each once;
+// command-batch gives each batchTurns turns in alternating order.
 func (b *runner) commands(ctx context.Context, workload string, out io.Writer) ([]Result, error) {
 	if b.nodes[0].mqtt == "" {
 		return nil, errors.New(workload + " needs the server's MQTT address: run without --target, or give --mqtt")
@@ -106,13 +107,22 @@ func (b *runner) commands(ctx context.Context, workload string, out io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	var r Result
-	if workload == "command-latency" {
-		r, err = b.commandLatencyDevmsg(ctx, workload)
-	} else {
-		r, err = b.commandBatchDevmsg(ctx, workload)
+	defer closeAll(conns)
+	var peer *requestPeer
+	if len(b.nodes) == 1 {
+		if peer, err = startRequestPeer(ctx, b.o.Subscribers); err != nil {
+			return nil, fmt.Errorf("mosquitto: %w", err)
+		}
+		defer peer.stop()
 	}
-	closeAll(conns)
+	var r, mq Result
+	if workload == "command-latency" {
+		if r, err = b.commandLatencyDevmsg(ctx, workload); err == nil && peer != nil {
+			mq, err = b.requestLatencyMosquitto(ctx, peer.m, "mosquitto-"+workload)
+		}
+	} else {
+		r, mq, err = b.commandBatchTurns(ctx, workload, peer)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -120,14 +130,14 @@ func (b *runner) commands(ctx context.Context, workload string, out io.Writer) (
 		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d answers could not be published", n))
 	}
 	fmt.Fprintln(out, r.text())
-	if len(b.nodes) > 1 {
+	if peer == nil {
 		fmt.Fprintln(out, workload+": Mosquitto compares one broker; not run with several nodes")
 		return []Result{r}, nil
 	}
-	mq, err := b.commandsMosquitto(ctx, workload)
-	if err != nil {
-		return nil, fmt.Errorf("mosquitto: %w", err)
+	if n := peer.failed.Load(); n > 0 {
+		mq.FirstErrors = append(mq.FirstErrors, fmt.Sprintf("%d responses could not be published", n))
 	}
+	mq.ServerCPU, mq.BenchCPU, mq.RedisCPU = -1, -1, -1
 	fmt.Fprintln(out, mq.text())
 	fmt.Fprintln(out, "devmsg / mosquitto:")
 	if mq.PerSecond > 0 {
@@ -185,13 +195,96 @@ func (b *runner) command(ctx context.Context, c *conn, i int) (bool, string) {
 	return true, ""
 }
 
-// commandBatchDevmsg runs command-batch against devmsg.
-func (b *runner) commandBatchDevmsg(ctx context.Context, workload string) (Result, error) {
+// batchTurns is how many turns each peer of command-batch takes, in the
+// order devmsg, Mosquitto, Mosquitto, devmsg, devmsg, Mosquitto, each
+// with the warm-up and a third of Duration measured. Both peers' device
+// clients stay connected throughout. On the 2-core bench machine either
+// peer's rate moves by up to a fifth from one run to the next, and a
+// slow spell of the machine lowers both: turns in alternating order
+// share such spells out instead of leaving one peer's whole run in it.
+// With --server-pprof there is one turn each, so the profile covers one
+// measured window.
+const batchTurns = 3
+
+// batchTotal adds up a command-batch peer's turns.
+type batchTotal struct {
+	t        *tally
+	answered int64
+	elapsed  time.Duration
+	// serverCPU and benchCPU are core-seconds over the turns; negative
+	// when a turn could not tell.
+	serverCPU, benchCPU float64
+}
+
+func newBatchTotal() *batchTotal { return &batchTotal{t: newTally()} }
+
+// add counts a turn of elapsed measured time with answered round trips
+// and the CPU its window saw (cores, from window.end).
+func (bt *batchTotal) add(t *tally, answered int64, elapsed time.Duration, cpu Result) {
+	bt.t.merge(t)
+	bt.answered += answered
+	bt.elapsed += elapsed
+	sec := elapsed.Seconds()
+	if cpu.ServerCPU < 0 || bt.serverCPU < 0 {
+		bt.serverCPU = -1
+	} else {
+		bt.serverCPU += cpu.ServerCPU * sec
+	}
+	if cpu.BenchCPU < 0 || bt.benchCPU < 0 {
+		bt.benchCPU = -1
+	} else {
+		bt.benchCPU += cpu.BenchCPU * sec
+	}
+}
+
+func (bt *batchTotal) result(workload, load string) Result {
+	r := bt.t.result(workload, load, bt.elapsed)
+	r.PerSecond = float64(bt.answered) / bt.elapsed.Seconds()
+	r.ServerCPU, r.BenchCPU, r.RedisCPU = -1, -1, -1
+	if bt.serverCPU >= 0 {
+		r.ServerCPU = bt.serverCPU / bt.elapsed.Seconds()
+	}
+	if bt.benchCPU >= 0 {
+		r.BenchCPU = bt.benchCPU / bt.elapsed.Seconds()
+	}
+	return r
+}
+
+// commandBatchTurns runs command-batch against devmsg and, when peer is
+// not nil, against Mosquitto, in turns (batchTurns).
+func (b *runner) commandBatchTurns(ctx context.Context, workload string, peer *requestPeer) (Result, Result, error) {
+	turns := batchTurns
+	if peer == nil || b.o.ServerPprof != "" {
+		turns = 1
+	}
+	d := b.o.Duration / time.Duration(turns)
+	dev, mq := newBatchTotal(), newBatchTotal()
+	for i := range turns {
+		for k := range 2 {
+			var err error
+			if (i+k)%2 == 0 {
+				err = b.commandBatchDevmsg(ctx, workload, d, dev)
+			} else if peer != nil {
+				err = b.requestBatchMosquitto(ctx, peer.m, d, mq)
+			}
+			if err != nil {
+				return Result{}, Result{}, err
+			}
+		}
+	}
+	groups := quotedGroups(b.o.Subscribers)
+	load := fmt.Sprintf("%d conns × %d, %d dev", FanoutWorkers, len(groups[0]), b.o.Subscribers)
+	return dev.result(workload, load), mq.result("mosquitto-"+workload, load), nil
+}
+
+// commandBatchDevmsg runs a turn of command-batch against devmsg,
+// measured for d after the warm-up, and adds it to tot.
+func (b *runner) commandBatchDevmsg(ctx context.Context, workload string, d time.Duration, tot *batchTotal) error {
 	groups := quotedGroups(b.o.Subscribers)
 	t, mu := newTally(), &sync.Mutex{}
 	var answered atomic.Int64
 	var wg sync.WaitGroup
-	bw := b.batchWindow()
+	bw := b.batchWindow(d)
 	for w := range FanoutWorkers {
 		wg.Add(1)
 		go func() {
@@ -216,22 +309,24 @@ func (b *runner) commandBatchDevmsg(ctx context.Context, workload string) (Resul
 	win := b.begin(ctx, workload)
 	wg.Wait()
 	elapsed := time.Since(bw.warmEnd)
-	mu.Lock()
-	defer mu.Unlock()
-	r := t.result(workload, fmt.Sprintf("%d conns × %d, %d dev", FanoutWorkers, len(groups[0]), b.o.Subscribers), elapsed)
-	r.PerSecond = float64(answered.Load()) / elapsed.Seconds()
-	return r, win.end(&r)
+	var cpu Result
+	if err := win.end(&cpu); err != nil {
+		return err
+	}
+	tot.add(t, answered.Load(), elapsed, cpu)
+	return nil
 }
 
-// measuredWindow is when a command-batch peer's batches count: those
+// measuredWindow is when a command-batch turn's batches count: those
 // started from warmEnd until end. Batches run from the start, so the
 // pipeline is full when the window opens; the rate is over the time from
 // warmEnd until the last counted batch has ended.
 type measuredWindow struct{ warmEnd, end time.Time }
 
-func (b *runner) batchWindow() measuredWindow {
+// batchWindow is the window of a turn measured for d after the warm-up.
+func (b *runner) batchWindow(d time.Duration) measuredWindow {
 	warmEnd := time.Now().Add(b.o.Warmup)
-	return measuredWindow{warmEnd: warmEnd, end: warmEnd.Add(b.o.Duration)}
+	return measuredWindow{warmEnd: warmEnd, end: warmEnd.Add(d)}
 }
 
 // quotedGroups is devices 0..n-1's names, quoted, in groups of at most
@@ -295,8 +390,16 @@ func (b *runner) commandBatch(ctx context.Context, c *conn, names []string, buf 
 // succeeded is how a succeeded command's state reads in an answer.
 var succeeded = []byte(`"state":"succeeded"`)
 
-// commandsMosquitto runs the Mosquitto peer of a command workload.
-func (b *runner) commandsMosquitto(ctx context.Context, workload string) (Result, error) {
+// requestPeer is the Mosquitto peer of the command workloads: a broker
+// and n device clients that answer requests as devmsg's devices answer
+// commands.
+type requestPeer struct {
+	m      *mosquitto
+	devs   []*mqttConn
+	failed atomic.Int64 // responses that could not be published
+}
+
+func startRequestPeer(ctx context.Context, n int) (*requestPeer, error) {
 	// No queue limit: a backend client of command-batch has a whole
 	// batch's responses coming at once. TCP_NODELAY, as a team running
 	// request/response on it would set: a device's connection carries the
@@ -306,30 +409,23 @@ func (b *runner) commandsMosquitto(ctx context.Context, workload string) (Result
 	// Mosquitto peers run without it.
 	m, err := startMosquittoWith(ctx, 0, "set_tcp_nodelay true\n")
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	defer m.stop()
-	var failed atomic.Int64
-	devs, err := commandDevices(b.o.Subscribers, func(i int) (*mqttConn, string, error) {
+	p := &requestPeer{m: m}
+	p.devs, err = commandDevices(n, func(i int) (*mqttConn, string, error) {
 		c, err := dialMQTT5(m.addr, "", "dev-"+deviceName(i), "", "", 60)
 		return c, "d/bench/" + deviceName(i) + "/cmd", err
-	}, &failed)
+	}, &p.failed)
 	if err != nil {
-		return Result{}, err
+		m.stop()
+		return nil, err
 	}
-	defer closeAll(devs)
-	name := "mosquitto-" + workload
-	var r Result
-	if workload == "command-latency" {
-		r, err = b.requestLatencyMosquitto(ctx, m, name)
-	} else {
-		r, err = b.requestBatchMosquitto(ctx, m, name)
-	}
-	if n := failed.Load(); n > 0 {
-		r.FirstErrors = append(r.FirstErrors, fmt.Sprintf("%d responses could not be published", n))
-	}
-	r.ServerCPU, r.BenchCPU, r.RedisCPU = -1, -1, -1
-	return r, err
+	return p, nil
+}
+
+func (p *requestPeer) stop() {
+	closeAll(p.devs)
+	p.m.stop()
 }
 
 // requester is a backend client of the Mosquitto peer: it publishes
@@ -416,14 +512,21 @@ func (b *runner) requestLatencyMosquitto(ctx context.Context, m *mosquitto, name
 	return r, nil
 }
 
-// requestBatchMosquitto has FanoutWorkers backend clients each publish a
-// request to every device and wait for all the responses, back to back.
-func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name string) (Result, error) {
+// requestBatchMosquitto runs a turn of the Mosquitto peer of
+// command-batch, measured for d after the warm-up, and adds it to tot:
+// FanoutWorkers backend clients each publish a request to every device
+// and wait for all the responses, back to back. A failed batch ends its
+// worker.
+func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, d time.Duration, tot *batchTotal) error {
 	t, mu := newTally(), &sync.Mutex{}
+	fail := func(at time.Time, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.add(false, err.Error(), time.Since(at))
+	}
 	var answered atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, FanoutWorkers)
-	bw := b.batchWindow()
+	bw := b.batchWindow(d)
 	batch := min(b.o.Subscribers, 1000)
 	for w := range FanoutWorkers {
 		wg.Add(1)
@@ -439,7 +542,7 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 				}
 			})
 			if err != nil {
-				errs <- err
+				fail(time.Now(), err)
 				return
 			}
 			defer rq.c.close()
@@ -450,7 +553,7 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 				from := (w * batch) % b.o.Subscribers
 				for i := range batch {
 					if err := rq.request((from+i)%b.o.Subscribers, corr); err != nil {
-						errs <- err
+						fail(at, err)
 						return
 					}
 				}
@@ -458,7 +561,7 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 					select {
 					case <-left:
 					case <-time.After(10 * time.Second):
-						errs <- fmt.Errorf("batch %d: responses missing after 10 s", k)
+						fail(at, fmt.Errorf("batch %d: responses missing after 10 s", k))
 						return
 					}
 				}
@@ -473,15 +576,6 @@ func (b *runner) requestBatchMosquitto(ctx context.Context, m *mosquitto, name s
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	elapsed := time.Since(bw.warmEnd)
-	mu.Lock()
-	defer mu.Unlock()
-	r := t.result(name, fmt.Sprintf("%d conns × %d, %d dev", FanoutWorkers, batch, b.o.Subscribers), elapsed)
-	r.PerSecond = float64(answered.Load()) / elapsed.Seconds()
-	for err := range errs {
-		r.Errors++
-		r.FirstErrors = append(r.FirstErrors, err.Error())
-	}
-	return r, nil
+	tot.add(t, answered.Load(), time.Since(bw.warmEnd), Result{ServerCPU: -1, BenchCPU: -1})
+	return nil
 }
