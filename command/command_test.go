@@ -175,7 +175,8 @@ func TestCancelAndDeviceGone(t *testing.T) {
 	queued := f.send(t, "d1", command.Request{Name: "a", TTL: 60, Timeout: 5})
 	sent := f.send(t, "d1", command.Request{Name: "b", TTL: 60, Timeout: 5})
 	held := f.send(t, "d1", command.Request{Name: "c", TTL: 60, Timeout: 5})
-	must(t, f.svc.Sent(ctx, "app", sent.ID))
+	_, err := f.svc.Sent(ctx, "app", sent.ID)
+	must(t, err)
 	must(t, f.svc.Delivered(ctx, "app", "d1", held.ID))
 	c, err := f.svc.Cancel(ctx, "app", queued.ID)
 	if err != nil || c.State != store.CmdCancelled || len(f.router.cancelled) != 0 {

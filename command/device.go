@@ -60,17 +60,15 @@ func Deliverable(c store.Command, now int64) bool {
 }
 
 // Sent records that c was published to its device. The write is lazy:
-// lost to a crash, the command is sent again with the same cmd_id.
-func (s *Service) Sent(ctx context.Context, appKey string, id int64) error {
-	_, err := s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
-		if c.State != store.CmdQueued {
-			return false
-		}
-		c.State, c.TimeSent = store.CmdSent, now
-		c.Lazy = true // a crash before the next synced write sends it again
-		return true
+// lost to a crash, the command is sent again with the same cmd_id. It
+// reports whether the command was cancelled before this write (see
+// SentAt): the device has it and must be told.
+func (s *Service) Sent(ctx context.Context, appKey string, id int64) (cancelled bool, err error) {
+	_, err = s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
+		cancelled = c.State == store.CmdCancelled
+		return SentAt(now)(c) == nil
 	})
-	return err
+	return cancelled, err
 }
 
 // Delivered records the device's PUBACK of command id: its answer is

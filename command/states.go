@@ -10,6 +10,11 @@ var ErrUnchanged = errUnchanged
 // published at the Unix ms at: the write Sent makes, for a caller that
 // writes many commands' at once (store.CommandBatcher). It is lazy, as
 // Sent's.
+//
+// A command is published first and recorded sent after, so the write can
+// find it cancelled: a cancel that read it queued in between ended it
+// and told no device. The publisher then sends the device cmd/cancel
+// itself, after the command.
 func SentAt(at int64) func(*store.Command) error {
 	return func(c *store.Command) error {
 		if c.State != store.CmdQueued {

@@ -118,7 +118,7 @@ func (cs *CommandSender) lock(app, dev string) func() {
 // overtaken by a send or PUBACK of the same command.
 func (cs *CommandSender) Attach(ctx context.Context, c Conn, app, dev string, queued bool) {
 	var sent []cmdRef
-	defer func() { cs.recordSentAll(ctx, sent) }()
+	defer func() { cs.recordSentOn(ctx, c, sent) }()
 	defer cs.lock(app, dev)()
 	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
 	if err != nil {
@@ -173,13 +173,14 @@ func (cs *CommandSender) endedJobs(ctx context.Context, app string, cmds []store
 }
 
 // Send publishes cmd, which is durable, on c unless it is in flight on c
-// already or can no longer be delivered, and records it sent.
+// already or can no longer be delivered, and records it sent; when that
+// write finds it cancelled, the device gets cmd/cancel (command.SentAt).
 func (cs *CommandSender) Send(ctx context.Context, c Conn, cmd store.Command) {
 	unlock := cs.lock(cmd.AppKey, cmd.DeviceName)
 	sent := cs.publish(c, cmd)
 	unlock()
-	if sent {
-		cs.recordSent(ctx, refOf(cmd))
+	if sent && cs.recordSent(ctx, refOf(cmd)) {
+		cs.Cancel(c, cmd.ID)
 	}
 }
 
@@ -320,11 +321,15 @@ func (cs *CommandSender) drain(ctx context.Context, c Conn, app, dev string) (se
 	return sent, gaveUp > 0 && len(sent) == 0
 }
 
-// recordSent writes that cmd was published (queued to sent).
-func (cs *CommandSender) recordSent(ctx context.Context, cmd cmdRef) {
-	if err := cs.svc.Sent(ctx, cmd.app, cmd.id); err != nil {
+// recordSent writes that cmd was published (queued to sent), and
+// reports whether it found cmd cancelled (command.SentAt): its device
+// must be told.
+func (cs *CommandSender) recordSent(ctx context.Context, cmd cmdRef) (cancelled bool) {
+	cancelled, err := cs.svc.Sent(ctx, cmd.app, cmd.id)
+	if err != nil {
 		cs.log.Error("record a command sent", "app", cmd.app, "cmd_id", cmd.id, "err", err)
 	}
+	return cancelled
 }
 
 // Acked takes a PUBACK on c, the device's connection: when it
@@ -353,7 +358,7 @@ func (cs *CommandSender) Acked(c Conn, app, dev string, pid uint16) bool {
 	}
 	sent, freed := cs.drain(ctx, c, app, dev)
 	unlock()
-	cs.recordSentAll(ctx, sent)
+	cs.recordSentOn(ctx, c, sent)
 	// A place no command took goes to the messages: one a command's
 	// PUBACK freed (a message's PUBACK frees its own), or given up.
 	if cs.freed != nil && ((ok && len(sent) == 0) || freed) {
@@ -373,7 +378,7 @@ func (cs *CommandSender) Drain(c Conn, app, dev string) {
 	unlock := cs.lock(app, dev)
 	sent, _ := cs.drain(ctx, c, app, dev)
 	unlock()
-	cs.recordSentAll(ctx, sent)
+	cs.recordSentOn(ctx, c, sent)
 	if cs.freed != nil {
 		cs.freed(c, app, dev)
 	}

@@ -46,7 +46,7 @@ func (f *fleet) NotifyCommand(c store.Command, d store.Device) {
 		return
 	}
 	ctx := context.Background()
-	if err := f.svc.Sent(ctx, c.AppKey, c.ID); err != nil {
+	if _, err := f.svc.Sent(ctx, c.AppKey, c.ID); err != nil {
 		panic(err)
 	}
 	if err := f.svc.Delivered(ctx, c.AppKey, c.DeviceName, c.ID); err != nil {
