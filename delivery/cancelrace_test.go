@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/devmsg/devmsg/command"
-	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/memory"
 	"github.com/devmsg/devmsg/store/pebble"
@@ -48,8 +47,7 @@ func (c *cancellingConn) Publish(topic string, payload []byte, qos byte) (uint16
 type commandStore interface {
 	CommandStore
 	command.Store
-	CreateApp(ctx context.Context, a store.App) error
-	CreateDevices(ctx context.Context, appKey string, devs []store.Device) ([]error, error)
+	registry
 }
 
 // A command cancelled while it is being published, after the publish
@@ -79,18 +77,7 @@ func TestCancelledWhilePublishedIsCancelledOnDevice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st := tc.open(t)
-			if err := st.CreateApp(ctx, store.App{Key: "app"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "dev-1"}, {AppKey: "app", Name: "dev-2"}}); err != nil {
-				t.Fatal(err)
-			}
-			ids, err := idgen.New(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			svc := command.NewService(st, ids, slog.New(slog.DiscardHandler))
-			svc.SetRouter(offlineRouter{})
+			svc := offlineCommands(t, st, st, "dev-1", "dev-2")
 			var queued []store.Command
 			for _, dev := range []string{"dev-1", "dev-1", "dev-2"} {
 				rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{dev}, command.Request{Name: "reboot", TTL: 60, Timeout: 30}, true, 0, nil)

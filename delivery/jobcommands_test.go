@@ -42,10 +42,16 @@ func (offlineRouter) CommandOnline(store.Device) bool           { return false }
 func (offlineRouter) NotifyCommand(store.Command, store.Device) {}
 func (offlineRouter) CancelCommand(store.Command)               {}
 
+// registry creates apps and devices: the memory store or Pebble.
+type registry interface {
+	CreateApp(ctx context.Context, a store.App) error
+	CreateDevices(ctx context.Context, appKey string, devs []store.Device) ([]error, error)
+}
+
 // offlineCommands creates app "app" with devices in mem and returns a
 // command service on st (mem, or a store wrapping it) that holds every
 // command queued, as for devices not connected.
-func offlineCommands(t *testing.T, mem *memory.Store, st command.Store, devices ...string) *command.Service {
+func offlineCommands(t *testing.T, mem registry, st command.Store, devices ...string) *command.Service {
 	t.Helper()
 	ctx := context.Background()
 	if err := mem.CreateApp(ctx, store.App{Key: "app"}); err != nil {
