@@ -65,8 +65,9 @@ func Deliverable(c store.Command, now int64) bool {
 // SentAt): the device has it and must be told.
 func (s *Service) Sent(ctx context.Context, appKey string, id int64) (cancelled bool, err error) {
 	_, err = s.update(ctx, appKey, id, func(c *store.Command, now int64) bool {
-		cancelled = c.State == store.CmdCancelled
-		return SentAt(now)(c) == nil
+		err := SentAt(now)(c)
+		cancelled = errors.Is(err, ErrCancelledUnsent)
+		return err == nil
 	})
 	return cancelled, err
 }

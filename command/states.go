@@ -1,10 +1,18 @@
 package command
 
-import "github.com/devmsg/devmsg/store"
+import (
+	"fmt"
+
+	"github.com/devmsg/devmsg/store"
+)
 
 // ErrUnchanged is what the fn of SentAt returns when it leaves the
 // command as it is: nothing is written.
 var ErrUnchanged = errUnchanged
+
+// ErrCancelledUnsent is the ErrUnchanged of SentAt for a command found
+// cancelled: its device, which was sent it, must get cmd/cancel.
+var ErrCancelledUnsent = fmt.Errorf("%w: cancelled before it was recorded sent", errUnchanged)
 
 // SentAt returns the UpdateCommand fn that records a queued command
 // published at the Unix ms at: the write Sent makes, for a caller that
@@ -13,10 +21,13 @@ var ErrUnchanged = errUnchanged
 //
 // A command is published first and recorded sent after, so the write can
 // find it cancelled: a cancel that read it queued in between ended it
-// and told no device. The publisher then sends the device cmd/cancel
-// itself, after the command.
+// and told no device. The fn then returns ErrCancelledUnsent, and the
+// publisher sends the device cmd/cancel itself, after the command.
 func SentAt(at int64) func(*store.Command) error {
 	return func(c *store.Command) error {
+		if c.State == store.CmdCancelled {
+			return ErrCancelledUnsent
+		}
 		if c.State != store.CmdQueued {
 			return ErrUnchanged
 		}
