@@ -287,7 +287,8 @@ func (h *hook) OnUnsubscribed(cl *mqtt.Client, _ packets.Packet) {
 // after it returns, so the PUBACK waits for the handler: the publish is
 // acknowledged (CodeSuccessIgnore: delivered to no subscriber) when the
 // handler accepts it, and refused when the handler, or the device's
-// publish rate, does not (see refuse).
+// publish rate, does not (see refuse). What is written to the device
+// meanwhile goes out with the PUBACK (Session.reading).
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	s := h.session(cl)
 	if s == nil || !strings.HasPrefix(pk.TopicName, s.prefix) {
@@ -303,12 +304,14 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		h.b.refusals.warn(s.AppKey, s.DeviceName, topic, reason)
 		return pk, refuse(cl, pk, packets.ErrQuotaExceeded)
 	}
+	s.setReading(true)
 	var err error
 	if ch, ok := h.b.handler.(CorrelatedHandler); ok {
 		err = ch.PublishedCorrelated(s, topic, pk.FixedHeader.Qos, pk.Payload, pk.Properties.CorrelationData)
 	} else {
 		err = h.b.handler.Published(s, topic, pk.FixedHeader.Qos, pk.Payload)
 	}
+	s.setReading(false)
 	if err != nil {
 		h.b.refusals.warn(s.AppKey, s.DeviceName, topic, err.Error())
 	}

@@ -362,3 +362,50 @@ func TestSessionReceiveMaximum(t *testing.T) {
 		waitUntil(t, "the session gone", func() bool { return b.Session("app", "dev") == nil })
 	}
 }
+
+// askingHandler sends the device a request from inside Published, as the
+// command service sends a device its next command as it takes an answer.
+type askingHandler struct{ pubHandler }
+
+func (h *askingHandler) Published(s *Session, topic string, qos byte, payload []byte) error {
+	if _, err := s.PublishRequest("cmd", payload, "cmd/reply", nil); err != nil {
+		return err
+	}
+	return h.pubHandler.Published(s, topic, qos, payload)
+}
+
+// TestRequestGoesWithPuback: a request published to the device while its
+// publish is handled arrives before that publish's PUBACK, in the same
+// segment (one write), and also arrives when no PUBACK follows (QoS 0, a
+// 3.1.1 refusal).
+func TestRequestGoesWithPuback(t *testing.T) {
+	h := &askingHandler{pubHandler{refuse: map[string]error{"fail": errors.New("store down")}}}
+	_, addr := startBroker(t, Config{}, h)
+	for _, version := range []byte{4, 5} {
+		rc, _ := rawConnect(t, addr, version, "app/dev", "secret")
+		id := rc.publish("up", 1, "one")
+		if req := rc.read(packets.Publish); string(req.Payload) != "one" {
+			t.Fatalf("v%d request %q, want %q", version, req.Payload, "one")
+		}
+		if rc.r.Buffered() == 0 {
+			t.Errorf("v%d: the PUBACK did not come in the request's segment", version)
+		}
+		if ack := rc.read(packets.Puback); ack.PacketID != id {
+			t.Fatalf("v%d PUBACK id %d, want %d", version, ack.PacketID, id)
+		}
+		for _, p := range []struct {
+			topic string
+			qos   byte
+		}{{"up", 0}, {"fail", 1}} {
+			rc.publish(p.topic, p.qos, p.topic)
+			if req := rc.read(packets.Publish); string(req.Payload) != p.topic {
+				t.Fatalf("v%d request %q, want %q", version, req.Payload, p.topic)
+			}
+			if p.qos > 0 && version == 5 {
+				rc.read(packets.Puback) // the refusal's
+			}
+		}
+		rc.ping()
+		rc.c.Close()
+	}
+}

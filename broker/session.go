@@ -83,6 +83,12 @@ type Session struct {
 	wmu     sync.Mutex
 	holding bool
 	held    []packets.Packet
+	// reading says the device's publish is being processed (see
+	// hook.OnPublish): writes wait in mochi's write buffer and go out
+	// with its PUBACK, or when the reader's burst ends if none follows,
+	// so a command sent as the device answers the one before shares the
+	// PUBACK's write(2).
+	reading bool
 }
 
 func newSession(b *Broker, cl *mqtt.Client, id uint64, appKey, device, clientID string) *Session {
@@ -331,9 +337,14 @@ func (s *Session) topicName(topic string) string {
 	return t.name
 }
 
-// writeAll sends pks in one write; the caller holds wmu.
+// writeAll sends pks in one write, with the PUBACK that follows while
+// reading; the caller holds wmu.
 func (s *Session) writeAll(pks []packets.Packet) error {
-	if err := s.cl.WritePackets(pks); err != nil {
+	write := s.cl.WritePackets
+	if s.reading {
+		write = s.cl.HoldPackets
+	}
+	if err := write(pks); err != nil {
 		s.writeFailed(err, pks...)
 		return err
 	}
@@ -357,6 +368,14 @@ func (s *Session) hold() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.holding = true
+}
+
+// setReading marks whether a publish of the device is being processed
+// (reading).
+func (s *Session) setReading(r bool) {
+	s.wmu.Lock()
+	s.reading = r
+	s.wmu.Unlock()
 }
 
 // release writes what was held, in order, and lets publishes through.

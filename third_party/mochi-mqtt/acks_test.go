@@ -148,3 +148,63 @@ func TestWritePacketsInOneWrite(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	require.Equal(t, int64(3), cln.writes.Load(), "three publishes in one write")
 }
+
+// answeringHook answers each publish with a publish of its own, held
+// (HoldPackets) so that it goes out with the PUBACK: a server that sends
+// a device its next request as it takes the device's answer.
+type answeringHook struct{ idleTestHook }
+
+func (h *answeringHook) ID() string { return "answering" }
+func (h *answeringHook) Provides(b byte) bool {
+	return h.idleTestHook.Provides(b) || b == OnPublish
+}
+func (h *answeringHook) OnPublish(cl *Client, pk packets.Packet) (packets.Packet, error) {
+	err := cl.HoldPackets([]packets.Packet{{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName:   "held/x",
+		Payload:     []byte{pk.Payload[0]},
+		PacketID:    uint16(pk.Payload[0]),
+	}})
+	return pk, err
+}
+
+// TestHoldPacketsGoWithTheAck checks that what a hook holds while a
+// publish is processed goes out with the publish's PUBACK in one write,
+// and, when no ack follows (QoS 0), at the end of the burst.
+func TestHoldPacketsGoWithTheAck(t *testing.T) {
+	s := New(&Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, s.AddHook(new(answeringHook), nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cln := &countingListener{Listener: ln}
+	require.NoError(t, s.AddListener(listeners.NewNet("t", cln)))
+	require.NoError(t, s.Serve())
+	t.Cleanup(func() { _ = s.Close() })
+
+	c := dialIdle(t, ln.Addr().String(), "held") // CONNACK and SUBACK: 2 writes
+	defer c.Close()
+	writes := func(n int64) func() bool { return func() bool { return cln.writes.Load() == n } }
+	require.Eventually(t, writes(2), 5*time.Second, time.Millisecond)
+
+	// A QoS 1 publish to held/y, packet id 1, payload "a": the held
+	// publish (0x32, length 11, "held/x", id and payload "a") then the PUBACK.
+	_, err = c.Write([]byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'y', 0, 1, 'a'})
+	require.NoError(t, err)
+	got := make([]byte, 13+4)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'x', 0, 'a', 'a'}, got[:13])
+	require.Equal(t, []byte{0x40, 2, 0, 1}, got[13:])
+	require.Eventually(t, writes(3), 5*time.Second, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	require.Equal(t, int64(3), cln.writes.Load(), "the held publish and the PUBACK in one write")
+
+	// A QoS 0 publish has no ack: what its hook held is written when the
+	// burst ends.
+	_, err = c.Write([]byte{0x30, 9, 0, 6, 'h', 'e', 'l', 'd', '/', 'y', 'b'})
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, got[:13])
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'x', 0, 'b', 'b'}, got[:13])
+}

@@ -645,6 +645,22 @@ func (cl *Client) WritePackets(pks []packets.Packet) error {
 	return nil
 }
 
+// HoldPackets is WritePackets with every packet held, the last too: they
+// go out with the client's next write that is not held, such as the ack
+// of the packet being read, or at the end of the reader's burst
+// (releaseAcks), or once ClientNetWriteBufferSize is reached. Only the
+// processing of a packet read from cl (its hooks, before they return)
+// may call it: anywhere else the packets could wait for the client's
+// next packet.
+func (cl *Client) HoldPackets(pks []packets.Packet) error {
+	for _, pk := range pks {
+		if err := cl.writePacket(pk, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writePacket is WritePacket; hold buffers the packet for a later write.
 func (cl *Client) writePacket(pk packets.Packet, hold bool) error {
 	if cl.Closed() {
