@@ -376,8 +376,9 @@ func (h *askingHandler) Published(s *Session, topic string, qos byte, payload []
 
 // TestRequestGoesWithPuback: a request published to the device while its
 // publish is handled arrives before that publish's PUBACK, in the same
-// segment (one write), and also arrives when no PUBACK follows (QoS 0, a
-// 3.1.1 refusal).
+// segment (one write); it also arrives when no PUBACK follows (QoS 0, a
+// 3.1.1 refusal), and without waiting for a next packet that has only
+// partly arrived.
 func TestRequestGoesWithPuback(t *testing.T) {
 	h := &askingHandler{pubHandler{refuse: map[string]error{"fail": errors.New("store down")}}}
 	_, addr := startBroker(t, Config{}, h)
@@ -404,6 +405,30 @@ func TestRequestGoesWithPuback(t *testing.T) {
 			if p.qos > 0 && version == 5 {
 				rc.read(packets.Puback) // the refusal's
 			}
+		}
+		// A publish and the first byte of the next packet in one
+		// segment: the request goes before the rest of that packet.
+		for _, qos := range []byte{0, 1} {
+			pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos}, ProtocolVersion: version,
+				TopicName: "d/app/dev/up", Payload: []byte("partial"), PacketID: 100}
+			var buf bytes.Buffer
+			if err := pk.PublishEncode(&buf); err != nil {
+				t.Fatal(err)
+			}
+			rc.write(append(buf.Bytes(), buf.Bytes()[0]))
+			_ = rc.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if req := rc.read(packets.Publish); string(req.Payload) != "partial" {
+				t.Fatalf("v%d request %q, want %q", version, req.Payload, "partial")
+			}
+			if qos > 0 {
+				rc.read(packets.Puback)
+			}
+			rc.write(buf.Bytes()[1:])
+			rc.read(packets.Publish)
+			if qos > 0 {
+				rc.read(packets.Puback)
+			}
+			_ = rc.c.SetReadDeadline(time.Time{})
 		}
 		rc.ping()
 		rc.c.Close()

@@ -169,8 +169,9 @@ func (h *answeringHook) OnPublish(cl *Client, pk packets.Packet) (packets.Packet
 }
 
 // TestHoldPacketsGoWithTheAck checks that what a hook holds while a
-// publish is processed goes out with the publish's PUBACK in one write,
-// and, when no ack follows (QoS 0), at the end of the burst.
+// publish is processed goes out with the publish's PUBACK in one write;
+// when no ack follows (QoS 0), at the end of the burst; and never later
+// than the reader's wait for the rest of a packet.
 func TestHoldPacketsGoWithTheAck(t *testing.T) {
 	s := New(&Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, s.AddHook(new(answeringHook), nil))
@@ -207,4 +208,25 @@ func TestHoldPacketsGoWithTheAck(t *testing.T) {
 	_, err = io.ReadFull(c, got[:13])
 	require.NoError(t, err)
 	require.Equal(t, []byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'x', 0, 'b', 'b'}, got[:13])
+
+	// A publish followed by only the start of the next packet: what the
+	// hook held, and the publish's PUBACK, go before the reader waits for
+	// the rest (a slow link, a large packet in several segments).
+	for _, next := range [][]byte{{0x32}, {0x32, 11, 0, 6, 'h', 'e'}} {
+		_, err = c.Write(append([]byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'y', 0, 2, 'c'}, next...))
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(2*time.Second)))
+		_, err = io.ReadFull(c, got)
+		require.NoError(t, err, "the held publish and the PUBACK wait for the next packet")
+		require.Equal(t, []byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'x', 0, 'c', 'c'}, got[:13])
+		require.Equal(t, []byte{0x40, 2, 0, 2}, got[13:])
+		// The rest of the packet: a QoS 1 publish with id 3, payload "d".
+		rest := []byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'y', 0, 3, 'd'}[len(next):]
+		_, err = c.Write(rest)
+		require.NoError(t, err)
+		_, err = io.ReadFull(c, got)
+		require.NoError(t, err)
+		require.Equal(t, []byte{0x32, 11, 0, 6, 'h', 'e', 'l', 'd', '/', 'x', 0, 'd', 'd'}, got[:13])
+		require.Equal(t, []byte{0x40, 2, 0, 3}, got[13:])
+	}
 }

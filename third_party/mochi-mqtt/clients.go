@@ -825,6 +825,37 @@ func (cl *Client) holdAcks(hold bool) {
 	cl.Net.holdAcks = hold
 }
 
+// packetBuffered reports whether the client's next packet has arrived
+// whole: its fixed header, its remaining length and all its bytes are in
+// the read buffer, so reading it does not wait on the network.
+func (cl *Client) packetBuffered() bool {
+	n := cl.Net.bconn.Buffered()
+	if n < 2 {
+		return false
+	}
+	b, _ := cl.Net.bconn.Peek(min(n, 5)) // never blocks: n bytes are buffered
+	rem, mul := 0, 1
+	for i := 1; i < len(b); i++ {
+		rem += int(b[i]&127) * mul
+		if b[i]&128 == 0 {
+			return i+1+rem <= n
+		}
+		mul *= 128
+	}
+	return false
+}
+
+// flushHeld writes what the write buffer holds (held acks, HoldPackets),
+// leaving whether acks are held as it is.
+func (cl *Client) flushHeld() error {
+	cl.Lock()
+	defer cl.Unlock()
+	if cl.Net.outbuf == nil || cl.Net.Conn == nil {
+		return nil
+	}
+	return cl.flushOutbuf()
+}
+
 // releaseAcks ends holding acks and writes what was held.
 func (cl *Client) releaseAcks() error {
 	cl.Lock()

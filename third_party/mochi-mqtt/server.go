@@ -589,7 +589,8 @@ func (s *Server) readWaiting(cl *Client) error {
 // write buffer, up to ClientNetWriteBufferSize, and written together with
 // the next write: one write(2) per burst rather than per packet. A client
 // publishing at QoS 1 with several messages in flight gets its PUBACKs in
-// one segment, no later than the end of the burst.
+// one segment, no later than the end of the burst, or than the moment the
+// reader would wait for the rest of a packet that has partly arrived.
 func (s *Server) readBuffered(cl *Client) (err error) {
 	defer func() {
 		if ferr := cl.releaseAcks(); err == nil && !cl.Closed() {
@@ -597,6 +598,13 @@ func (s *Server) readBuffered(cl *Client) (err error) {
 		}
 	}()
 	for {
+		if !cl.packetBuffered() {
+			// The rest of the next packet is still on its way: what
+			// is held goes now rather than wait for it.
+			if err := cl.flushHeld(); err != nil {
+				return err
+			}
+		}
 		fh := new(packets.FixedHeader)
 		err := cl.ReadFixedHeader(fh)
 		if err != nil {
