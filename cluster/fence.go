@@ -271,6 +271,16 @@ func (f *fenced) UpdateCommand(ctx context.Context, appKey string, id int64, fn 
 
 // OpenCommands is fenced as PendingMessages is: what it returns is sent
 // to devices.
+// GetCommand is fenced like OpenCommands: a command read to be sent to
+// its device (one waiting for a place in the window) is not sent by a
+// node that lost its node_id.
+func (f *fenced) GetCommand(ctx context.Context, appKey string, id int64) (store.Command, error) {
+	if err := f.check(); err != nil {
+		return store.Command{}, err
+	}
+	return f.Store.GetCommand(ctx, appKey, id)
+}
+
 func (f *fenced) OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error) {
 	if err := f.check(); err != nil {
 		return nil, err

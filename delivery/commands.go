@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 // command belongs to.
 type CommandStore interface {
 	OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error)
+	GetCommand(ctx context.Context, appKey string, id int64) (store.Command, error)
 	UpdateCommand(ctx context.Context, appKey string, id int64, fn func(*store.Command) error) (store.Command, error)
 	Barrier(ctx context.Context) error
 	GetJob(ctx context.Context, appKey string, id int64) (store.Job, error)
@@ -277,20 +279,19 @@ func (cs *CommandSender) drain(ctx context.Context, c Conn, app, dev string) (se
 	if len(ids) == 0 || !ok {
 		return nil, false
 	}
-	open, err := cs.store.OpenCommands(ctx, app, dev, store.MaxOpenCommands)
-	if err != nil {
-		cs.log.Error("read a device's commands", "app", app, "device", dev, "err", err)
-		return nil, false
-	}
-	byID := make(map[int64]store.Command, len(open))
-	for _, cmd := range open {
-		byID[cmd.ID] = cmd
-	}
 	now := cs.now().UnixMilli()
 	done, gaveUp := 0, 0 // ids sent or given up; given up
 	for _, id := range ids {
-		cmd, found := byID[id]
-		if !found || !command.Deliverable(cmd, now) {
+		// Only the ones that go are read: a place frees per PUBACK, and
+		// reading all the device's open commands each time cost a
+		// device with a window of 1 and 100 large commands waiting
+		// 100 times their bytes.
+		cmd, err := cs.store.GetCommand(ctx, app, id)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			cs.log.Error("read a device's command", "app", app, "device", dev, "cmd_id", id, "err", err)
+			break // it stays waiting, with those after it
+		}
+		if err != nil || !command.Deliverable(cmd, now) {
 			wc.UnwaitRequest()
 			done, gaveUp = done+1, gaveUp+1
 			continue
