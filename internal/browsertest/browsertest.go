@@ -74,10 +74,25 @@ func (b *Tab) Run(what string, actions ...chromedp.Action) {
 	}
 }
 
-// Open navigates to a path of the server.
+// Open navigates to a path of the server. Chromium aborts a page load
+// with net::ERR_NETWORK_CHANGED when the machine's network interfaces
+// change, as when a container starts (the compose test, which go test may
+// run beside these), so such a load is tried again, up to three times.
 func (b *Tab) Open(path string) {
 	b.T.Helper()
-	b.Run("open "+path, chromedp.Navigate(b.Base+path), chromedp.WaitReady("body", chromedp.ByQuery))
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(b.Ctx, 20*time.Second)
+		err := chromedp.Run(ctx, chromedp.Navigate(b.Base+path), chromedp.WaitReady("body", chromedp.ByQuery))
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case attempt < 3 && strings.Contains(err.Error(), "ERR_NETWORK_CHANGED"):
+			b.T.Logf("open %s: %v; again", path, err)
+		default:
+			b.T.Fatalf("open %s: %v", path, err)
+		}
+	}
 }
 
 // Text returns the visible text of the first element matching sel,
