@@ -3,6 +3,8 @@ package delivery
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,6 +105,46 @@ func TestWaitingCommandsReadOnce(t *testing.T) {
 	// PUBACK reads the one it sends.
 	if got := counting.read.Load(); got > 3*n {
 		t.Errorf("%d commands read to send %d one at a time, want about %d", got, n, 2*n)
+	}
+	cs.acks.flush()
+}
+
+// A device that drops its subscription to cmd while commands wait for
+// its window gets none of them at the next PUBACK: they stay queued, and
+// its next subscription sends them, in order.
+func TestWaitingCommandsStayQueuedOnUnsubscribe(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	svc := offlineCommands(t, st, st, "dev-1")
+	var ids []int64
+	for range 4 {
+		rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{"dev-1"}, command.Request{Name: "ota", TTL: 60, Timeout: 30}, true, 0, nil)
+		if err != nil || rs[0].Command.State != store.CmdQueued {
+			t.Fatalf("send: %+v %v", rs, err)
+		}
+		ids = append(ids, rs[0].Command.ID)
+	}
+	cs := NewCommandSender(st, svc, slog.New(slog.DiscardHandler))
+	c := &windowedConn{}
+	cs.Attach(ctx, c, "app", "dev-1", false)
+	cs.Unsubscribe(c, "app", "dev-1")
+	cs.Acked(c, "app", "dev-1", c.ack())
+	if got := len(c.got()); got != 1 {
+		t.Fatalf("%d commands sent after the device unsubscribed, want the 1 sent before", got)
+	}
+	if c.waiting != 0 {
+		t.Errorf("%d requests still counted waiting for the window", c.waiting)
+	}
+	for _, id := range ids[1:] {
+		if cmd, err := st.GetCommand(ctx, "app", id); err != nil || cmd.State != store.CmdQueued {
+			t.Errorf("command %d: %+v %v, want queued", id, cmd, err)
+		}
+	}
+	cs.Attach(ctx, c, "app", "dev-1", false) // subscribed again
+	want := []string{command.TopicCmd, command.TopicCmd}
+	checkTopics(t, "resubscribed", c.got(), want)
+	if got := c.got(); len(got) == 2 && !strings.Contains(got[1], strconv.FormatInt(ids[1], 10)) {
+		t.Errorf("resubscribed: sent %q, want command %d next", got[1], ids[1])
 	}
 	cs.acks.flush()
 }

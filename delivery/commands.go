@@ -396,6 +396,25 @@ func (cs *CommandSender) Detach(c Conn) {
 	cs.mu.Unlock()
 }
 
+// Unsubscribe gives up the commands waiting on c for a place in its
+// window: the device dropped its subscription to cmd, and the service
+// sends on a topic only while the device holds one. They stay queued for
+// its next subscription (Attach); what is in flight still counts, and its
+// PUBACKs are taken as ever.
+func (cs *CommandSender) Unsubscribe(c Conn, app, dev string) {
+	defer cs.lock(app, dev)()
+	cs.mu.Lock()
+	ids := cs.waiting[c]
+	delete(cs.waiting, c)
+	cs.active.Add(-int64(len(ids)))
+	cs.mu.Unlock()
+	if wc, ok := c.(windowRequestConn); ok {
+		for range ids {
+			wc.UnwaitRequest()
+		}
+	}
+}
+
 // Flush stores at once the delivered states of the PUBACKs taken, which
 // otherwise wait cmdAckLinger for an answer, and returns once they are
 // stored: call it when the connections have ended, before the store

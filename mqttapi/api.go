@@ -344,11 +344,16 @@ func (g *API) Subscribed(s *broker.Session, topic string) {
 }
 
 // Unsubscribed stops message delivery when the device drops its last
-// subscription to msg; PUBACKs of what was sent still count, and a new
-// SUBSCRIBE on the connection goes on where delivery stopped.
+// subscription to msg, and command delivery when it drops cmd (commands
+// waiting for the window stay queued); PUBACKs of what was sent still
+// count, and a new SUBSCRIBE on the connection goes on where delivery
+// stopped.
 func (g *API) Unsubscribed(s *broker.Session, topic string) {
-	if topic == delivery.TopicMsg {
+	switch {
+	case topic == delivery.TopicMsg:
 		g.dispatch.Unsubscribe(s, s.AppKey, s.DeviceName)
+	case topic == command.TopicCmd && g.cmds != nil:
+		g.cmds.Unsubscribe(s, s.AppKey, s.DeviceName)
 	}
 }
 
