@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/devmsg/devmsg/command"
 	"github.com/devmsg/devmsg/store"
@@ -146,5 +147,60 @@ func TestWaitingCommandsStayQueuedOnUnsubscribe(t *testing.T) {
 	if got := c.got(); len(got) == 2 && !strings.Contains(got[1], strconv.FormatInt(ids[1], 10)) {
 		t.Errorf("resubscribed: sent %q, want command %d next", got[1], ids[1])
 	}
+	cs.acks.flush()
+}
+
+// stuckConn is a device that stopped reading: a publish to it blocks
+// (as a socket write does, up to the broker's write timeout) until
+// released.
+type stuckConn struct {
+	cmdConn
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *stuckConn) Publish(topic string, payload []byte, qos byte) (uint16, error) {
+	c.entered <- struct{}{}
+	<-c.release
+	return c.cmdConn.Publish(topic, payload, qos)
+}
+
+// A send blocked on one device's socket holds up no other device's
+// sends: 200 other devices (more than enough to share any fixed set of
+// locks with the stuck one) get theirs while it is blocked.
+func TestStuckDeviceHoldsUpNoOther(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	names := []string{"stuck"}
+	for i := range 200 {
+		names = append(names, "dev-"+strconv.Itoa(i))
+	}
+	svc := offlineCommands(t, st, st, names...)
+	cmds := map[string]store.Command{}
+	for _, name := range names {
+		rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{name}, command.Request{Name: "ota", TTL: 60, Timeout: 30}, true, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds[name] = rs[0].Command
+	}
+	cs := NewCommandSender(st, svc, slog.New(slog.DiscardHandler))
+	stuck := &stuckConn{entered: make(chan struct{}), release: make(chan struct{})}
+	go cs.Send(ctx, stuck, cmds["stuck"])
+	<-stuck.entered
+	done := make(chan struct{})
+	go func() {
+		for _, name := range names[1:] {
+			cs.Send(ctx, &cmdConn{}, cmds[name])
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("sends to other devices waited for the stuck one")
+	}
+	close(stuck.release)
+	<-done
 	cs.acks.flush()
 }

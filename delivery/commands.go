@@ -73,7 +73,7 @@ type CommandSender struct {
 	active atomic.Int64
 
 	// locks order the sends to one device (accepted order).
-	locks [64]sync.Mutex
+	locks deviceLocks
 
 	// acks stores the delivered states (cmdacks.go).
 	acks *cmdAckStage
@@ -99,18 +99,7 @@ func NewCommandSender(st CommandStore, svc *command.Service, log *slog.Logger) *
 // devices connect.
 func (cs *CommandSender) SetFreed(f func(c Conn, app, dev string)) { cs.freed = f }
 
-func (cs *CommandSender) lock(app, dev string) func() {
-	h := uint32(2166136261)
-	for _, s := range [2]string{app, dev} {
-		for i := 0; i < len(s); i++ {
-			h = (h ^ uint32(s[i])) * 16777619
-		}
-		h *= 16777619
-	}
-	m := &cs.locks[h%uint32(len(cs.locks))]
-	m.Lock()
-	return m.Unlock
-}
+func (cs *CommandSender) lock(app, dev string) func() { return cs.locks.lock(app, dev) }
 
 // Attach sends the device's commands that wait for it on connection c,
 // in accepted order: all undelivered ones for a new subscription
