@@ -269,8 +269,6 @@ func (f *fenced) UpdateCommand(ctx context.Context, appKey string, id int64, fn 
 	return c, f.done(err)
 }
 
-// OpenCommands is fenced as PendingMessages is: what it returns is sent
-// to devices.
 // GetCommand is fenced like OpenCommands: a command read to be sent to
 // its device (one waiting for a place in the window) is not sent by a
 // node that lost its node_id.
@@ -281,6 +279,8 @@ func (f *fenced) GetCommand(ctx context.Context, appKey string, id int64) (store
 	return f.Store.GetCommand(ctx, appKey, id)
 }
 
+// OpenCommands is fenced as PendingMessages is: what it returns is sent
+// to devices.
 func (f *fenced) OpenCommands(ctx context.Context, appKey, device string, limit int) ([]store.Command, error) {
 	if err := f.check(); err != nil {
 		return nil, err

@@ -834,6 +834,9 @@ func (cl *Client) packetBuffered() bool {
 		return false
 	}
 	b, _ := cl.Net.bconn.Peek(min(n, 5)) // never blocks: n bytes are buffered
+	// The remaining length as packets.DecodeLength reads it, decoded
+	// here from the peeked bytes: DecodeLength's io.ByteReader put a
+	// reader on the heap for every packet read.
 	rem, mul := 0, 1
 	for i := 1; i < len(b); i++ {
 		rem += int(b[i]&127) * mul
@@ -850,10 +853,7 @@ func (cl *Client) packetBuffered() bool {
 func (cl *Client) flushHeld() error {
 	cl.Lock()
 	defer cl.Unlock()
-	if cl.Net.outbuf == nil || cl.Net.Conn == nil {
-		return nil
-	}
-	return cl.flushOutbuf()
+	return cl.writeHeld()
 }
 
 // releaseAcks ends holding acks and writes what was held.
@@ -861,6 +861,12 @@ func (cl *Client) releaseAcks() error {
 	cl.Lock()
 	defer cl.Unlock()
 	cl.Net.holdAcks = false
+	return cl.writeHeld()
+}
+
+// writeHeld writes what the write buffer holds; the caller holds the
+// client's lock.
+func (cl *Client) writeHeld() error {
 	if cl.Net.outbuf == nil || cl.Net.Conn == nil {
 		return nil
 	}
