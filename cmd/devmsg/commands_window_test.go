@@ -240,3 +240,57 @@ func TestCommandTakesPlaceFreedByExpiry(t *testing.T) {
 		t.Fatalf("after the expiry the device got %v, want the command first", seq[64:])
 	}
 }
+
+func (d *v5Device) unsubscribe(topics ...string) {
+	d.t.Helper()
+	d.nextID++
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1}, ProtocolVersion: 5, PacketID: d.nextID}
+	for _, topic := range topics {
+		pk.Filters = append(pk.Filters, packets.Subscription{Filter: d.prefix + topic})
+	}
+	var buf bytes.Buffer
+	if err := pk.UnsubscribeEncode(&buf); err != nil {
+		d.t.Fatal(err)
+	}
+	d.write(buf.Bytes())
+	if ack, ok := d.read(10 * time.Second); !ok || ack.FixedHeader.Type != packets.Unsuback {
+		d.t.Fatalf("UNSUBACK: %+v", ack)
+	}
+}
+
+// TestCommandsWaitingStayQueuedAfterUnsubscribe: a device with a
+// Receive Maximum of 1 that unsubscribes from cmd while commands wait
+// for its window is sent none of them when it acknowledges the one in
+// flight (the service sends on a topic only while the device holds a
+// subscription to it); they stay queued, and its next SUBSCRIBE gets
+// them, in order.
+func TestCommandsWaitingStayQueuedAfterUnsubscribe(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-unsub")
+	d := connectV5Device(t, f.s.mqtt["tcp"], "cmd-unsub", secret, 1)
+	d.subscribe("cmd")
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, f.command(fmt.Sprintf(`{"seq_no":%d,"device_name":"cmd-unsub","name":"ping","ttl":60,"wait":0}`, 9101+i)).CmdID)
+	}
+	first, _ := d.publish()
+	d.unsubscribe("cmd")
+	d.puback(first.PacketID)
+	if pk, ok := d.read(time.Second); ok {
+		t.Fatalf("sent on %s after the UNSUBSCRIBE: %s", pk.TopicName, pk.Payload)
+	}
+	for _, id := range ids[1:] {
+		if got := f.getCommand(id, 0); got.State != "queued" {
+			t.Fatalf("command %d after the UNSUBSCRIBE: %+v, want queued", id, got)
+		}
+	}
+	d.subscribe("cmd")
+	for _, id := range ids[1:] {
+		pk, topic := d.publish()
+		if topic != "cmd" || string(pk.Properties.CorrelationData) != fmt.Sprint(id) {
+			t.Fatalf("after the SUBSCRIBE got %q %s, want command %d", topic, pk.Payload, id)
+		}
+		d.puback(pk.PacketID)
+	}
+}
