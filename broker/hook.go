@@ -344,11 +344,12 @@ func refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) error {
 	return packets.ErrRejectPacket
 }
 
-// OnPacketRead correlates PUBACKs with Session.Publish. mochi's own
+// OnPacketRead correlates PUBACKs with Session.Publish, after the place
+// a PUBACK frees went to a waiting Session.PublishControl. mochi's own
 // inflight tracking is not used: the service's queue is the record.
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if pk.FixedHeader.Type == packets.Puback {
-		if s := h.session(cl); s != nil && s.releasePacketID(pk.PacketID) {
+		if s := h.session(cl); s != nil && s.acked(pk.PacketID) {
 			h.b.handler.Acked(s, pk.PacketID)
 		}
 	}

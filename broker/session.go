@@ -75,6 +75,9 @@ type Session struct {
 	// uncounted holds the awaited packet ids that hold no place in the
 	// window any more (Uncount).
 	uncounted map[uint16]struct{}
+	// control holds the publishes of PublishControl that wait for a
+	// place in the device's Receive Maximum, in order, without packet ids.
+	control []packets.Packet
 	// subscribed holds the service topics the device subscribed to.
 	subscribed map[string]bool
 
@@ -163,10 +166,11 @@ func (s *Session) PublishRequest(topic string, payload []byte, responseTopic str
 // waited says it is one that waits already: while one waits,
 // PublishWithin sends nothing, so the next free place is the request's,
 // until it is sent with waited set or given up (UnwaitRequest).
-// Requests that wait take places in the order the caller sends them.
+// Requests that wait take places in the order the caller sends them,
+// behind any publish of PublishControl waiting for one.
 func (s *Session) PublishRequestWithin(limit int, waited bool, topic string, payload []byte, responseTopic string, correlation []byte) (id uint16, sent bool, err error) {
 	s.mu.Lock()
-	if s.inWindow() >= limit {
+	if s.inWindow() >= limit || len(s.control) > 0 {
 		if !waited {
 			s.waitingRequests++
 		}
@@ -232,13 +236,7 @@ func (s *Session) writeRequest(id uint16, topic string, payload []byte, response
 		pk.Properties.ResponseTopic = s.prefix + responseTopic
 		pk.Properties.CorrelationData = correlation
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.holding {
-		s.held = append(s.held, pk)
-		return nil
-	}
-	return s.writeAll([]packets.Packet{pk})
+	return s.writeOrHold([]packets.Packet{pk})
 }
 
 // ReceiveMaximum is how many QoS 1 publishes the device takes
@@ -261,9 +259,10 @@ func (s *Session) PublishAll(topic string, payloads [][]byte, qos byte) ([]uint1
 
 // PublishWithin is PublishAll at QoS 1 within a window of limit QoS 1
 // publishes unacknowledged (MQTT 5's Receive Maximum), behind the
-// requests that wait for a place (PublishRequestWithin): it sends the
-// payloads that fit, in order, and returns their packet ids, fewer than
-// the payloads (none while a request waits) when the window is full.
+// requests that wait for a place (PublishRequestWithin) and the
+// publishes of PublishControl: it sends the payloads that fit, in
+// order, and returns their packet ids, fewer than the payloads (none
+// while a request or a control publish waits) when the window is full.
 func (s *Session) PublishWithin(limit int, topic string, payloads [][]byte) ([]uint16, error) {
 	return s.publish(make([]uint16, 0, len(payloads)), topic, payloads, 1, limit)
 }
@@ -305,13 +304,7 @@ func (s *Session) publish(ids []uint16, topic string, payloads [][]byte, qos byt
 	if len(pks) == 0 {
 		return ids, nil
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.holding {
-		s.held = append(s.held, pks...)
-		return ids, nil
-	}
-	if err := s.writeAll(pks); err != nil {
+	if err := s.writeOrHold(pks); err != nil {
 		return nil, err
 	}
 	return ids, nil
@@ -335,6 +328,18 @@ func (s *Session) topicName(topic string) string {
 	t := &topicNamed{topic, s.prefix + topic}
 	s.lastTopic.Store(t)
 	return t.name
+}
+
+// writeOrHold sends pks in one write (writeAll), or queues them while
+// the session holds its publishes (hold).
+func (s *Session) writeOrHold(pks []packets.Packet) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.holding {
+		s.held = append(s.held, pks...)
+		return nil
+	}
+	return s.writeAll(pks)
 }
 
 // writeAll sends pks in one write, with the PUBACK that follows while
@@ -421,7 +426,7 @@ var errWindowFull = errors.New("window full")
 func (s *Session) takePacketIDWithin(limit int) (uint16, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if limit > 0 && (s.waitingRequests > 0 || s.inWindow() >= limit) {
+	if limit > 0 && (s.waitingRequests > 0 || len(s.control) > 0 || s.inWindow() >= limit) {
 		return 0, errWindowFull
 	}
 	return s.nextPacketID()

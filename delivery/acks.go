@@ -117,7 +117,8 @@ var errSkip = errors.New("no change")
 // meanwhile (expired, retracted), which stands. The write is left to the
 // ack stage (see acks.go), so the connection's read loop never waits for
 // the store; the message keeps its place in the window until it is done.
-func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
+// It reports whether pid was a message's.
+func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) bool {
 	d.mu.Lock()
 	r := d.routes[routeKey(app, dev)]
 	if r == nil || r.conn != c {
@@ -127,7 +128,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	}
 	d.mu.Unlock()
 	if r == nil || r.conn != c {
-		return
+		return false
 	}
 	r.mu.Lock()
 	id, ok := r.inflight[pid]
@@ -149,7 +150,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 		d.start(r)
 	}
 	if !ok {
-		return // a PUBACK of a property publish
+		return false // a PUBACK of a control publish (a desired document, a cancel)
 	}
 	k := routeKey(app, dev)
 	d.mu.Lock()
@@ -159,6 +160,7 @@ func (d *Dispatcher) Acked(c Conn, app, dev string, pid uint16) {
 	d.acking[k]++
 	d.mu.Unlock()
 	d.acks.add(ack{r: r, id: id, counted: true})
+	return true
 }
 
 // ackingElsewhere reports whether PUBACKs that came on another

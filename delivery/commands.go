@@ -411,9 +411,22 @@ func (cs *CommandSender) Unsubscribe(c Conn, app, dev string) {
 // took to be sent again.
 func (cs *CommandSender) Flush() { cs.acks.flush() }
 
+// controlConn is a Conn that counts the publishes the service owes the
+// device, such as a cancel, in the device's window like its commands and
+// messages (broker.Session.PublishControl).
+type controlConn interface {
+	PublishControl(topic string, payload []byte) error
+}
+
 // Cancel tells the device on c that command id was cancelled.
 func (cs *CommandSender) Cancel(c Conn, id int64) {
-	if _, err := c.Publish(command.TopicCancel, command.CancelPayload(id), 1); err != nil {
+	var err error
+	if cc, ok := c.(controlConn); ok {
+		err = cc.PublishControl(command.TopicCancel, command.CancelPayload(id))
+	} else {
+		_, err = c.Publish(command.TopicCancel, command.CancelPayload(id), 1)
+	}
+	if err != nil {
 		cs.log.Debug("publish a command cancel", "cmd_id", id, "err", err)
 	}
 }

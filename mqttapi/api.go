@@ -441,12 +441,18 @@ func parseMsgID(raw json.RawMessage) (int64, error) {
 	return n, err
 }
 
-// Acked passes a PUBACK to command or message delivery.
+// Acked passes a PUBACK to command or message delivery. The PUBACK of a
+// control publish (broker.Session.PublishControl) is neither's: the place
+// it freed in the device's window goes to the commands waiting for one
+// (CommandSender.Acked drains them whatever the PUBACK), then to the
+// messages.
 func (g *API) Acked(s *broker.Session, pid uint16) {
 	if g.cmds != nil && g.cmds.Acked(s, s.AppKey, s.DeviceName, pid) {
 		return
 	}
-	g.dispatch.Acked(s, s.AppKey, s.DeviceName, pid)
+	if !g.dispatch.Acked(s, s.AppKey, s.DeviceName, pid) {
+		g.dispatch.Freed(s, s.AppKey, s.DeviceName)
+	}
 }
 
 // DesiredChanged pushes a new desired document to the connected device.

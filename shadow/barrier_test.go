@@ -32,9 +32,9 @@ func (s orderStore) Barrier(context.Context) error {
 
 type orderPublisher struct{ events *[]string }
 
-func (p orderPublisher) Publish(topic string, _ []byte, _ byte) (uint16, error) {
+func (p orderPublisher) PublishControl(topic string, _ []byte) error {
 	*p.events = append(*p.events, "publish "+topic)
-	return 1, nil
+	return nil
 }
 
 func (orderPublisher) Subscribed(string) bool { return true }

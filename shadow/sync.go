@@ -33,8 +33,10 @@ const (
 const MaxReportProperties = 100
 
 // Publisher sends to one connected device; the broker's session is one.
+// PublishControl publishes at QoS 1, within the window of publishes the
+// device takes unacknowledged (its MQTT 5 Receive Maximum).
 type Publisher interface {
-	Publish(topic string, payload []byte, qos byte) (uint16, error)
+	PublishControl(topic string, payload []byte) error
 	Subscribed(topic string) bool
 }
 
@@ -115,7 +117,7 @@ func (s *Sync) Push(p Publisher, sh store.Shadow) {
 	if !p.Subscribed(TopicDesired) {
 		return
 	}
-	if _, err := p.Publish(TopicDesired, DesiredDocument(sh), 1); err != nil {
+	if err := p.PublishControl(TopicDesired, DesiredDocument(sh)); err != nil {
 		s.log.Debug("publish desired", "err", err)
 	}
 }
@@ -141,7 +143,7 @@ func (s *Sync) Report(ctx context.Context, p Publisher, app store.App, device st
 	reply := s.report(ctx, app, device, payload)
 	if p.Subscribed(TopicReportReply) {
 		b, _ := json.Marshal(reply)
-		if _, err := p.Publish(TopicReportReply, b, 1); err != nil {
+		if err := p.PublishControl(TopicReportReply, b); err != nil {
 			s.log.Debug("publish report reply", "err", err)
 		}
 	}

@@ -294,3 +294,46 @@ func TestCommandsWaitingStayQueuedAfterUnsubscribe(t *testing.T) {
 		d.puback(pk.PacketID)
 	}
 }
+
+// TestControlPublishesWithinReceiveMaximum: with a Receive Maximum of 1
+// and a command unacknowledged, the service's own notices to the device
+// (the command's cmd/cancel, a new desired document) wait as a message
+// does; each PUBACK lets one more go, the notices first, and the device
+// never has two publishes unacknowledged.
+func TestControlPublishesWithinReceiveMaximum(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("ctl-rm")
+	d := connectV5Device(t, f.s.mqtt["tcp"], "ctl-rm", secret, 1)
+	d.subscribe("cmd", "cmd/cancel", "property/desired", "msg")
+	v := f.command(`{"seq_no":9201,"device_name":"ctl-rm","name":"ping","ttl":60,"wait":0}`)
+	cmd, topic := d.publish()
+	if topic != "cmd" {
+		t.Fatalf("got %q, want the command", topic)
+	}
+	var c cmdView
+	f.restOK("DELETE", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d", v.CmdID), "", &c)
+	var op struct {
+		OpCode int `json:"op_code"`
+	}
+	f.restOK("POST", "/device/v1/property",
+		`{"seq_no":9202,"device_name":"ctl-rm","version":1,"properties":[{"name":"led","value":1}]}`, &op)
+	if op.OpCode != 0 {
+		t.Fatalf("set desired: op_code %d", op.OpCode)
+	}
+	f.send("ctl-rm", "m1", 60)
+	if pk, ok := d.read(time.Second); ok {
+		t.Fatalf("a second PUBLISH unacknowledged under Receive Maximum 1: %s %s", pk.TopicName, pk.Payload)
+	}
+	d.puback(cmd.PacketID)
+	for _, want := range []string{"cmd/cancel", "property/desired", "msg"} {
+		pk, topic := d.publish()
+		if topic != want {
+			t.Fatalf("got %q %s, want %s", topic, pk.Payload, want)
+		}
+		if pk, ok := d.read(300 * time.Millisecond); ok {
+			t.Fatalf("with %s unacknowledged the device got %s %s", want, pk.TopicName, pk.Payload)
+		}
+		d.puback(pk.PacketID)
+	}
+}
