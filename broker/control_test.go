@@ -21,20 +21,29 @@ func (rc *rawClient) puback(id uint16) {
 	rc.write(buf.Bytes())
 }
 
-// TestControlPublishWithinWindow: a control publish (a cancel, a desired
-// document) to an MQTT 5 device that declared a Receive Maximum of 1
-// waits while the window is full and goes at the next PUBACK, one at a
-// time, ahead of the requests and messages that wait for the window;
-// the device never has two publishes unacknowledged.
-func TestControlPublishWithinWindow(t *testing.T) {
+// connectWindowed starts a broker and connects an MQTT 5 device to it
+// that declared a Receive Maximum of receiveMax and subscribed to its
+// whole prefix; it returns the device and its session.
+func connectWindowed(t *testing.T, receiveMax uint16) (*rawClient, *Session) {
+	t.Helper()
 	b, addr := startBroker(t, Config{}, &fakeHandler{})
-	rc, code := rawConnectWith(t, addr, 5, "app/dev", "secret", 60, packets.Properties{ReceiveMaximum: 1})
+	rc, code := rawConnectWith(t, addr, 5, "app/dev", "secret", 60, packets.Properties{ReceiveMaximum: receiveMax})
 	if code != 0 {
 		t.Fatalf("CONNACK %#x", code)
 	}
 	rc.subscribe("d/app/dev/#")
 	var s *Session
 	waitUntil(t, "the session", func() bool { s = b.Session("app", "dev"); return s != nil && s.Subscribed("msg") })
+	return rc, s
+}
+
+// TestControlPublishWithinWindow: a control publish (a cancel, a desired
+// document) to an MQTT 5 device that declared a Receive Maximum of 1
+// waits while the window is full and goes at the next PUBACK, one at a
+// time, ahead of the requests and messages that wait for the window;
+// the device never has two publishes unacknowledged.
+func TestControlPublishWithinWindow(t *testing.T) {
+	rc, s := connectWindowed(t, 1)
 	const limit = 1
 	if _, sent, err := s.PublishRequestWithin(limit, false, "cmd", []byte("req1"), "cmd/reply", []byte("1")); !sent || err != nil {
 		t.Fatalf("a request in an empty window: sent %v, %v", sent, err)
@@ -108,11 +117,7 @@ func TestControlPublishWithoutReceiveMaximum(t *testing.T) {
 // TestControlBacklogDisconnects: a device with a full window that lets
 // controlMax control publishes pile up is disconnected.
 func TestControlBacklogDisconnects(t *testing.T) {
-	b, addr := startBroker(t, Config{}, &fakeHandler{})
-	rc, _ := rawConnectWith(t, addr, 5, "app/dev", "secret", 60, packets.Properties{ReceiveMaximum: 1})
-	rc.subscribe("d/app/dev/#")
-	var s *Session
-	waitUntil(t, "the session", func() bool { s = b.Session("app", "dev"); return s != nil && s.Subscribed("msg") })
+	rc, s := connectWindowed(t, 1)
 	if err := s.PublishControl("cmd/cancel", []byte("first")); err != nil {
 		t.Fatal(err)
 	}
@@ -133,5 +138,5 @@ func TestControlBacklogDisconnects(t *testing.T) {
 			break
 		}
 	}
-	waitUntil(t, "the session gone", func() bool { return b.Session("app", "dev") == nil })
+	waitUntil(t, "the session gone", func() bool { return !s.Live() })
 }

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -14,14 +13,7 @@ import (
 // frees, and no message goes while it waits; a packet given up with
 // Uncount frees its place at once.
 func TestPublishWithinWindow(t *testing.T) {
-	b, addr := startBroker(t, Config{}, &fakeHandler{})
-	rc, code := rawConnectWith(t, addr, 5, "app/dev", "secret", 60, packets.Properties{ReceiveMaximum: 2})
-	if code != 0 {
-		t.Fatalf("CONNACK %#x", code)
-	}
-	rc.subscribe("d/app/dev/msg")
-	var s *Session
-	waitUntil(t, "the session", func() bool { s = b.Session("app", "dev"); return s != nil && s.Subscribed("msg") })
+	rc, s := connectWindowed(t, 2)
 	const limit = 2
 	ids, err := s.PublishWithin(limit, "msg", [][]byte{[]byte("m1"), []byte("m2"), []byte("m3")})
 	if err != nil || len(ids) != 2 {
@@ -32,12 +24,7 @@ func TestPublishWithinWindow(t *testing.T) {
 	}
 	first := rc.read(packets.Publish)
 	rc.read(packets.Publish)
-	puback := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: 5, PacketID: first.PacketID}
-	var buf bytes.Buffer
-	if err := puback.PubackEncode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	rc.write(buf.Bytes())
+	rc.puback(first.PacketID)
 	waitUntil(t, "the PUBACK", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.awaiting) == 1 })
 	if ids, _ := s.PublishWithin(limit, "msg", [][]byte{[]byte("m3")}); len(ids) != 0 {
 		t.Fatal("a message took the place a waiting request is owed")
