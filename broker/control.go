@@ -27,7 +27,9 @@ var ErrControlBacklog = errors.New("the device acknowledges no publish: too many
 // place sends the oldest waiting (released by the broker before the
 // Handler hears of the PUBACK). While one waits, PublishWithin and
 // PublishRequestWithin send nothing: these go first. Without a declared
-// Receive Maximum it goes at once. Its PUBACK reaches Handler.Acked
+// Receive Maximum it goes at once. The window counts every publish the
+// device has not acknowledged, also those Uncount took out of the
+// service's own window. Its PUBACK reaches Handler.Acked
 // with a packet id no message or command holds.
 func (s *Session) PublishControl(topic string, payload []byte) error {
 	pk := packets.Packet{
@@ -37,7 +39,7 @@ func (s *Session) PublishControl(topic string, payload []byte) error {
 	}
 	limit := s.ReceiveMaximum()
 	s.mu.Lock()
-	if limit > 0 && (len(s.control) > 0 || s.inWindow() >= limit) {
+	if limit > 0 && (len(s.control) > 0 || len(s.awaiting) >= limit) {
 		if len(s.control) >= controlMax {
 			s.mu.Unlock()
 			s.cl.Stop(ErrControlBacklog)
@@ -68,7 +70,7 @@ func (s *Session) acked(id uint16) bool {
 	if len(s.control) > 0 {
 		limit := s.ReceiveMaximum()
 		n := 0
-		for n < len(s.control) && s.inWindow() < limit {
+		for n < len(s.control) && len(s.awaiting) < limit {
 			pid, err := s.nextPacketID()
 			if err != nil {
 				break

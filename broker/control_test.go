@@ -140,3 +140,24 @@ func TestControlBacklogDisconnects(t *testing.T) {
 	}
 	waitUntil(t, "the session gone", func() bool { return !s.Live() })
 }
+
+// TestControlCountsUncountedPublishes: a publish the service stopped
+// counting (Uncount: a message that expired unacknowledged) still holds
+// a place in the device's Receive Maximum, so a control publish waits.
+func TestControlCountsUncountedPublishes(t *testing.T) {
+	rc, s := connectWindowed(t, 1)
+	id, err := s.PublishRequest("cmd", []byte("req"), "cmd/reply", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Uncount(id)
+	if err := s.PublishControl("cmd/cancel", []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	rc.read(packets.Publish)
+	rc.ping() // the control publish did not come
+	rc.puback(id)
+	if pk := rc.read(packets.Publish); string(pk.Payload) != "c" {
+		t.Fatalf("got %q, want the control publish", pk.Payload)
+	}
+}
