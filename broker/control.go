@@ -29,8 +29,8 @@ var ErrControlBacklog = errors.New("the device acknowledges no publish: too many
 // PublishRequestWithin send nothing: these go first. Without a declared
 // Receive Maximum it goes at once. The window counts every publish the
 // device has not acknowledged, also those Uncount took out of the
-// service's own window. Its PUBACK reaches Handler.Acked
-// with a packet id no message or command holds.
+// service's own window. Its PUBACK reaches Handler.Acked with a packet
+// id no message or command holds.
 func (s *Session) PublishControl(topic string, payload []byte) error {
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
