@@ -102,6 +102,7 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	waiters waiters
+	answers *answerStage // nil unless the store is a store.CommandBatcher
 
 	// dropped counts answers and progress reports dropped: late,
 	// repeated, or for a command that is unknown or ended.
@@ -120,7 +121,11 @@ func (s *Service) Sending() bool {
 // NewService returns a Service that stores in st and numbers commands
 // with ids (shared with messages, so the ids of both never meet).
 func NewService(st Store, ids *idgen.Generator, log *slog.Logger) *Service {
-	return &Service{store: st, ids: ids, router: offline{}, log: log, now: time.Now}
+	s := &Service{store: st, ids: ids, router: offline{}, log: log, now: time.Now}
+	if b, ok := st.(store.CommandBatcher); ok {
+		s.answers = &answerStage{s: s, b: b}
+	}
+	return s
 }
 
 // SetRouter gives the Service its delivery; call before use.

@@ -198,26 +198,18 @@ func parseID(raw json.RawMessage, correlation []byte) (int64, error) {
 // other); any other answer is dropped and counted, and reports false.
 // It returns once the answer is durable.
 func (s *Service) Answer(ctx context.Context, appKey, device string, r Reply) (bool, error) {
+	if s.answers != nil {
+		return s.answers.answer(ctx, appKey, device, r)
+	}
+	return s.answerAlone(ctx, appKey, device, r)
+}
+
+// answerAlone is Answer in a store write of its own.
+func (s *Service) answerAlone(ctx context.Context, appKey, device string, r Reply) (bool, error) {
 	took := false
 	_, err := s.update(ctx, appKey, r.ID, func(c *store.Command, now int64) bool {
-		took = false // fn runs again when a store retries the write
-		if c.DeviceName != device || !c.Open() {
-			return false
-		}
-		state := store.CmdSucceeded
-		if r.Code != 0 {
-			state = store.CmdFailed
-		}
-		if c.TimeSent == 0 {
-			c.TimeSent = now
-		}
-		if c.TimeDelivered == 0 {
-			c.TimeDelivered = now
-		}
-		c.Answered = true
-		s.finish(c, state, r.Code, r.Result, r.Message, now)
-		took = true
-		return true
+		took = s.answerFn(c, device, r, now) // fn runs again when a store retries the write
+		return took
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		err = nil
@@ -230,6 +222,27 @@ func (s *Service) Answer(ctx context.Context, appKey, device string, r Reply) (b
 		err = s.store.Barrier(ctx)
 	}
 	return took, err
+}
+
+// answerFn ends c with the answer r of device at now, when c is an open
+// command of that device, and reports whether it did.
+func (s *Service) answerFn(c *store.Command, device string, r Reply, now int64) bool {
+	if c.DeviceName != device || !c.Open() {
+		return false
+	}
+	state := store.CmdSucceeded
+	if r.Code != 0 {
+		state = store.CmdFailed
+	}
+	if c.TimeSent == 0 {
+		c.TimeSent = now
+	}
+	if c.TimeDelivered == 0 {
+		c.TimeDelivered = now
+	}
+	c.Answered = true
+	s.finish(c, state, r.Code, r.Result, r.Message, now)
+	return true
 }
 
 // Progress is a progress report a device published on cmd/progress.

@@ -129,7 +129,7 @@ func (cs *CommandSender) storeDelivered(batch []cmdAck) {
 			updates[i] = store.CommandUpdate{AppKey: a.ref.app, ID: a.ref.id, Fn: command.DeliveredAt(a.ref.dev, a.at)}
 		}
 		var es []error
-		_, es, err = b.UpdateCommands(ctx, updates)
+		_, es, err = b.UpdateCommands(ctx, updates, nil)
 		if err == nil {
 			copy(errs, es)
 		}

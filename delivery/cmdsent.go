@@ -45,7 +45,7 @@ func (cs *CommandSender) recordSentOn(ctx context.Context, c Conn, cmds []cmdRef
 
 // commandBatcher is the store's store.CommandBatcher, when it offers it.
 type commandBatcher interface {
-	UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error)
+	UpdateCommands(ctx context.Context, updates []store.CommandUpdate, applied func()) ([]store.Command, []error, error)
 }
 
 // recordSentAll writes that cmds were published, in one write where the
@@ -60,7 +60,7 @@ func (cs *CommandSender) recordSentAll(ctx context.Context, cmds []cmdRef) (canc
 		for i, cmd := range cmds {
 			updates[i] = store.CommandUpdate{AppKey: cmd.app, ID: cmd.id, Fn: fn}
 		}
-		_, errs, err := b.UpdateCommands(ctx, updates)
+		_, errs, err := b.UpdateCommands(ctx, updates, nil)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			if err != nil {
 				cs.log.Error("record commands sent", "commands", len(cmds), "err", err)

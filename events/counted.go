@@ -128,9 +128,12 @@ var _ store.CommandBatcher = (*CountedStore)(nil)
 // UpdateCommands counts the events the stored calls of the updates' fns
 // set, when the store wrapped is a store.CommandBatcher; otherwise it
 // returns errors.ErrUnsupported, and nothing is written.
-func (s *CountedStore) UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error) {
+func (s *CountedStore) UpdateCommands(ctx context.Context, updates []store.CommandUpdate, visible func()) ([]store.Command, []error, error) {
 	b, ok := s.Store.(store.CommandBatcher)
 	if !ok {
+		if visible != nil {
+			visible()
+		}
 		return nil, nil, errors.ErrUnsupported
 	}
 	emitted := make([][]store.Event, len(updates))
@@ -144,7 +147,7 @@ func (s *CountedStore) UpdateCommands(ctx context.Context, updates []store.Comma
 		}
 		wrapped[i] = u
 	}
-	out, errs, err := b.UpdateCommands(ctx, wrapped)
+	out, errs, err := b.UpdateCommands(ctx, wrapped, visible)
 	if err == nil {
 		for i := range updates {
 			if i < len(errs) && errs[i] == nil {

@@ -17,7 +17,10 @@ import (
 // UpdateCommand per update (enough to see what CountedStore counts).
 type batcher struct{ *memory.Store }
 
-func (b batcher) UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error) {
+func (b batcher) UpdateCommands(ctx context.Context, updates []store.CommandUpdate, visible func()) ([]store.Command, []error, error) {
+	if visible != nil {
+		defer visible()
+	}
 	out := make([]store.Command, len(updates))
 	errs := make([]error, len(updates))
 	for i, u := range updates {
@@ -55,13 +58,13 @@ func TestCountedUpdateCommands(t *testing.T) {
 	}
 	updates := []store.CommandUpdate{{AppKey: "app", ID: 1, Fn: end}, {AppKey: "app", ID: 2, Fn: refuse}}
 
-	if _, _, err := events.Counted(mem).UpdateCommands(ctx, updates); !errors.Is(err, errors.ErrUnsupported) {
+	if _, _, err := events.Counted(mem).UpdateCommands(ctx, updates, nil); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("over a store without it: %v, want ErrUnsupported", err)
 	}
 	st := events.Counted(batcher{mem})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(st.Collector())
-	_, errs, err := st.UpdateCommands(ctx, updates)
+	_, errs, err := st.UpdateCommands(ctx, updates, nil)
 	if err != nil || errs[0] != nil || errs[1] == nil {
 		t.Fatalf("UpdateCommands: %v %v", errs, err)
 	}

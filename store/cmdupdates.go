@@ -24,5 +24,8 @@ type CommandBatcher interface {
 	// kept every update from being tried. The write is durable when the
 	// call returns unless every update that changed a command set Lazy,
 	// left it open and emitted no event (UpdateCommand's lazy write).
-	UpdateCommands(ctx context.Context, updates []CommandUpdate) ([]Command, []error, error)
+	// visible, when not nil, is called once: as soon as the write is
+	// visible to reads, before the call waits for its fsync, or when the
+	// call writes nothing.
+	UpdateCommands(ctx context.Context, updates []CommandUpdate, visible func()) ([]Command, []error, error)
 }

@@ -31,7 +31,12 @@ type cmdChange struct {
 // them; see store.CommandBatcher. The delivery of commands records
 // their sent and delivered states this way, many at a time, as the ack
 // stage records messages' deliveries.
-func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdate) ([]store.Command, []error, error) {
+func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdate, visible func()) ([]store.Command, []error, error) {
+	if visible == nil {
+		visible = func() {}
+	}
+	done := sync.OnceFunc(visible) // called before the fsync, or by the defer
+	defer done()
 	if err := s.enter(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -108,6 +113,7 @@ func (s *Store) UpdateCommands(ctx context.Context, updates []store.CommandUpdat
 		// As in createCommands: the writers waiting for these stripes
 		// need not wait for this write's fsync.
 		unlock()
+		done()
 		if err := w.durable(); err != nil {
 			return forget(err)
 		}

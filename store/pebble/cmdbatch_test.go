@@ -33,6 +33,13 @@ func TestUpdateCommands(t *testing.T) {
 		return nil
 	}
 	boom := errors.New("boom")
+	// The write is readable when visible is called, before its fsync.
+	var visible []string
+	seen := func() {
+		c, err := s.GetCommand(ctx, "app", 3)
+		must(err)
+		visible = append(visible, c.State)
+	}
 	out, errs, err := s.UpdateCommands(ctx, []store.CommandUpdate{
 		{AppKey: "app", ID: 1, Fn: sent},
 		{AppKey: "app", ID: 1, Fn: delivered},
@@ -43,8 +50,11 @@ func TestUpdateCommands(t *testing.T) {
 			c.Emit = []store.Event{{Type: "command.done", Time: 4000, Data: []byte(`{}`)}}
 			return nil
 		}},
-	})
+	}, seen)
 	must(err)
+	if len(visible) != 1 || visible[0] != store.CmdSucceeded {
+		t.Fatalf("visible saw command 3 as %v, want called once with it succeeded", visible)
+	}
 	if errs[0] != nil || errs[1] != nil || errs[4] != nil || !errors.Is(errs[2], store.ErrNotFound) || !errors.Is(errs[3], boom) {
 		t.Fatalf("errors %v", errs)
 	}

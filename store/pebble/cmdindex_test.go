@@ -115,7 +115,7 @@ func TestCommandIndexAfterReopen(t *testing.T) {
 				}
 				us = append(us, store.CommandUpdate{AppKey: "app", ID: ids[rng.IntN(len(ids))], Fn: fns[rng.IntN(len(fns))]})
 			}
-			_, _, err := s.UpdateCommands(ctx, us)
+			_, _, err := s.UpdateCommands(ctx, us, nil)
 			must(err)
 		}
 		if round%75 == 74 { // index entries set and deleted across sstables

@@ -103,7 +103,7 @@ func TestEndedCommandLeavesNoTombstones(t *testing.T) {
 		_, err = s.UpdateCommand(ctx, "app", 1, fn)
 		must(err)
 	}
-	_, errs, err := s.UpdateCommands(ctx, []store.CommandUpdate{{AppKey: "app", ID: 2, Fn: deliver}, {AppKey: "app", ID: 2, Fn: answer}})
+	_, errs, err := s.UpdateCommands(ctx, []store.CommandUpdate{{AppKey: "app", ID: 2, Fn: deliver}, {AppKey: "app", ID: 2, Fn: answer}}, nil)
 	must(err)
 	must(errors.Join(errs...))
 	must(s.db.Flush())

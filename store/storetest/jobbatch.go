@@ -29,7 +29,7 @@ func testJobExecutionFollowsBatch(t *testing.T, s store.Store) {
 	}
 	_, errs, err := b.UpdateCommands(ctx, []store.CommandUpdate{
 		{AppKey: "a", ID: 1, Fn: sent}, {AppKey: "a", ID: 2, Fn: sent}, {AppKey: "a", ID: 2, Fn: delivered},
-	})
+	}, nil)
 	must(t, err)
 	for i, err := range errs {
 		if err != nil {
