@@ -95,7 +95,8 @@ type Config struct {
 	SourceLoginLimit, IdentityLoginLimit LoginLimit
 	// ServiceTopics are the topics under a device's prefix that the
 	// service publishes to; Handler.Subscribed reports SUBSCRIBEs that
-	// match them and Session.Subscribed answers for them.
+	// match them, each topic a SUBSCRIBE matches once and in this order,
+	// and Session.Subscribed answers for them.
 	ServiceTopics []string
 	// WriteTimeout bounds each write to a device (default WriteTimeout):
 	// a device that stops reading loses its connection rather than hold

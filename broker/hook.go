@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -254,11 +255,17 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 		}
 	}
 	s.hold()
+	var matched []string
 	for i, f := range pk.Filters {
 		if i < len(codes) && codes[i] >= packets.ErrUnspecifiedError.Code {
 			continue
 		}
-		for _, t := range s.subscribe(f.Filter) {
+		matched = append(matched, s.subscribe(f.Filter)...)
+	}
+	// Once each, in the order of Config.ServiceTopics, whatever the
+	// order of the filters.
+	for _, t := range h.b.cfg.ServiceTopics {
+		if slices.Contains(matched, t) {
 			h.b.handler.Subscribed(s, t)
 		}
 	}

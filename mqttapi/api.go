@@ -24,7 +24,11 @@ import (
 )
 
 // Service topics: what the service publishes under a device's prefix.
-var ServiceTopics = []string{delivery.TopicMsg, shadow.TopicDesired, shadow.TopicReportReply, command.TopicCmd, command.TopicCancel}
+// Commands come first: a SUBSCRIBE reports its topics in this order
+// (broker.Config.ServiceTopics), and Subscribed sends the waiting
+// commands before it starts the messages, so that after a reconnect a
+// message resent from the last connection does not go ahead of them.
+var ServiceTopics = []string{command.TopicCmd, command.TopicCancel, delivery.TopicMsg, shadow.TopicDesired, shadow.TopicReportReply}
 
 // AnswerTopics are the device → service topics on which a device answers
 // what the service asked it (broker.Config.AnswerTopics): a command's
@@ -323,7 +327,9 @@ func (g *API) retryPresence() {
 	}
 }
 
-// Subscribed starts message delivery or sends the desired document.
+// Subscribed starts message delivery, sends the desired document, or
+// sends the commands waiting (before it returns, so ahead of the
+// messages of the same SUBSCRIBE).
 func (g *API) Subscribed(s *broker.Session, topic string) {
 	switch topic {
 	case delivery.TopicMsg:
@@ -338,7 +344,7 @@ func (g *API) Subscribed(s *broker.Session, topic string) {
 		g.sync.SendDesired(context.Background(), s, s.AppKey, s.DeviceName, true)
 	case command.TopicCmd:
 		if g.cmds != nil {
-			go g.cmds.Attach(context.Background(), s, s.AppKey, s.DeviceName, false)
+			g.cmds.Attach(context.Background(), s, s.AppKey, s.DeviceName, false)
 		}
 	}
 }

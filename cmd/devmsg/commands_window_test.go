@@ -337,3 +337,30 @@ func TestControlPublishesWithinReceiveMaximum(t *testing.T) {
 		d.puback(pk.PacketID)
 	}
 }
+
+// TestCommandsFirstAfterReconnect: a device that connects again and
+// subscribes to msg and cmd in one SUBSCRIBE gets its waiting commands
+// ahead of its pending messages, the message left unacknowledged on its
+// last connection included, whichever filter it lists first.
+func TestCommandsFirstAfterReconnect(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	secret := f.createDevice("cmd-re")
+	d := connectV5Device(t, f.s.mqtt["tcp"], "cmd-re", secret, 1)
+	d.subscribe("msg", "cmd")
+	f.send("cmd-re", "m0", 3600)
+	if _, topic := d.publish(); topic != "msg" {
+		t.Fatalf("got %q, want msg", topic)
+	}
+	v := f.command(`{"seq_no":9101,"device_name":"cmd-re","name":"ping","ttl":600,"wait":0}`)
+	f.send("cmd-re", "m1", 3600)
+	for round, order := range [][]string{{"msg", "cmd"}, {"cmd", "msg"}, {"msg", "cmd"}, {"#"}, {"msg", "cmd"}, {"msg", "cmd"}} {
+		d.c.Close()
+		d = connectV5Device(t, f.s.mqtt["tcp"], "cmd-re", secret, 1)
+		d.subscribe(order...)
+		pk, topic := d.publish()
+		if topic != "cmd" || string(pk.Properties.CorrelationData) != fmt.Sprint(v.CmdID) {
+			t.Fatalf("round %d, SUBSCRIBE to %v: the first PUBLISH is %q %s, want the command %d", round, order, topic, pk.Payload, v.CmdID)
+		}
+	}
+}
