@@ -14,13 +14,12 @@ const answerBatch = 256
 
 // answerReq is a device's answer waiting for its store write.
 type answerReq struct {
-	app     string
-	device  string
-	r       Reply
-	took    bool
-	wasOpen bool
-	err     error
-	done    chan struct{}
+	app    string
+	device string
+	r      Reply
+	took   bool
+	err    error
+	done   chan struct{}
 }
 
 // answerStage stores the answers of many devices in shared store writes
@@ -100,7 +99,6 @@ func (st *answerStage) write() {
 	updates := make([]store.CommandUpdate, len(batch))
 	for i, req := range batch {
 		updates[i] = store.CommandUpdate{AppKey: req.app, ID: req.r.ID, Fn: func(c *store.Command) error {
-			req.wasOpen = c.Open()
 			req.took = s.answerFn(c, req.device, req.r, now) // fn runs again when a store retries the write
 			if !req.took {
 				return errUnchanged
@@ -113,8 +111,10 @@ func (st *answerStage) write() {
 	if errors.Is(err, errors.ErrUnsupported) {
 		st.unsupported.Store(true)
 		for _, req := range batch {
-			req.took, req.err = s.answerAlone(ctx, req.app, req.device, req.r)
-			close(req.done)
+			go func() {
+				req.took, req.err = s.answerAlone(ctx, req.app, req.device, req.r)
+				close(req.done)
+			}()
 		}
 		return
 	}
@@ -125,10 +125,8 @@ func (st *answerStage) write() {
 			e = errs[i]
 		}
 		switch {
-		case e == nil:
-			if req.took && req.wasOpen && !out[i].Open() {
-				s.ended(ctx, out[i])
-			}
+		case e == nil: // an answer taken ends its command
+			s.ended(ctx, out[i])
 		case errors.Is(e, errUnchanged), errors.Is(e, store.ErrNotFound):
 			req.took = false
 		default:

@@ -3,15 +3,12 @@ package command_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/devmsg/devmsg/command"
 	"github.com/devmsg/devmsg/events"
-	"github.com/devmsg/devmsg/internal/idgen"
 	"github.com/devmsg/devmsg/store"
 	"github.com/devmsg/devmsg/store/memory"
 )
@@ -53,33 +50,6 @@ func (b *gatedBatcher) calls() []int {
 	return append([]int(nil), b.sizes...)
 }
 
-// commandsTo sends a ping to each of n devices of svc's store mem, made
-// here, and returns them in device order.
-func commandsTo(t *testing.T, mem *memory.Store, st command.Store, n int) (*command.Service, []store.Command) {
-	t.Helper()
-	ctx := context.Background()
-	must(t, mem.CreateApp(ctx, store.App{Key: "app"}))
-	names := make([]string, n)
-	devs := make([]store.Device, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("d%d", i)
-		devs[i] = store.Device{AppKey: "app", Name: names[i]}
-	}
-	_, err := mem.CreateDevices(ctx, "app", devs)
-	must(t, err)
-	ids, err := idgen.New(0)
-	must(t, err)
-	svc := command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	svc.SetRouter(&online{})
-	rs, err := svc.Send(ctx, store.App{Key: "app"}, names, command.Request{Name: "ping", Timeout: 30}, false, 0, nil)
-	must(t, err)
-	cmds := make([]store.Command, n)
-	for i, r := range rs {
-		cmds[i] = r.Command
-	}
-	return svc, cmds
-}
-
 // TestAnswersShareWrites: answers of many devices that come while a
 // write applies are stored together in the next one; each is taken or
 // dropped as on its own (the first answer of a command wins, even within
@@ -89,7 +59,7 @@ func TestAnswersShareWrites(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	st := &gatedBatcher{Store: mem, gate: make(chan struct{})}
-	svc, cmds := commandsTo(t, mem, st, n)
+	svc, cmds := pingsOn(t, mem, st, n)
 
 	woke := make(chan []store.Command, 1)
 	go func() {
@@ -107,12 +77,15 @@ func TestAnswersShareWrites(t *testing.T) {
 	}
 	results := make(chan outcome, n+1)
 	answer := func(dev int, code int) {
-		took, err := svc.Answer(ctx, "app", fmt.Sprintf("d%d", dev), command.Reply{ID: cmds[dev].ID, Code: code})
+		took, err := svc.Answer(ctx, "app", fmt.Sprintf("d%d", dev+1), command.Reply{ID: cmds[dev].ID, Code: code})
 		results <- outcome{dev, took, err}
 	}
 	go answer(0, 0) // the first write, held at the gate
-	for len(st.calls()) == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); len(st.calls()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(st.gate)
+			t.Fatal("the answer made no shared write")
+		}
 	}
 	for i := 1; i < n; i++ {
 		go answer(i, i%2)
@@ -159,9 +132,9 @@ func TestAnswersShareWrites(t *testing.T) {
 func TestAnswersWithoutBatches(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
-	svc, cmds := commandsTo(t, mem, events.Counted(mem), 3)
+	svc, cmds := pingsOn(t, mem, events.Counted(mem), 3)
 	for i, c := range cmds {
-		took, err := svc.Answer(ctx, "app", fmt.Sprintf("d%d", i), command.Reply{ID: c.ID})
+		took, err := svc.Answer(ctx, "app", fmt.Sprintf("d%d", i+1), command.Reply{ID: c.ID})
 		if !took || err != nil {
 			t.Fatalf("answer %d: %v %v", i, took, err)
 		}

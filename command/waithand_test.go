@@ -2,6 +2,7 @@ package command_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -63,15 +64,33 @@ func TestWaitTakesTheEndedCommand(t *testing.T) {
 // through the service; it returns the service and the command.
 func pingOn(t *testing.T, mem *memory.Store, st command.Store) (*command.Service, store.Command) {
 	t.Helper()
+	svc, cmds := pingsOn(t, mem, st, 1)
+	return svc, cmds[0]
+}
+
+// pingsOn is pingOn for devices d1 to dn, with one send to all of them;
+// it returns the commands in device order.
+func pingsOn(t *testing.T, mem *memory.Store, st command.Store, n int) (*command.Service, []store.Command) {
+	t.Helper()
 	ctx := context.Background()
 	must(t, mem.CreateApp(ctx, store.App{Key: "app"}))
-	_, err := mem.CreateDevices(ctx, "app", []store.Device{{AppKey: "app", Name: "d1"}})
+	names := make([]string, n)
+	devs := make([]store.Device, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("d%d", i+1)
+		devs[i] = store.Device{AppKey: "app", Name: names[i]}
+	}
+	_, err := mem.CreateDevices(ctx, "app", devs)
 	must(t, err)
 	ids, err := idgen.New(0)
 	must(t, err)
 	svc := command.NewService(st, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	svc.SetRouter(&online{})
-	rs, err := svc.Send(ctx, store.App{Key: "app"}, []string{"d1"}, command.Request{Name: "ping", Timeout: 30}, true, 0, nil)
+	rs, err := svc.Send(ctx, store.App{Key: "app"}, names, command.Request{Name: "ping", Timeout: 30}, n == 1, 0, nil)
 	must(t, err)
-	return svc, rs[0].Command
+	cmds := make([]store.Command, n)
+	for i, r := range rs {
+		cmds[i] = r.Command
+	}
+	return svc, cmds
 }

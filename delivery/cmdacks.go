@@ -123,7 +123,7 @@ func (cs *CommandSender) storeDelivered(batch []cmdAck) {
 	ctx := context.Background()
 	errs := make([]error, len(batch))
 	var err error
-	if b, ok := cs.store.(commandBatcher); ok {
+	if b, ok := cs.store.(store.CommandBatcher); ok {
 		updates := make([]store.CommandUpdate, len(batch))
 		for i, a := range batch {
 			updates[i] = store.CommandUpdate{AppKey: a.ref.app, ID: a.ref.id, Fn: command.DeliveredAt(a.ref.dev, a.at)}
@@ -134,7 +134,7 @@ func (cs *CommandSender) storeDelivered(batch []cmdAck) {
 			copy(errs, es)
 		}
 	}
-	if _, ok := cs.store.(commandBatcher); !ok || errors.Is(err, errors.ErrUnsupported) {
+	if _, ok := cs.store.(store.CommandBatcher); !ok || errors.Is(err, errors.ErrUnsupported) {
 		err = nil
 		for i, a := range batch {
 			_, errs[i] = cs.store.UpdateCommand(ctx, a.ref.app, a.ref.id, command.DeliveredAt(a.ref.dev, a.at))

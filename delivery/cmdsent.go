@@ -43,17 +43,12 @@ func (cs *CommandSender) recordSentOn(ctx context.Context, c Conn, cmds []cmdRef
 	}
 }
 
-// commandBatcher is the store's store.CommandBatcher, when it offers it.
-type commandBatcher interface {
-	UpdateCommands(ctx context.Context, updates []store.CommandUpdate, applied func()) ([]store.Command, []error, error)
-}
-
 // recordSentAll writes that cmds were published, in one write where the
 // store can, else one by one (recordSent). It returns, in order, the
 // indexes in cmds of those it found cancelled (command.SentAt): their
 // devices must be told.
 func (cs *CommandSender) recordSentAll(ctx context.Context, cmds []cmdRef) (cancelled []int) {
-	b, ok := cs.store.(commandBatcher)
+	b, ok := cs.store.(store.CommandBatcher)
 	if ok && len(cmds) > 1 {
 		fn := command.SentAt(cs.now().UnixMilli())
 		updates := make([]store.CommandUpdate, len(cmds))
