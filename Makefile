@@ -46,12 +46,14 @@ churn:
 crash-loop:
 	DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-200} go test -count=1 -timeout 60m -run TestCrashLoop -v ./cmd/devmsg
 
-# The long kill -9 run of device commands (CI runs 20 cycles): every command
-# answered 200 exists after the restarts and ends with its device's answer,
-# none reaches a device under a cmd_id devmsg no longer knows or under two
-# ids, and every answer devmsg PUBACKed is kept (docs/api.md, "Device commands").
+# The long kill -9 runs of device commands (CI runs 20 cycles of each): every
+# command answered 200 exists after the restarts and ends with its device's
+# answer, none reaches a device under a cmd_id devmsg no longer knows or
+# under two ids, and every answer devmsg PUBACKed is kept (docs/api.md,
+# "Device commands"); on one node (Pebble), and on two nodes sharing Redis
+# with the devices' node killed and calls waiting on the other.
 crash-loop-commands:
-	DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-100} go test -count=1 -timeout 60m -run 'TestCommandCrashLoop$$' -v ./cmd/devmsg
+	DEVMSG_CRASH_CYCLES=$${DEVMSG_CRASH_CYCLES:-100} go test -count=1 -timeout 60m -run 'TestCommandCrashLoop$$|TestCommandCrashTwoNodes$$' -v ./cmd/devmsg
 
 # The long kill -9 runs of device events (CI runs 4 cycles of each): devices
 # publishing QoS 1 telemetry, every acknowledged event found in the log

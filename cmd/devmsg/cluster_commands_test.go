@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"syscall"
@@ -135,4 +136,82 @@ func TestClusterCommands(t *testing.T) {
 	if got.State != "succeeded" {
 		t.Fatalf("the command sent while the device was away: %+v (the device got %v)", got, b2.received())
 	}
+}
+
+// TestCommandCrashTwoNodes is the kill -9 loop of commands on two nodes
+// sharing one redis-server. In each cycle the devices are connected to
+// one node, the victim, and clients send commands through both: those
+// on the other node wait for each answer, which arrives on the victim.
+// The devices take up to 20 ms to answer, so the victim, killed with
+// SIGKILL at a random moment, dies with commands they hold unanswered;
+// its devices move to the other node, get those again and answer there
+// while the clients there go on, and a new node takes the victim's place for the next
+// cycle, where the roles swap. At the end it counts what
+// TestCommandCrashLoop counts (lost, phantom and duplicated commands,
+// answers lost), all of which must be 0; a call that returned an answer
+// must have returned its device's, and some calls must have.
+func TestCommandCrashTwoNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	rdb := redisForTest(t, "--appendfsync", "always")
+	cycles := envInt(t, envCrashCycles, 20)
+	clients, devices := 8, 32
+	nodes := [2]*proc{startNode(t, rdb, 1), startNode(t, rdb, 2)}
+	app := nodes[0].createApp(t, "cmdcrash-redis")
+	names, secrets := createDevices(t, nodes[0], app, "cmdmover-", devices)
+	f := newCmdCrashFleet(t, app, names, secrets, clients)
+	l := f.l
+	pending := make([][]*crashReq, clients)
+	var mu sync.Mutex // guards sends and retries
+	var sends, retries int
+	for cycle := range cycles {
+		victim, other := cycle%2, 1-cycle%2
+		devs := f.connect(nodes[victim])
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for c := range clients {
+			// Even clients call the other node and wait for each answer;
+			// odd ones call the victim and die with it.
+			p, wait := nodes[other], 2
+			if c%2 == 1 {
+				p, wait = nodes[victim], 0
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, r := crashClient(&pending[c], func(r *crashReq) bool { return f.send(p, r, wait) }, func() *crashReq { return f.next(c) }, stop)
+				mu.Lock()
+				sends, retries = sends+s, retries+r
+				mu.Unlock()
+			}()
+		}
+		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
+		must(t, nodes[victim].cmd.Process.Signal(syscall.SIGKILL))
+		_ = nodes[victim].cmd.Wait()
+		disconnectAll(devs)
+		moved := f.connect(nodes[other])
+		time.Sleep(500 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		disconnectAll(moved)
+		if t.Failed() {
+			return
+		}
+		// A new node in its place: one restarted with the dead node's
+		// id would first wait out the dead one's heartbeat.
+		nodes[victim] = startNode(t, rdb, 3+cycle)
+	}
+
+	devs := f.connect(nodes[0])
+	defer disconnectAll(devs)
+	retries += retryPending(t, nodes[0], pending, func(p *proc, r *crashReq) bool { return f.send(p, r, 0) },
+		func(r *crashReq) string { return r.body })
+	lost, phantom, duplicated, answersLost := l.check(t, nodes[0], app)
+	t.Logf("%d cycles, %d clients, %d devices: %d sends, %d retries, %d answers returned to waiting calls; lost %d, phantom %d, duplicated %d, answers lost %d",
+		cycles, clients, devices, sends, retries, l.waited, len(lost), len(phantom), len(duplicated), len(answersLost))
+	if l.waited == 0 {
+		t.Error("no call waiting on one node got the answer its device gave on the other")
+	}
+	reportProblems(t, lost, phantom, duplicated, answersLost)
 }

@@ -28,6 +28,13 @@ type cmdCrashLedger struct {
 	// the device publishes them again when it reconnects, as a device
 	// keeping QoS 1 publishes across connections does.
 	unacked map[string]map[int64]string
+	// waited counts the calls that returned their device's answer.
+	waited int
+	// hold, when set, makes the devices take up to that long to
+	// acknowledge a command, and forget it when the connection is gone by
+	// then, so that a kill finds commands sent but not acknowledged,
+	// which the server must send again.
+	hold time.Duration
 }
 
 func newCmdCrashLedger() *cmdCrashLedger {
@@ -71,7 +78,15 @@ func (l *cmdCrashLedger) device(c func() paho.Client, prefix string) func(paho.M
 		}
 		l.received[id][p.Params] = true
 		l.mu.Unlock()
-		go l.reply(c(), prefix, id, p.Params)
+		cl := c()
+		if l.hold > 0 {
+			// The PUBACK goes when the handler returns.
+			time.Sleep(rand.N(l.hold))
+			if !cl.IsConnectionOpen() {
+				return // not acknowledged, forgotten: the server must send it again
+			}
+		}
+		go l.reply(cl, prefix, id, p.Params)
 	}
 }
 
@@ -119,6 +134,96 @@ func (l *cmdCrashLedger) resend(c paho.Client, prefix string) {
 	}
 }
 
+// cmdCrashFleet is the app, devices and ledger of a kill -9 test of
+// commands.
+type cmdCrashFleet struct {
+	t              *testing.T
+	app            testApp
+	names, secrets []string
+	l              *cmdCrashLedger
+	seq            []int64 // the last seq_no of each client
+}
+
+// newCmdCrashFleet returns the fleet of app's devices (names, secrets)
+// and clients clients. Its devices take up to 20 ms to acknowledge a
+// command (cmdCrashLedger.hold).
+func newCmdCrashFleet(t *testing.T, app testApp, names, secrets []string, clients int) *cmdCrashFleet {
+	l := newCmdCrashLedger()
+	l.hold = 20 * time.Millisecond
+	return &cmdCrashFleet{t: t, app: app, names: names, secrets: secrets, l: l, seq: make([]int64, clients)}
+}
+
+// next returns client c's next request, to a device picked at random,
+// with a seq_no of its own and its params as its tag.
+func (f *cmdCrashFleet) next(c int) *crashReq {
+	f.seq[c]++
+	r := &crashReq{seq: int64(c)*1_000_000 + f.seq[c], device: f.names[rand.IntN(len(f.names))]}
+	r.body = fmt.Sprintf("c%d-s%d", c, r.seq)
+	f.l.mu.Lock()
+	f.l.reqs[r.body] = r
+	f.l.mu.Unlock()
+	return r
+}
+
+// send posts command r to p, waiting up to wait seconds for its answer,
+// and records the cmd_id of its 200 in the ledger. It reports false
+// when p did not answer. An answer the call returns must be the one
+// the device gave: its tag.
+func (f *cmdCrashFleet) send(p *proc, r *crashReq, wait int) bool {
+	t, l := f.t, f.l
+	st, b, err := p.tryCall(f.app.Key, f.app.MasterSecret, "POST", "/cmd/v1/cmd",
+		fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"name":"crash","params":%q,"ttl":3600,"timeout":3600,"wait":%d}`, r.seq, r.device, r.body, wait))
+	if err != nil {
+		return false
+	}
+	var resp cmdView
+	if st != 200 || json.Unmarshal(b, &resp) != nil || resp.CmdID == 0 {
+		t.Errorf("command %s: %d %s", r.body, st, b)
+		return false
+	}
+	if resp.State == "rejected" && resp.Code != nil && *resp.Code == 3004 {
+		// The device has 100 commands open: its answers fell behind
+		// the clients on this shared machine, and the 200 says so.
+		l.mu.Lock()
+		l.full[resp.CmdID] = true
+		l.mu.Unlock()
+	}
+	if resp.State == "succeeded" {
+		if string(resp.Result) != strconv.Quote(r.body) {
+			t.Errorf("command %s: the call returned the answer %s", r.body, resp.Result)
+		}
+		l.mu.Lock()
+		l.waited++
+		l.mu.Unlock()
+	}
+	l.answer(t, r, resp.CmdID)
+	return true
+}
+
+// connect connects every device to p, each answering its commands and
+// publishing again its answers not PUBACKed on an earlier connection.
+func (f *cmdCrashFleet) connect(p *proc) []paho.Client {
+	cs := make([]paho.Client, len(f.names))
+	for i := range cs {
+		prefix := "d/" + f.app.Key + "/" + f.names[i] + "/"
+		var c paho.Client
+		var mu sync.Mutex
+		get := func() paho.Client { mu.Lock(); defer mu.Unlock(); return c }
+		mu.Lock()
+		c = connectCmdCrashDevice(f.t, p.mqtt, f.app.Key, f.names[i], f.secrets[i], f.l.device(get, prefix))
+		mu.Unlock()
+		f.l.resend(c, prefix)
+		cs[i] = c
+	}
+	return cs
+}
+
+func disconnectAll(cs []paho.Client) {
+	for _, c := range cs {
+		c.Disconnect(0)
+	}
+}
+
 // TestCommandCrashLoop sends commands from several REST clients (each
 // with a seq_no, kept with the body through every retry) to devices that
 // answer each at once, kills the server with SIGKILL at random moments
@@ -154,80 +259,28 @@ func TestCommandCrashLoop(t *testing.T) {
 	app := p.createApp(t, "cmdcrash")
 	names, secrets := createDevices(t, p, app, "cmdcrash-", devices)
 
-	l := newCmdCrashLedger()
-	send := func(p *proc, r *crashReq) bool {
-		st, b, err := p.tryCall(app.Key, app.MasterSecret, "POST", "/cmd/v1/cmd",
-			fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"name":"crash","params":%q,"ttl":3600,"timeout":3600,"wait":0}`, r.seq, r.device, r.body))
-		if err != nil {
-			return false
-		}
-		var resp struct {
-			CmdID int64  `json:"cmd_id"`
-			State string `json:"state"`
-			Code  int    `json:"code"`
-		}
-		if st != 200 || json.Unmarshal(b, &resp) != nil || resp.CmdID == 0 {
-			t.Errorf("command %s: %d %s", r.body, st, b)
-			return false
-		}
-		if resp.State == "rejected" && resp.Code == 3004 {
-			// The device has 100 commands open: its answers fell behind
-			// the clients on this shared machine, and the 200 says so.
-			l.mu.Lock()
-			l.full[resp.CmdID] = true
-			l.mu.Unlock()
-		}
-		l.answer(t, r, resp.CmdID)
-		return true
-	}
-	connect := func(p *proc) []paho.Client {
-		cs := make([]paho.Client, devices)
-		for i := range cs {
-			prefix := "d/" + app.Key + "/" + names[i] + "/"
-			var c paho.Client
-			var mu sync.Mutex
-			get := func() paho.Client { mu.Lock(); defer mu.Unlock(); return c }
-			mu.Lock()
-			c = connectCmdCrashDevice(t, p.mqtt, app.Key, names[i], secrets[i], l.device(get, prefix))
-			mu.Unlock()
-			l.resend(c, prefix)
-			cs[i] = c
-		}
-		return cs
-	}
-	disconnect := func(cs []paho.Client) {
-		for _, c := range cs {
-			c.Disconnect(0)
-		}
-	}
+	f := newCmdCrashFleet(t, app, names, secrets, clients)
+	l := f.l
+	send := func(p *proc, r *crashReq) bool { return f.send(p, r, 0) }
 	pending := make([][]*crashReq, clients)
-	nextSeq := make([]int64, clients)
 	var totalSends, retries int
 	for cycle := range cycles {
 		if cycle > 0 {
 			p = startProc(t, dir, args...)
 		}
-		devs := connect(p)
-		s, r := crashClients(t, p, pending, send, func(c int) *crashReq {
-			nextSeq[c]++
-			r := &crashReq{seq: int64(c)*1_000_000 + nextSeq[c], device: names[rand.IntN(devices)]}
-			r.body = fmt.Sprintf("c%d-s%d", c, r.seq)
-			l.mu.Lock()
-			l.reqs[r.body] = r
-			l.mu.Unlock()
-			return r
-		})
+		devs := f.connect(p)
+		s, r := crashClients(t, p, pending, send, f.next)
 		totalSends += s
 		retries += r
-		disconnect(devs)
+		disconnectAll(devs)
 		if t.Failed() {
 			return
 		}
 	}
 
 	p = startProc(t, dir, args...)
-	devs := connect(p)
-	defer disconnect(devs)
+	devs := f.connect(p)
+	defer disconnectAll(devs)
 	retries += retryPending(t, p, pending, send, func(r *crashReq) string { return r.body })
 
 	lost, phantom, duplicated, answersLost := l.check(t, p, app)
@@ -240,16 +293,24 @@ func TestCommandCrashLoop(t *testing.T) {
 // waiting for it to end, and lists what the crashes broke.
 func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phantom, duplicated, answersLost []string) {
 	state := map[int64]cmdView{}
+	// Each GET waits up to 5 s for its command to end, until ten have
+	// not: then the check is failing, and the others are read at once.
+	wait, open := 5, 0
 	get := func(id int64) (cmdView, bool) {
 		if v, ok := state[id]; ok {
 			return v, v.CmdID != 0
 		}
-		st, b := p.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d&wait=5", id), "")
+		st, b := p.call(t, app.Key, app.MasterSecret, "GET", fmt.Sprintf("/cmd/v1/cmd?cmd_id=%d&wait=%d", id, wait), "")
 		var v cmdView
 		if st == 200 {
 			_ = json.Unmarshal(b, &v)
 		} else if st != 400 {
 			t.Fatalf("GET command %d: %d %s", id, st, b)
+		}
+		if v.CmdID != 0 && v.TimeDone == 0 {
+			if open++; open == 10 {
+				wait = 0
+			}
 		}
 		state[id] = v
 		return v, v.CmdID != 0

@@ -364,11 +364,37 @@ func TestCrashLoop(t *testing.T) {
 	reportProblems(t, lost, phantom, duplicated)
 }
 
-// crashClients runs a kill -9 cycle's clients against p: each client c
-// first sends again what the last crash left unanswered (pending[c]),
-// then sends next(c) until the process dies, leaving the send it died on
-// in pending[c]. p is killed after 100 to 700 ms; crashClients returns
-// once every client has stopped, with the new sends and the retries made.
+// crashClient is one client of a kill -9 cycle: it first sends again
+// what the last crash left unanswered (*pending), then sends next() until
+// stop is closed or a send fails, leaving the send that failed in
+// *pending. It returns the new sends and the retries it made.
+func crashClient[R any](pending *[]R, send func(R) bool, next func() R, stop <-chan struct{}) (sends, retries int) {
+	for len(*pending) > 0 {
+		if !send((*pending)[0]) {
+			return sends, retries
+		}
+		*pending = (*pending)[1:]
+		retries++
+	}
+	for {
+		select {
+		case <-stop:
+			return sends, retries
+		default:
+		}
+		r := next()
+		sends++
+		if !send(r) {
+			*pending = append(*pending, r)
+			return sends, retries
+		}
+	}
+}
+
+// crashClients runs a kill -9 cycle's clients against p, each as
+// crashClient with pending[c]. p is killed after 100 to 700 ms;
+// crashClients returns once every client has stopped, with the new sends
+// and the retries made.
 func crashClients[R any](t *testing.T, p *proc, pending [][]R, send func(*proc, R) bool, next func(c int) R) (sends, retries int) {
 	t.Helper()
 	stop := make(chan struct{})
@@ -378,30 +404,10 @@ func crashClients[R any](t *testing.T, p *proc, pending [][]R, send func(*proc, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for len(pending[c]) > 0 {
-				if !send(p, pending[c][0]) {
-					return
-				}
-				pending[c] = pending[c][1:]
-				mu.Lock()
-				retries++
-				mu.Unlock()
-			}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r := next(c)
-				mu.Lock()
-				sends++
-				mu.Unlock()
-				if !send(p, r) {
-					pending[c] = append(pending[c], r)
-					return
-				}
-			}
+			s, r := crashClient(&pending[c], func(r R) bool { return send(p, r) }, func() R { return next(c) }, stop)
+			mu.Lock()
+			sends, retries = sends+s, retries+r
+			mu.Unlock()
 		}()
 	}
 	time.Sleep(time.Duration(100+rand.IntN(600)) * time.Millisecond)
