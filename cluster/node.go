@@ -83,6 +83,10 @@ const (
 	// KindCommandDone: command ID ended (sent to every node, for the
 	// calls waiting for it).
 	KindCommandDone = "cmddone"
+	// KindNodeGone: node ID died (sent to every node by the node that
+	// marked its devices offline). The events it had yet to send are
+	// lost, so each node makes up for them (Handler.Resync).
+	KindNodeGone = "nodegone"
 )
 
 // Event is what one node asks of the node holding a device.
@@ -102,8 +106,10 @@ type Handler interface {
 	HandleEvent(ctx context.Context, ev Event)
 	// Resync makes up for lost events: it re-checks what every device
 	// connected here should have (pending messages, its presence entry;
-	// after resubscribed, the desired document too). Events sent while
-	// this node's subscription was down are lost.
+	// after resubscribed, the desired document too) and whether the
+	// commands calls here wait for have ended. Events sent while this
+	// node's subscription was down are lost, and so are those a node
+	// that died had yet to send.
 	Resync(resubscribed bool)
 	// Reassert marks the devices connected here online again: while this
 	// node's heartbeat had lapsed, other nodes may have marked them
@@ -467,6 +473,9 @@ func (n *Node) checkNodes() {
 			continue
 		}
 		n.log.Warn("cluster: node is gone; marked its devices offline", "node_id", id, "devices", count)
+		if err := n.SendAll(ctx, Event{Kind: KindNodeGone, ID: int64(id)}); err != nil {
+			n.log.Error("cluster: tell the nodes a node is gone", "node_id", id, "err", err)
+		}
 		if err := forgetScript.Run(ctx, n.rdb, []string{n.heartbeatKey(id), n.nodesKey(), lock}, id, n.token).Err(); err != nil {
 			n.log.Error("cluster: unregister a dead node", "node_id", id, "err", err)
 		}

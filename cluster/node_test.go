@@ -186,6 +186,16 @@ func TestDeadNodeDevicesGoOffline(t *testing.T) {
 	if d, _ := st.GetDevice(ctx, "app", "on-2"); d.Status != 1 {
 		t.Fatal("node 2's device was marked offline too")
 	}
+	// Every node hears of it, so as to make up for the events the dead
+	// node had yet to send.
+	waitFor(t, "word that node 1 is gone", func() bool {
+		for _, ev := range hb.got() {
+			if ev.Kind == KindNodeGone && ev.ID == 1 {
+				return true
+			}
+		}
+		return false
+	})
 	// Once handled, node 1 is forgotten until it joins again.
 	waitFor(t, "node 1 unregistered", func() bool {
 		ids, _ := st.Client().SMembers(ctx, b.nodesKey()).Result()

@@ -432,6 +432,33 @@ func (s *Service) ended(ctx context.Context, c store.Command) {
 // another node.
 func (s *Service) Woken(id int64) { s.waiters.wake(id) }
 
+// Recheck reads every command a call here waits for and wakes the calls
+// of those that have ended. An end on another node reaches the calls
+// here as an event (Woken); Recheck finds the ends whose event was lost,
+// because the node that stored the end died before sending it or the
+// events did not reach this node for a while.
+func (s *Service) Recheck(ctx context.Context) {
+	var ended []int64
+	for id, app := range s.waiters.watched() {
+		c, err := s.store.GetCommand(ctx, app, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			continue // left to the call, which reads it when its wait ends
+		}
+		if !c.Open() {
+			ended = append(ended, id)
+		}
+	}
+	if len(ended) == 0 || s.store.Barrier(ctx) != nil {
+		return
+	}
+	for _, id := range ended {
+		s.waiters.wake(id)
+	}
+}
+
 // doneEvent is c's command.done event: {"cmd_id","name","state","code",
 // "result"?,"message","job_id"?} (docs/events.md), written by hand as
 // json.Marshal would write it: every command ends with one.

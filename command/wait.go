@@ -16,24 +16,19 @@ type waiters struct {
 }
 
 type waiter struct {
-	ch chan struct{}
-	n  int // calls watching
+	ch  chan struct{}
+	app string // the command's app
+	n   int    // calls watching
 	// ended is the command as its end was stored, set before ch is
 	// closed when the end was here (wakeEnded); nil when another node
 	// ended it.
 	ended *store.Command
 }
 
-// watch returns the channel closed when command id ends, and the
-// function that stops watching.
-func (w *waiters) watch(id int64) (<-chan struct{}, func()) {
-	e, release := w.watchEnded(id)
-	return e.ch, release
-}
-
-// watchEnded is watch returning the waiter, whose ended is set once ch
-// is closed by an end stored here.
-func (w *waiters) watchEnded(id int64) (*waiter, func()) {
+// watch returns the waiter of command id of app, whose channel is closed
+// when the command ends (its ended set first when the end was stored
+// here), and the function that stops watching.
+func (w *waiters) watch(app string, id int64) (*waiter, func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
@@ -41,7 +36,7 @@ func (w *waiters) watchEnded(id int64) (*waiter, func()) {
 	}
 	e := w.m[id]
 	if e == nil {
-		e = &waiter{ch: make(chan struct{})}
+		e = &waiter{ch: make(chan struct{}), app: app}
 		w.m[id] = e
 	}
 	e.n++
@@ -53,6 +48,17 @@ func (w *waiters) watchEnded(id int64) (*waiter, func()) {
 			delete(w.m, id)
 		}
 	}
+}
+
+// watched returns the commands calls watch: their ids and apps.
+func (w *waiters) watched() map[int64]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := make(map[int64]string, len(w.m))
+	for id, e := range w.m {
+		m[id] = e.app
+	}
+	return m
 }
 
 // wake closes the channel of command id, if a call watches it.
@@ -103,7 +109,7 @@ func (s *Service) Wait(ctx context.Context, appKey string, cmds []store.Command,
 	}()
 	for i, c := range cmds {
 		if c.ID != 0 && c.Open() {
-			e, release := s.waiters.watchEnded(c.ID)
+			e, release := s.waiters.watch(appKey, c.ID)
 			open = append(open, watched{i, e, release})
 		}
 	}

@@ -34,18 +34,7 @@ func TestWaitTakesTheEndedCommand(t *testing.T) {
 	mem := memory.New()
 	st := &countingStore{Store: mem}
 	svc, c := pingOn(t, mem, st)
-	done := make(chan []store.Command, 1)
-	go func() {
-		out, err := svc.Wait(ctx, "app", []store.Command{c}, time.Minute)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- out
-	}()
-	// The wait reads the command once after it watches it.
-	for st.gets.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	done := waiting(t, svc, st, c)
 	if took, err := svc.Answer(ctx, "app", "d1", command.Reply{ID: c.ID, Result: []byte(`{"ok":true}`)}); !took || err != nil {
 		t.Fatalf("answer: %v %v", took, err)
 	}
@@ -57,6 +46,26 @@ func TestWaitTakesTheEndedCommand(t *testing.T) {
 	if n := st.gets.Load() - before; n != 0 {
 		t.Fatalf("the woken wait read the command %d more times", n)
 	}
+}
+
+// waiting starts a call of svc, which reads st, waiting up to a minute
+// for c, and returns once the call watches c, with the channel that
+// takes what the call returns.
+func waiting(t *testing.T, svc *command.Service, st *countingStore, c store.Command) <-chan []store.Command {
+	t.Helper()
+	done := make(chan []store.Command, 1)
+	go func() {
+		out, err := svc.Wait(context.Background(), "app", []store.Command{c}, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	// The wait reads the command once after it watches it.
+	for st.gets.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return done
 }
 
 // pingOn makes a service on st, which keeps its data in mem, creates
@@ -93,4 +102,39 @@ func pingsOn(t *testing.T, mem *memory.Store, st command.Store, n int) (*command
 		cmds[i] = r.Command
 	}
 	return svc, cmds
+}
+
+// TestRecheckFindsEndsStoredElsewhere checks that a call waiting for a
+// command that another node ended without a word to this one (it died
+// before sending its event) wakes at Recheck, and not before: Recheck
+// of an open command wakes nobody.
+func TestRecheckFindsEndsStoredElsewhere(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	st := &countingStore{Store: mem}
+	svc, c := pingOn(t, mem, st)
+	ids, err := idgen.New(1)
+	must(t, err)
+	elsewhere := command.NewService(mem, ids, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	elsewhere.SetRouter(&online{})
+
+	done := waiting(t, svc, st, c)
+	svc.Recheck(ctx)
+	if took, err := elsewhere.Answer(ctx, "app", "d1", command.Reply{ID: c.ID, Result: []byte(`"there"`)}); !took || err != nil {
+		t.Fatalf("answer: %v %v", took, err)
+	}
+	select {
+	case out := <-done:
+		t.Fatalf("the wait returned before Recheck: %+v", out[0])
+	case <-time.After(100 * time.Millisecond):
+	}
+	svc.Recheck(ctx)
+	select {
+	case out := <-done:
+		if out[0].State != store.CmdSucceeded || string(out[0].Result) != `"there"` {
+			t.Fatalf("the wait returned %+v", out[0])
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Recheck did not wake the call")
+	}
 }

@@ -584,6 +584,8 @@ func (g *API) HandleEvent(ctx context.Context, ev cluster.Event) {
 		g.dispatch.Wake(ev.App, ev.Device)
 	case cluster.KindCommand, cluster.KindCommandCancel, cluster.KindCommandDone:
 		g.commandEvent(ctx, ev)
+	case cluster.KindNodeGone:
+		go g.Resync(false) // reads the store per device: off the event loop
 	case cluster.KindDesired:
 		s := g.broker.Session(ev.App, ev.Device)
 		if s == nil {
@@ -613,7 +615,8 @@ func (g *API) HandleEvent(ctx context.Context, ev cluster.Event) {
 // Resync makes up for events that did not arrive: it closes the
 // connections here that the store says were disabled or taken over
 // elsewhere, sends every subscribed device what is pending for it and,
-// after a lost subscription, the desired document too.
+// after a lost subscription, the desired document too, and wakes the
+// calls waiting for commands that ended elsewhere.
 func (g *API) Resync(resubscribed bool) {
 	ctx := context.Background()
 	for _, s := range g.broker.Sessions() {
@@ -643,6 +646,9 @@ func (g *API) Resync(resubscribed bool) {
 		}
 	}
 	g.dispatch.WakeAll()
+	if g.commands != nil {
+		g.commands.Recheck(ctx)
+	}
 }
 
 // Reassert marks the devices connected here online again, unless another

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,8 +29,8 @@ type cmdCrashLedger struct {
 	// the device publishes them again when it reconnects, as a device
 	// keeping QoS 1 publishes across connections does.
 	unacked map[string]map[int64]string
-	// waited counts the calls that returned their device's answer.
-	waited int
+	// tried holds the tags of the requests sent at least once.
+	tried map[string]bool
 	// hold, when set, makes the devices take up to that long to
 	// acknowledge a command, and forget it when the connection is gone by
 	// then, so that a kill finds commands sent but not acknowledged,
@@ -39,7 +40,8 @@ type cmdCrashLedger struct {
 
 func newCmdCrashLedger() *cmdCrashLedger {
 	return &cmdCrashLedger{reqs: map[string]*crashReq{}, answered: map[string]map[int64]bool{},
-		received: map[int64]map[string]bool{}, acked: map[int64]string{}, unacked: map[string]map[int64]string{}, full: map[int64]bool{}}
+		received: map[int64]map[string]bool{}, acked: map[int64]string{}, unacked: map[string]map[int64]string{}, full: map[int64]bool{},
+		tried: map[string]bool{}}
 }
 
 // answer records the cmd_id of a 200; another id for the same request
@@ -59,6 +61,8 @@ func (l *cmdCrashLedger) answer(t *testing.T, r *crashReq, id int64) {
 
 // device returns the handler of a device that answers every command at
 // QoS 1 with its tag as the result, and records the answers PUBACKed.
+// With hold set it forgets a command whose connection closed before it
+// acknowledged it.
 func (l *cmdCrashLedger) device(c func() paho.Client, prefix string) func(paho.Message) {
 	return func(m paho.Message) {
 		var p struct {
@@ -141,7 +145,14 @@ type cmdCrashFleet struct {
 	app            testApp
 	names, secrets []string
 	l              *cmdCrashLedger
-	seq            []int64 // the last seq_no of each client
+	seq            []int64 // the last seq_no of each client; seq[c] is client c's alone
+	// crossing is set while the devices are on one node and the clients
+	// that wait for answers call the other. crossed counts the first
+	// sends with a wait both begun and answered in such a window, quick
+	// those of them that returned their device's answer within a second:
+	// the answer given on one node woke the call on the other.
+	crossing       atomic.Bool
+	crossed, quick atomic.Int64
 }
 
 // newCmdCrashFleet returns the fleet of app's devices (names, secrets)
@@ -171,6 +182,11 @@ func (f *cmdCrashFleet) next(c int) *crashReq {
 // the device gave: its tag.
 func (f *cmdCrashFleet) send(p *proc, r *crashReq, wait int) bool {
 	t, l := f.t, f.l
+	l.mu.Lock()
+	first := !l.tried[r.body]
+	l.tried[r.body] = true
+	l.mu.Unlock()
+	start, crossing := time.Now(), f.crossing.Load()
 	st, b, err := p.tryCall(f.app.Key, f.app.MasterSecret, "POST", "/cmd/v1/cmd",
 		fmt.Sprintf(`{"seq_no":%d,"device_name":%q,"name":"crash","params":%q,"ttl":3600,"timeout":3600,"wait":%d}`, r.seq, r.device, r.body, wait))
 	if err != nil {
@@ -188,13 +204,14 @@ func (f *cmdCrashFleet) send(p *proc, r *crashReq, wait int) bool {
 		l.full[resp.CmdID] = true
 		l.mu.Unlock()
 	}
-	if resp.State == "succeeded" {
-		if string(resp.Result) != strconv.Quote(r.body) {
-			t.Errorf("command %s: the call returned the answer %s", r.body, resp.Result)
+	if resp.State == "succeeded" && string(resp.Result) != strconv.Quote(r.body) {
+		t.Errorf("command %s: the call returned the answer %s", r.body, resp.Result)
+	}
+	if wait > 0 && first && crossing && f.crossing.Load() {
+		f.crossed.Add(1)
+		if resp.State == "succeeded" && time.Since(start) < time.Second {
+			f.quick.Add(1)
 		}
-		l.mu.Lock()
-		l.waited++
-		l.mu.Unlock()
 	}
 	l.answer(t, r, resp.CmdID)
 	return true
@@ -226,11 +243,14 @@ func disconnectAll(cs []paho.Client) {
 
 // TestCommandCrashLoop sends commands from several REST clients (each
 // with a seq_no, kept with the body through every retry) to devices that
-// answer each at once, kills the server with SIGKILL at random moments
-// and restarts it on the same data dir. At the end, with every client's
-// unanswered sends retried and the devices online, it counts:
+// acknowledge each within 20 ms and then answer it at once (forgetting
+// it when the connection closed first), kills the server with SIGKILL at
+// random moments and restarts it on the same data dir. At the end, with
+// every client's unanswered sends retried and the devices online, it
+// counts:
 //   - lost: a cmd_id answered 200 that the server does not know, or
-//     that never ends (its device answers every command it gets). A
+//     that never ends (its device answers every command it
+//     acknowledges, and gets again every one it does not). A
 //     200 that said the command was rejected with its device's queue
 //     full (3004: the devices' answers fell behind the clients) must
 //     stay so, and such rejections must stay under half of the
@@ -294,7 +314,8 @@ func TestCommandCrashLoop(t *testing.T) {
 func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phantom, duplicated, answersLost []string) {
 	state := map[int64]cmdView{}
 	// Each GET waits up to 5 s for its command to end, until ten have
-	// not: then the check is failing, and the others are read at once.
+	// not: then the check is failing, and the others are read at once
+	// (a command still open then is listed as lost).
 	wait, open := 5, 0
 	get := func(id int64) (cmdView, bool) {
 		if v, ok := state[id]; ok {
@@ -309,6 +330,7 @@ func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phanto
 		}
 		if v.CmdID != 0 && v.TimeDone == 0 {
 			if open++; open == 10 {
+				t.Logf("ten commands have not ended: the other commands are read without waiting")
 				wait = 0
 			}
 		}
