@@ -31,6 +31,8 @@ type cmdCrashLedger struct {
 	unacked map[string]map[int64]string
 	// tried holds the tags of the requests sent at least once.
 	tried map[string]bool
+	// twice lists the commands a device got twice on one connection.
+	twice []string
 	// hold, when set, makes the devices take up to that long to
 	// acknowledge a command, and forget it when the connection is gone by
 	// then, so that a kill finds commands sent but not acknowledged,
@@ -59,11 +61,14 @@ func (l *cmdCrashLedger) answer(t *testing.T, r *crashReq, id int64) {
 	l.answered[r.body][id] = true
 }
 
-// device returns the handler of a device that answers every command at
-// QoS 1 with its tag as the result, and records the answers PUBACKed.
+// device returns the handler of one connection of a device that answers
+// every command at QoS 1 with its tag as the result, and records the
+// answers PUBACKed and any command the connection got twice (the server
+// sends a command again only on a later connection).
 // With hold set it forgets a command whose connection closed before it
 // acknowledged it.
 func (l *cmdCrashLedger) device(c func() paho.Client, prefix string) func(paho.Message) {
+	seen := map[int64]bool{} // the cmd_ids this connection got; under l.mu
 	return func(m paho.Message) {
 		var p struct {
 			CmdID  string `json:"cmd_id"`
@@ -81,6 +86,10 @@ func (l *cmdCrashLedger) device(c func() paho.Client, prefix string) func(paho.M
 			l.received[id] = map[string]bool{}
 		}
 		l.received[id][p.Params] = true
+		if seen[id] {
+			l.twice = append(l.twice, fmt.Sprintf("cmd_id %d reached one connection of %s twice", id, prefix))
+		}
+		seen[id] = true
 		l.mu.Unlock()
 		cl := c()
 		if l.hold > 0 {
@@ -257,7 +266,8 @@ func disconnectAll(cs []paho.Client) {
 //     sends;
 //   - phantom: a cmd_id a device got that the server does not know
 //     (a state a crash took back), or got with two different requests;
-//   - duplicated: one request known under two cmd_ids;
+//   - duplicated: one request known under two cmd_ids, or one command
+//     sent twice on one connection;
 //   - answers lost: an answer the server PUBACKed that the command
 //     does not hold.
 //
@@ -380,6 +390,7 @@ func (l *cmdCrashLedger) check(t *testing.T, p *proc, app testApp) (lost, phanto
 		}
 	}
 	l.mu.Lock()
+	duplicated = append(duplicated, l.twice...)
 	for id, tag := range l.acked {
 		if v, ok := get(id); !ok || v.State != "succeeded" || string(v.Result) != strconv.Quote(tag) {
 			answersLost = append(answersLost, fmt.Sprintf("cmd_id %d: answer %s PUBACKed, command now %+v", id, tag, v))
