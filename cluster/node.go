@@ -83,9 +83,11 @@ const (
 	// KindCommandDone: command ID ended (sent to every node, for the
 	// calls waiting for it).
 	KindCommandDone = "cmddone"
-	// KindNodeGone: node ID died (sent to every node by the node that
-	// marked its devices offline). The events it had yet to send are
-	// lost, so each node makes up for them (Handler.Resync).
+	// KindNodeGone: the process that held node ID is gone, and the
+	// events it had yet to send are lost, so each node makes up for them
+	// (Handler.Resync). Sent to every node by the node that marked its
+	// devices offline, and by a node starting under ID, whose previous
+	// process may have died without anyone seeing its heartbeat lapse.
 	KindNodeGone = "nodegone"
 )
 
@@ -278,6 +280,9 @@ func (n *Node) Run(h Handler) {
 	n.every(n.cfg.ResyncEvery, func() { h.Resync(false) })
 	n.wg.Add(1)
 	go n.subscribe(h)
+	if err := n.SendAll(n.ctx, Event{Kind: KindNodeGone, ID: int64(n.cfg.NodeID)}); err != nil {
+		n.log.Error("cluster: tell the nodes this node_id's previous process is gone", "err", err)
+	}
 }
 
 func (n *Node) every(d time.Duration, fn func()) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,17 +71,30 @@ func (n *Node) crash() {
 	n.wg.Wait()
 }
 
-// handler records what a node is asked.
+// handler records what a node is asked: the ids of the nodes said gone
+// apart from the other events.
 type handler struct {
 	mu                  sync.Mutex
 	events              []Event
+	gone                []int64
 	resyncs, reasserted atomic.Int64
 }
 
 func (h *handler) HandleEvent(_ context.Context, ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if ev.Kind == KindNodeGone {
+		h.gone = append(h.gone, ev.ID)
+		return
+	}
 	h.events = append(h.events, ev)
+}
+
+// saidGone reports whether node id was said gone.
+func (h *handler) saidGone(id int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Contains(h.gone, id)
 }
 func (h *handler) Resync(bool)                { h.resyncs.Add(1) }
 func (h *handler) Reassert(_ context.Context) { h.reasserted.Add(1) }
@@ -151,6 +165,23 @@ func TestEventsReachTheirNode(t *testing.T) {
 	}
 }
 
+// TestStartingNodeSaysItsIDGone checks that a node starting under an id
+// tells the others that the id's previous process is gone: restarted at
+// once, it may take the id back before any node sees the old heartbeat
+// lapse, and the events that process had yet to send are lost.
+func TestStartingNodeSaysItsIDGone(t *testing.T) {
+	st := newStore(t)
+	b := join(t, st, 2)
+	hb := &handler{}
+	b.Run(hb)
+	defer b.Close()
+	waitFor(t, "node 2 subscribed", func() bool { return hb.resyncs.Load() == 1 })
+	a := join(t, st, 1)
+	a.Run(&handler{})
+	defer a.Close()
+	waitFor(t, "word that node 1's previous process is gone", func() bool { return hb.saidGone(1) })
+}
+
 func TestDeadNodeDevicesGoOffline(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
@@ -188,14 +219,7 @@ func TestDeadNodeDevicesGoOffline(t *testing.T) {
 	}
 	// Every node hears of it, so as to make up for the events the dead
 	// node had yet to send.
-	waitFor(t, "word that node 1 is gone", func() bool {
-		for _, ev := range hb.got() {
-			if ev.Kind == KindNodeGone && ev.ID == 1 {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, "word that node 1 is gone", func() bool { return hb.saidGone(1) })
 	// Once handled, node 1 is forgotten until it joins again.
 	waitFor(t, "node 1 unregistered", func() bool {
 		ids, _ := st.Client().SMembers(ctx, b.nodesKey()).Result()
