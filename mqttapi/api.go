@@ -585,7 +585,9 @@ func (g *API) HandleEvent(ctx context.Context, ev cluster.Event) {
 	case cluster.KindCommand, cluster.KindCommandCancel, cluster.KindCommandDone:
 		g.commandEvent(ctx, ev)
 	case cluster.KindNodeGone:
-		go g.Resync(false) // reads the store per device: off the event loop
+		if int(ev.ID) != g.node { // this node's own start: its subscription resyncs it
+			go g.Resync(false) // reads the store per device: off the event loop
+		}
 	case cluster.KindDesired:
 		s := g.broker.Session(ev.App, ev.Device)
 		if s == nil {
