@@ -182,12 +182,12 @@ func (b *runner) broadcastDevmsg(ctx context.Context, workload string) (Result, 
 	return r, win.end(&r)
 }
 
-// timeline prints, every Options.Timeline until stop, the messages sent
-// (queued by the batch sends) and received by the devices so far, beside
-// the server's devmsg_messages_published_total (written to the devices)
-// and devmsg_messages_delivered_total (their PUBACKs stored): received
-// minus delivered is what waits for the server's PUBACK writes. Node 1's
-// counts only.
+// timeline prints, every Options.Timeline and once more at stop, the
+// messages sent (queued by the batch sends) and received by the devices
+// so far, beside the server's devmsg_messages_published_total (written to
+// the devices) and devmsg_messages_delivered_total (their PUBACKs
+// stored): received minus delivered is what waits for the server's
+// PUBACK writes. Node 1's counts only.
 func (b *runner) timeline(ctx context.Context, start time.Time, sent, got *atomic.Int64) (stop func()) {
 	if b.o.Timeline <= 0 {
 		return func() {}
@@ -205,15 +205,21 @@ func (b *runner) timeline(ctx context.Context, start time.Time, sent, got *atomi
 		t := time.NewTicker(b.o.Timeline)
 		defer t.Stop()
 		fmt.Fprintln(out, "timeline: seconds, sent, received, published, delivered, received but not yet stored as delivered")
+		row := func() {
+			pub, del := b.deliveryCounts(ctx, c)
+			rcv := got.Load()
+			fmt.Fprintf(out, "timeline %6.2f %8d %8d %8d %8d %7d\n", time.Since(start).Seconds(), sent.Load(), rcv, pub, del, rcv-del)
+		}
+		// The last row is the run's end, however few ticks a loaded
+		// server's /metrics answered in time.
+		defer row()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
+				row()
 			}
-			pub, del := b.deliveryCounts(ctx, c)
-			rcv := got.Load()
-			fmt.Fprintf(out, "timeline %6.2f %8d %8d %8d %8d %7d\n", time.Since(start).Seconds(), sent.Load(), rcv, pub, del, rcv-del)
 		}
 	}()
 	return func() { close(done); <-finished }
