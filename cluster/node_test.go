@@ -96,6 +96,7 @@ func (h *handler) saidGone(id int64) bool {
 	defer h.mu.Unlock()
 	return slices.Contains(h.gone, id)
 }
+
 func (h *handler) Resync(bool)                { h.resyncs.Add(1) }
 func (h *handler) Reassert(_ context.Context) { h.reasserted.Add(1) }
 

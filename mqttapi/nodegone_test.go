@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,16 +24,17 @@ func TestNodeGoneWakesCommandWaiters(t *testing.T) {
 	w.createDevice("cmd-dev")
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	service := func(node int) *command.Service {
+	service := func(node int, st command.Store) *command.Service {
 		ids, err := idgen.New(node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc := command.NewService(w.st, ids, log)
+		svc := command.NewService(st, ids, log)
 		svc.SetRouter(w.gw)
 		return svc
 	}
-	here, there := service(0), service(1)
+	reads := &commandReads{Store: w.st}
+	here, there := service(0, reads), service(1, w.st)
 	w.gw.SetCommands(here, delivery.NewCommandSender(w.st, here, log))
 
 	rs, err := here.Send(ctx, store.App{Key: appKey}, []string{"cmd-dev"}, command.Request{Name: "ping", TTL: 60, Timeout: 30}, true, 0, nil)
@@ -40,6 +42,7 @@ func TestNodeGoneWakesCommandWaiters(t *testing.T) {
 		t.Fatalf("send: %+v %v", rs, err)
 	}
 	c := rs[0].Command
+	before := reads.n.Load()
 	done := make(chan store.Command, 1)
 	go func() {
 		out, err := here.Wait(ctx, appKey, []store.Command{c}, time.Minute)
@@ -48,7 +51,10 @@ func TestNodeGoneWakesCommandWaiters(t *testing.T) {
 		}
 		done <- out[0]
 	}()
-	time.Sleep(200 * time.Millisecond) // the call watches the command
+	// The call reads the command once it watches it.
+	for reads.n.Load() == before {
+		time.Sleep(time.Millisecond)
+	}
 	if took, err := there.Answer(ctx, appKey, "cmd-dev", command.Reply{ID: c.ID, Result: []byte(`"there"`)}); !took || err != nil {
 		t.Fatalf("answer: %v %v", took, err)
 	}
@@ -66,4 +72,15 @@ func TestNodeGoneWakesCommandWaiters(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the word that a node is gone did not wake the call")
 	}
+}
+
+// commandReads is a command store that counts the commands read.
+type commandReads struct {
+	command.Store
+	n atomic.Int64
+}
+
+func (r *commandReads) GetCommand(ctx context.Context, appKey string, id int64) (store.Command, error) {
+	r.n.Add(1)
+	return r.Store.GetCommand(ctx, appKey, id)
 }
